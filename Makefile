@@ -1,0 +1,42 @@
+# Set-up and entry points. Every target creates .venv at the repo root when it is missing
+# (or when the pins changed) and installs the package with its pinned dependencies.
+PYTHON ?= python3
+VENV := .venv
+PY := $(abspath $(VENV))/bin/python
+STAMP := $(VENV)/.installed
+export PYSPARK_PYTHON := $(PY)
+export PYSPARK_DRIVER_PYTHON := $(PY)
+
+.PHONY: test demo bench lint java venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+# Spark 4 needs Java 17 or newer; install OpenJDK 17 from the distribution when missing.
+java:
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+		echo "Java 17+ not found: installing openjdk-17-jre-headless"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless) \
+		|| { echo "could not install Java 17: install it and retry" >&2; exit 1; }; \
+	fi
+
+test: $(STAMP) java
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: $(STAMP) java
+	$(PY) -m sparklog.demo
+
+bench: $(STAMP) java
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

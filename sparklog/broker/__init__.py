@@ -1,0 +1,1 @@
+"""The Kafka-protocol broker: an asyncio server with one module per API family."""

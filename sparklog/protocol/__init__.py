@@ -1,0 +1,1 @@
+"""Kafka wire protocol: framing, the API version table, request and response codecs."""

@@ -1,0 +1,1 @@
+"""Segment store: record batch headers, segments, indexes, partition logs, retention."""

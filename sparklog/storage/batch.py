@@ -1,0 +1,184 @@
+"""Record batch v2 (magic 2) headers: parsing, validation and the in-place rewrites a broker makes.
+
+Invariants:
+- Only the 61-byte header is parsed; the records section is never decoded here (the append
+  path stays O(batches), not O(records)).
+- A batch is valid when magic is 2, batchLength covers at least the rest of the header and fits
+  in the buffer, and the CRC-32C of bytes [21, end) matches. A batch from a producer must also
+  hold ``lastOffsetDelta + 1`` records; a batch read back from disk may hold fewer (compaction
+  removes records but keeps lastOffsetDelta), or none (an empty batch kept for producer state).
+- The broker only ever rewrites baseOffset (bytes 0-7) and partitionLeaderEpoch (12-15), both
+  outside the CRC, so a batch is stored and served exactly as the producer sent it. The one
+  exception is LogAppendTime, which rewrites attributes and maxTimestamp and recomputes the CRC.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import crc32c
+
+from sparklog.protocol.errors import CorruptRecordError, InvalidRecordError
+
+HEADER = struct.Struct(">qiiBIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # baseOffset int64 + batchLength int32: the bytes before the length counts
+LENGTH_OFFSET = 8
+LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
+RECORDS_COUNT_OFFSET = 57
+MAGIC_V2 = 2
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+
+_CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The fixed header of one record batch, and where it sits in its buffer."""
+
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    position: int = 0
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies, header included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def compression_name(self) -> str:
+        return _CODEC_NAMES[self.compression] if self.compression < 5 else "unknown"
+
+    @property
+    def timestamp_type(self) -> int:
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last record (wrapping at int32, as Kafka does); -1 if none."""
+        if self.base_sequence < 0:
+            return -1
+        return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the header at ``pos``; the caller guarantees HEADER_SIZE bytes are there."""
+    return BatchHeader(*HEADER.unpack_from(buf, pos), position=pos)
+
+
+def check_header(header: BatchHeader, available: int, *, from_producer: bool) -> None:
+    """Check a parsed header's framing against the bytes available after its position."""
+    if header.magic != MAGIC_V2:
+        raise CorruptRecordError(f"unsupported record batch magic {header.magic} (need 2)")
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(f"record batch length {header.batch_length} is below the header")
+    if header.size > available:
+        raise CorruptRecordError(
+            f"record batch of {header.size} bytes at position {header.position} is truncated "
+            f"({available} bytes available)"
+        )
+    if header.last_offset_delta < 0 or header.record_count < 0:
+        raise CorruptRecordError("negative lastOffsetDelta or record count")
+    if from_producer and header.record_count != header.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"record count {header.record_count} does not match lastOffsetDelta "
+            f"{header.last_offset_delta}"
+        )
+    if header.record_count > header.last_offset_delta + 1:
+        raise CorruptRecordError("more records than lastOffsetDelta allows")
+
+
+def crc_matches(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+    start = header.position + ATTRIBUTES_OFFSET
+    return crc32c.crc32c(memoryview(buf)[start : header.position + header.size]) == header.crc
+
+
+def validate_batch(
+    buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None,
+    *, from_producer: bool = False,
+) -> BatchHeader:
+    """Parse and fully validate (framing and CRC) the batch at ``pos``."""
+    end = len(buf) if end is None else end
+    if end - pos < HEADER_SIZE:
+        raise CorruptRecordError(f"{end - pos} bytes left at position {pos}: not a batch header")
+    header = parse_header(buf, pos)
+    check_header(header, end - pos, from_producer=from_producer)
+    if not crc_matches(buf, header):
+        raise CorruptRecordError(f"record batch at position {pos} fails its CRC-32C check")
+    return header
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, *, from_producer: bool = False
+) -> Iterator[BatchHeader]:
+    """Validate and yield every batch of a records blob; any trailing garbage is corrupt."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        header = validate_batch(buf, pos, end, from_producer=from_producer)
+        yield header
+        pos += header.size
+
+
+def assign_offsets(
+    buf: bytearray, header: BatchHeader, base_offset: int, leader_epoch: int
+) -> None:
+    """Rewrite baseOffset and partitionLeaderEpoch in place (both outside the CRC)."""
+    struct.pack_into(">q", buf, header.position, base_offset)
+    struct.pack_into(">i", buf, header.position + LEADER_EPOCH_OFFSET, leader_epoch)
+
+
+def set_log_append_time(buf: bytearray, header: BatchHeader, now_ms: int) -> None:
+    """Mark the batch LogAppendTime with ``now_ms`` as its max timestamp and reseal the CRC."""
+    pos = header.position
+    attributes = (header.attributes & ~TIMESTAMP_TYPE_MASK) | TIMESTAMP_TYPE_MASK
+    struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, attributes)
+    struct.pack_into(">q", buf, pos + MAX_TIMESTAMP_OFFSET, now_ms)
+    crc = crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + header.size])
+    struct.pack_into(">I", buf, pos + CRC_OFFSET, crc)

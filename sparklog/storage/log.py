@@ -1,0 +1,353 @@
+"""A partition log: the directory ``<topic>-<partition>/`` and its ordered segments.
+
+Invariants:
+- Segments are sorted by base offset and never overlap; only the last (active) one is
+  appended to. ``log_start_offset <= log_end_offset`` always, and every offset below the log
+  start offset is unreadable (OFFSET_OUT_OF_RANGE) even while its segment still exists.
+- ``append`` validates every batch (framing, CRC, record count, size, producer sequence)
+  before writing anything, so a request is stored whole or not at all; offsets are assigned
+  by rewriting baseOffset and the leader epoch, the batch bytes are otherwise kept as sent.
+- The recovery point is the offset below which everything was fsynced. After an unclean
+  shutdown every segment from the one holding the recovery point is re-validated, a torn or
+  corrupt tail is truncated, and later segments are dropped; after a clean shutdown the
+  indexes are only sanity-checked.
+- Retention and DeleteRecords remove whole segments only; the active segment is rolled
+  first when it must go.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparklog.protocol.errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+)
+from sparklog.storage.batch import (
+    BatchHeader,
+    assign_offsets,
+    iter_batches,
+    parse_header,
+    set_log_append_time,
+)
+from sparklog.storage.config import LogConfig
+from sparklog.storage.producer_state import ProducerStateManager
+from sparklog.storage.segment import LOG_SUFFIX, FileSlice, LogSegment
+
+log = logging.getLogger(__name__)
+
+# Files left by an interrupted delete or clean; removed at load (the cleaner owns swaps).
+_LEFTOVER_SUFFIXES = (".deleted", ".tmp")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What a Produce response needs to know about an append."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 for CreateTime topics
+    log_start_offset: int
+    duplicate: bool = False
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        now_ms: int,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        directory.mkdir(parents=True, exist_ok=True)
+        self.segments: list[LogSegment] = []
+        self.producer_state = ProducerStateManager(directory)
+        self.recovery_point = recovery_point
+        self._unflushed = 0
+        self._last_flush_ms = now_ms
+        self._load(now_ms, clean_shutdown)
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.recovery_point = min(max(self.recovery_point, 0), self.log_end_offset)
+        self._rebuild_producer_state()
+
+    # -- loading -------------------------------------------------------------------------
+    def _load(self, now_ms: int, clean: bool) -> None:
+        for path in self.directory.iterdir():
+            if path.suffix in _LEFTOVER_SUFFIXES:
+                path.unlink()
+        bases = sorted(int(p.stem) for p in self.directory.glob(f"*{LOG_SUFFIX}")
+                       if p.stem.isdigit())
+        truncated = False
+        for base in bases:
+            segment = LogSegment(self.directory, base, self.config, now_ms)
+            if truncated:
+                log.warning("%s: dropping segment %s after a truncated one", self.directory, base)
+                segment.delete()
+                continue
+            is_last = base == bases[-1]
+            next_base = None if is_last else bases[bases.index(base) + 1]
+            needs_recovery = not clean and (next_base is None or next_base > self.recovery_point)
+            if needs_recovery:
+                cut = segment.recover()
+                if cut:
+                    log.warning("%s: truncated %d bytes of torn or corrupt data from %s",
+                                self.directory, cut, segment.log_path.name)
+                    truncated = True
+                if not is_last:
+                    segment.close_for_append()
+            else:
+                segment.load()
+            self.segments.append(segment)
+        if not self.segments:
+            self.segments.append(LogSegment(self.directory, 0, self.config, now_ms))
+        self.active.open_for_append()
+
+    def _rebuild_producer_state(self) -> None:
+        start = self.producer_state.load_snapshot(self.log_end_offset)
+        start = max(start, self.log_start_offset)
+        for segment in self.segments[self._segment_index(start):]:
+            _, position = segment.offset_index.lookup(start)
+            for header in segment.iter_headers(position):
+                if header.last_offset >= start:
+                    self.producer_state.update(header)
+
+    # -- offsets -------------------------------------------------------------------------
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def _segment_index(self, offset: int) -> int:
+        bases = [s.base_offset for s in self.segments]
+        return max(bisect.bisect_right(bases, offset) - 1, 0)
+
+    # -- appends -------------------------------------------------------------------------
+    def append(self, records: bytes | bytearray | memoryview, *, now_ms: int,
+               leader_epoch: int = 0) -> AppendInfo:
+        """Validate and append a producer's records blob (one or more batches)."""
+        headers = list(iter_batches(records, from_producer=True))
+        if not headers:
+            raise InvalidRecordError("produce request carries no record batch")
+        for header in headers:
+            self._validate(header, now_ms)
+        duplicate = self.producer_state.check(headers[0])
+        if duplicate is not None:
+            return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1,
+                              self.log_start_offset, duplicate=True)
+        for header in headers[1:]:
+            self.producer_state.check(header)
+        if self.config.compact:
+            _require_keys(records, headers)
+        data = bytearray(records)
+        offset = self.log_end_offset
+        assigned: list[BatchHeader] = []
+        append_time = now_ms if self.config.log_append_time else -1
+        for header in headers:
+            assign_offsets(data, header, offset, leader_epoch)
+            if append_time >= 0:
+                set_log_append_time(data, header, append_time)
+            assigned.append(_reparse(data, header))
+            offset += header.last_offset_delta + 1
+        self._maybe_roll(len(data), max(h.max_timestamp for h in assigned), assigned[-1], now_ms)
+        self.active.append(data, assigned)
+        for header in assigned:
+            self.producer_state.update(header)
+        self._unflushed += sum(h.record_count for h in assigned)
+        if self._unflushed >= self.config.flush_messages:
+            self.flush(now_ms)
+        return AppendInfo(assigned[0].base_offset, assigned[-1].last_offset, append_time,
+                          self.log_start_offset)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> None:
+        """Append batches whose offsets are already assigned (restores, tools, tests)."""
+        headers = list(iter_batches(records))
+        if headers and headers[0].base_offset < self.log_end_offset:
+            raise InvalidRecordError(
+                f"batch offset {headers[0].base_offset} is below the log end {self.log_end_offset}"
+            )
+        self._maybe_roll(len(records), max(h.max_timestamp for h in headers), headers[-1], now_ms)
+        self.active.append(records, headers)
+        for header in headers:
+            self.producer_state.update(header)
+
+    def _validate(self, header: BatchHeader, now_ms: int) -> None:
+        if header.size > self.config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"record batch of {header.size} bytes exceeds max.message.bytes "
+                f"{self.config.max_message_bytes}"
+            )
+        if header.is_control:
+            raise InvalidRecordError("producers may not send control batches")
+        if not self.config.log_append_time and header.max_timestamp >= 0:
+            ahead = header.max_timestamp - now_ms
+            if ahead > self.config.get("message.timestamp.after.max.ms") or (
+                -ahead > self.config.get("message.timestamp.before.max.ms")
+            ):
+                raise InvalidTimestampError(
+                    f"timestamp {header.max_timestamp} is out of the allowed range around "
+                    f"broker time {now_ms}"
+                )
+
+    def _maybe_roll(self, size: int, max_timestamp: int, last: BatchHeader, now_ms: int) -> None:
+        active = self.active
+        if active.should_roll(size, max_timestamp, now_ms) or not active.can_hold_offsets(
+            last.last_offset
+        ):
+            self.roll(now_ms)
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the log end; the old one is fsynced and sealed."""
+        if self.active.size == 0:
+            return self.active
+        offset = self.log_end_offset
+        old = self.active
+        old.close_for_append()
+        new = LogSegment(self.directory, offset, self.config, now_ms)
+        new.open_for_append()
+        self.segments.append(new)
+        self.recovery_point = max(self.recovery_point, offset)
+        self.producer_state.write_snapshot(offset)
+        return new
+
+    # -- reads ---------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FileSlice | None:
+        """Batches from the one holding ``offset``; None when there is nothing yet.
+
+        ``max_offset`` (exclusive, e.g. the high watermark) bounds what is returned.
+        """
+        end = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}] "
+                f"of {self.directory.name}"
+            )
+        for segment in self.segments[self._segment_index(offset):]:
+            if offset >= end:
+                return None
+            if segment.base_offset >= end:
+                return None
+            max_position = segment.position_of(end) if end < segment.next_offset else None
+            found = segment.read(max(offset, segment.base_offset), max_bytes, max_position)
+            if found is not None:
+                return found
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp >= ``timestamp``."""
+        for segment in self.segments[self._segment_index(self.log_start_offset):]:
+            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    # -- retention -----------------------------------------------------------------------
+    def delete_records(self, offset: int) -> int:
+        """Advance the log start offset (DeleteRecords); returns the new low watermark."""
+        if offset < 0 or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records before {offset}: log end is {self.log_end_offset}"
+            )
+        self.log_start_offset = max(self.log_start_offset, offset)
+        return self.log_start_offset
+
+    def expired_segments(self, now_ms: int) -> list[LogSegment]:
+        """Detach and return the segments that retention or the log start offset remove.
+
+        The caller deletes them (after ``file.delete.delay.ms``, so in-flight reads finish).
+        """
+        doomed = 0
+        # Segments entirely below the log start offset (DeleteRecords), never the active one.
+        while doomed < len(self.segments) - 1 and (
+            self.segments[doomed + 1].base_offset <= self.log_start_offset
+        ):
+            doomed += 1
+        if self.config.delete:
+            doomed = max(doomed, self._expired_by_time(now_ms), self._expired_by_size())
+        if doomed == 0:
+            return []
+        if doomed == len(self.segments):
+            self.roll(now_ms)
+        removed, self.segments = self.segments[:doomed], self.segments[doomed:]
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        return removed
+
+    def _expired_by_time(self, now_ms: int) -> int:
+        retention = self.config.retention_ms
+        if retention < 0:
+            return 0
+        count = 0
+        for segment in self.segments:
+            if segment.size == 0 or now_ms - segment.largest_timestamp() <= retention:
+                break
+            count += 1
+        return count
+
+    def _expired_by_size(self) -> int:
+        limit = self.config.retention_bytes
+        if limit < 0:
+            return 0
+        excess, count = self.size - limit, 0
+        for segment in self.segments[:-1]:
+            if excess - segment.size < 0:
+                break
+            excess -= segment.size
+            count += 1
+        return count
+
+    # -- durability ----------------------------------------------------------------------
+    def flush(self, now_ms: int) -> None:
+        self.active.flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed = 0
+        self._last_flush_ms = now_ms
+
+    def flush_if_due(self, now_ms: int) -> None:
+        if self._unflushed and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush(now_ms)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for segment in self.segments:
+            segment.config = config
+
+    def close(self, now_ms: int) -> None:
+        """Clean close: fsync, snapshot producer state, release files."""
+        self.flush(now_ms)
+        self.producer_state.write_snapshot(self.log_end_offset)
+        for segment in self.segments:
+            segment.close()
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.directory.name}, start={self.log_start_offset}, "
+                f"end={self.log_end_offset}, segments={len(self.segments)})")
+
+
+def _reparse(data: bytearray, header: BatchHeader) -> BatchHeader:
+    return parse_header(data, header.position)
+
+
+def _require_keys(records: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
+    """Compacted topics reject records without a key (INVALID_RECORD), as Kafka does."""
+    from sparklog.protocol.records import decode_records
+
+    for header in headers:
+        if any(r.key is None for r in decode_records(records, header)):
+            raise InvalidRecordError("compacted topic rejects a record with a null key")

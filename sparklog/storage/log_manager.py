@@ -1,0 +1,277 @@
+"""The data directory: topic metadata, every partition log, checkpoints and clean shutdown.
+
+Layout of ``--data-dir`` (Kafka's where Kafka has one):
+- ``<topic>-<partition>/``: one PartitionLog each;
+- ``topics.json``: topic ids, partition counts and config overrides (Kafka keeps these in its
+  metadata log; one small atomically replaced file serves a single node);
+- ``meta.properties``: the cluster id and node id;
+- ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``;
+- ``.kafka_cleanshutdown``: present only after a clean close, removed at start-up.
+
+Invariants:
+- ``topics.json`` is the source of truth: a partition directory whose topic is not in it is a
+  leftover of an interrupted delete and is removed at start-up.
+- Metadata changes are written before the logs change (create: metadata then directories;
+  delete: metadata then directories), so a crash between the two is repaired at start-up.
+- Segments removed by retention are renamed ``*.deleted`` and only unlinked after
+  ``file.delete.delay.ms``, so a fetch already sending from them completes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparklog.protocol.errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from sparklog.storage.checkpoint import read_checkpoint, write_atomically, write_checkpoint
+from sparklog.storage.config import LogConfig, broker_defaults, render, validate
+from sparklog.storage.log import PartitionLog
+from sparklog.storage.segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+TOPICS_FILE = "topics.json"
+META_FILE = "meta.properties"
+RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+
+
+@dataclass
+class TopicMetadata:
+    name: str
+    topic_id: str
+    partitions: int
+    config: LogConfig
+    internal: bool = False
+    overrides_raw: dict[str, str] = field(default_factory=dict)
+
+
+def validate_topic_name(name: str) -> None:
+    if name in (".", "..") or not _LEGAL_TOPIC.match(name):
+        raise InvalidTopicError(
+            f"invalid topic name {name!r}: use 1-249 characters from [a-zA-Z0-9._-], "
+            "not '.' or '..'"
+        )
+
+
+class LogManager:
+    def __init__(self, data_dir: Path, broker_props: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.data_dir = data_dir
+        self.clock = clock
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.topic_defaults = broker_defaults(broker_props or {})
+        marker = data_dir / CLEAN_SHUTDOWN_FILE
+        self.clean_start = marker.exists()
+        self.cluster_id, self.node_id = self._load_meta()
+        self.topics: dict[str, TopicMetadata] = self._load_topics()
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._remove_orphans()
+        recovery = read_checkpoint(data_dir / RECOVERY_CHECKPOINT)
+        starts = read_checkpoint(data_dir / LOG_START_CHECKPOINT)
+        started = time.monotonic()
+        for topic in self.topics.values():
+            for partition in range(topic.partitions):
+                tp = (topic.name, partition)
+                self.logs[tp] = self._open_log(topic, partition, recovery.get(tp, 0),
+                                               starts.get(tp, 0))
+        marker.unlink(missing_ok=True)
+        log.info("loaded %d partitions of %d topics from %s in %.2fs (%s shutdown)",
+                 len(self.logs), len(self.topics), data_dir, time.monotonic() - started,
+                 "clean" if self.clean_start else "unclean")
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # -- persistence ---------------------------------------------------------------------
+    def _load_meta(self) -> tuple[str, int]:
+        path = self.data_dir / META_FILE
+        props: dict[str, str] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if "=" in line and not line.startswith("#"):
+                    key, value = line.split("=", 1)
+                    props[key.strip()] = value.strip()
+        if "cluster.id" not in props:
+            props = {"version": "1", "cluster.id": uuid.uuid4().hex[:22], "node.id": "0"}
+            text = "".join(f"{k}={v}\n" for k, v in props.items())
+            write_atomically(path, text.encode())
+        return props["cluster.id"], int(props.get("node.id", "0"))
+
+    def _load_topics(self) -> dict[str, TopicMetadata]:
+        path = self.data_dir / TOPICS_FILE
+        if not path.exists():
+            return {}
+        raw = json.loads(path.read_text())
+        topics = {}
+        for name, entry in raw["topics"].items():
+            topics[name] = TopicMetadata(
+                name, entry["id"], entry["partitions"],
+                LogConfig.of(entry["configs"], self.topic_defaults),
+                entry.get("internal", False), dict(entry["configs"]),
+            )
+        return topics
+
+    def _save_topics(self) -> None:
+        data = {"version": 1, "topics": {
+            t.name: {"id": t.topic_id, "partitions": t.partitions, "configs": t.overrides_raw,
+                     "internal": t.internal}
+            for t in self.topics.values()}}
+        write_atomically(self.data_dir / TOPICS_FILE, json.dumps(data, indent=1).encode())
+
+    def _remove_orphans(self) -> None:
+        for path in self.data_dir.iterdir():
+            if not path.is_dir():
+                continue
+            if path.name.endswith("-delete"):
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            match = _PARTITION_DIR.match(path.name)
+            if match and (
+                match["topic"] not in self.topics
+                or int(match["partition"]) >= self.topics[match["topic"]].partitions
+            ):
+                log.warning("removing %s: its topic or partition no longer exists", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _open_log(self, topic: TopicMetadata, partition: int, recovery_point: int,
+                  log_start_offset: int) -> PartitionLog:
+        return PartitionLog(
+            self.data_dir / f"{topic.name}-{partition}", topic.config, now_ms=self.now_ms(),
+            recovery_point=recovery_point, log_start_offset=log_start_offset,
+            clean_shutdown=self.clean_start,
+        )
+
+    def checkpoint(self) -> None:
+        write_checkpoint(self.data_dir / RECOVERY_CHECKPOINT,
+                         {tp: lg.recovery_point for tp, lg in self.logs.items()})
+        write_checkpoint(self.data_dir / LOG_START_CHECKPOINT,
+                         {tp: lg.log_start_offset for tp, lg in self.logs.items()})
+
+    # -- topics --------------------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> PartitionLog:
+        found = self.logs.get((topic, partition))
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
+        return found
+
+    def get_topic(self, name: str) -> TopicMetadata:
+        found = self.topics.get(name)
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name}")
+        return found
+
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None = None,
+                     *, validate_only: bool = False, internal: bool = False) -> TopicMetadata:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        if partitions < 1:
+            raise InvalidPartitionsError(f"partition count must be at least 1, not {partitions}")
+        raw = {k: render(v) for k, v in (configs or {}).items()}
+        topic = TopicMetadata(name, uuid.uuid4().hex, partitions,
+                              LogConfig.of(raw, self.topic_defaults), internal, raw)
+        if validate_only:
+            return topic
+        self.topics[name] = topic
+        self._save_topics()
+        for partition in range(partitions):
+            self.logs[(name, partition)] = self._open_log(topic, partition, 0, 0)
+        log.info("created topic %s with %d partitions %s", name, partitions, raw or "")
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        topic = self.get_topic(name)
+        del self.topics[name]
+        self._save_topics()
+        for partition in range(topic.partitions):
+            partition_log = self.logs.pop((name, partition))
+            for segment in partition_log.segments:
+                segment.close()
+            doomed = partition_log.directory.with_name(
+                f"{partition_log.directory.name}.{uuid.uuid4().hex}-delete")
+            partition_log.directory.rename(doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        log.info("deleted topic %s", name)
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        topic = self.get_topic(name)
+        if total <= topic.partitions:
+            raise InvalidPartitionsError(
+                f"topic {name} has {topic.partitions} partitions; the new count {total} must be "
+                "larger"
+            )
+        if validate_only:
+            return
+        old = topic.partitions
+        topic.partitions = total
+        self._save_topics()
+        for partition in range(old, total):
+            self.logs[(name, partition)] = self._open_log(topic, partition, 0, 0)
+        log.info("topic %s now has %d partitions", name, total)
+
+    def set_topic_config(self, name: str, overrides: Mapping[str, Any], *,
+                         validate_only: bool = False) -> LogConfig:
+        """Replace the topic's overrides (AlterConfigs semantics)."""
+        topic = self.get_topic(name)
+        raw = {k: render(v) for k, v in validate(overrides).items()}
+        config = LogConfig.of(raw, self.topic_defaults)
+        if validate_only:
+            return config
+        topic.config, topic.overrides_raw = config, raw
+        self._save_topics()
+        for partition in range(topic.partitions):
+            self.logs[(name, partition)].update_config(config)
+        log.info("topic %s configs now %s", name, raw)
+        return config
+
+    # -- maintenance ---------------------------------------------------------------------
+    def run_maintenance(self) -> None:
+        """Retention, time-based flushes, delayed file deletion and checkpoints."""
+        now = self.now_ms()
+        for (topic, partition), partition_log in self.logs.items():
+            partition_log.flush_if_due(now)
+            for segment in partition_log.expired_segments(now):
+                log.info("%s-%d: deleting segment %s (retention)", topic, partition,
+                         segment.log_path.name)
+                segment.mark_deleted()
+                delay = partition_log.config.get("file.delete.delay.ms")
+                self._pending_deletes.append((now + delay, segment))
+        self._delete_due_segments(now)
+        self.checkpoint()
+
+    def _delete_due_segments(self, now: int) -> None:
+        keep = []
+        for due, segment in self._pending_deletes:
+            if due <= now:
+                segment.delete()
+            else:
+                keep.append((due, segment))
+        self._pending_deletes = keep
+
+    def close(self) -> None:
+        """Clean shutdown: flush every log, checkpoint, then write the clean-shutdown marker."""
+        now = self.now_ms()
+        for partition_log in self.logs.values():
+            partition_log.close(now)
+        self._delete_due_segments(now=1 << 62)
+        self.checkpoint()
+        write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        log.info("closed %d partitions cleanly", len(self.logs))

@@ -1,0 +1,291 @@
+"""One log segment: a ``.log`` file of record batches plus its ``.index`` and ``.timeindex``.
+
+Invariants:
+- The ``.log`` file holds whole, CRC-valid batches back to back, with offsets strictly
+  increasing; ``size`` is the byte length of that valid prefix. Appends are one ``os.write``
+  of already-validated batches, so a reader on the same thread never sees half a batch, and a
+  torn tail after a crash is found and cut by ``recover``.
+- An offset index entry (batch last offset, batch position) is added whenever more than
+  ``index.interval.bytes`` were appended since the last entry; the time index gets
+  (largest timestamp so far, its offset) at the same points. Both are rebuilt by ``recover``.
+- Reads return file ranges (``FileSlice``) that start on a batch boundary; nothing is copied
+  into Python memory except 61-byte headers while searching.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparklog.protocol.errors import KafkaError
+from sparklog.storage.batch import (
+    HEADER,
+    HEADER_SIZE,
+    BatchHeader,
+    check_header,
+    crc_matches,
+    parse_header,
+)
+from sparklog.storage.config import LogConfig
+from sparklog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+
+LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX = ".log", ".index", ".timeindex"
+INT32_MAX = (1 << 31) - 1
+
+
+def segment_name(base_offset: int) -> str:
+    """Kafka's file name stem: the base offset zero-padded to 20 digits."""
+    return f"{base_offset:020d}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """Bytes [position, position + length) of a segment file, starting on a batch boundary."""
+
+    path: Path
+    fd: int
+    position: int
+    length: int
+    first_offset: int
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+
+class LogSegment:
+    """A segment file and its indexes; only the partition's last segment is appended to."""
+
+    def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        stem = directory / segment_name(base_offset)
+        self.log_path = stem.with_suffix(LOG_SUFFIX)
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.created_ms = now_ms
+        self.offset_index = OffsetIndex(stem.with_suffix(INDEX_SUFFIX), base_offset,
+                                        config.segment_index_bytes)
+        self.time_index = TimeIndex(stem.with_suffix(TIMEINDEX_SUFFIX), base_offset,
+                                    config.segment_index_bytes)
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self._first_batch_timestamp: int | None = None
+        self._bytes_since_index_entry = 0
+
+    # -- loading and recovery ------------------------------------------------------------
+    def load(self) -> None:
+        """Open after a clean shutdown: trust the indexes if sane, else rebuild them."""
+        try:
+            self.offset_index.sanity_check(self.size)
+            self.time_index.sanity_check(self.size)
+        except CorruptIndexError:
+            self.recover()
+            return
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
+        _, position = self.offset_index.lookup(self.offset_index.last_offset)
+        for header in self.iter_headers(position):
+            self._observe(header)
+
+    def recover(self) -> int:
+        """Validate every batch, rebuild both indexes and cut any invalid tail.
+
+        Returns the number of bytes truncated. Memory use is one batch at a time.
+        """
+        self.offset_index.open_for_append()
+        self.time_index.open_for_append()
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.next_offset, self.max_timestamp = self.base_offset, -1
+        self.offset_of_max_timestamp, self._bytes_since_index_entry = self.base_offset, 0
+        self._first_batch_timestamp = None
+        file_size = os.fstat(self.fd).st_size
+        valid, last_offset = 0, self.base_offset - 1
+        while valid < file_size:
+            header = self._read_valid_batch(valid, file_size)
+            if header is None or header.base_offset <= last_offset:
+                break
+            self._index_batch(header, valid)
+            valid += header.size
+            last_offset = header.last_offset
+        if valid < file_size:
+            os.ftruncate(self.fd, valid)
+        self.size = valid
+        return file_size - valid
+
+    def _read_valid_batch(self, position: int, file_size: int) -> BatchHeader | None:
+        head = os.pread(self.fd, HEADER_SIZE, position)
+        if len(head) < HEADER_SIZE:
+            return None
+        header = parse_header(head)
+        try:
+            check_header(header, file_size - position, from_producer=False)
+        except KafkaError:
+            return None
+        if header.last_offset - self.base_offset > INT32_MAX:
+            return None
+        data = os.pread(self.fd, header.size, position)
+        if len(data) < header.size or not crc_matches(data, header):
+            return None
+        return header
+
+    # -- appends -------------------------------------------------------------------------
+    def open_for_append(self) -> None:
+        self.offset_index.open_for_append()
+        self.time_index.open_for_append()
+
+    def should_roll(self, incoming_bytes: int, incoming_max_timestamp: int, now_ms: int) -> bool:
+        """Kafka's roll rule: size, age, a full index, or relative offsets about to overflow."""
+        if self.size == 0:
+            return False
+        if self.size + incoming_bytes > self.config.segment_bytes:
+            return True
+        if self.offset_index.is_full or self.time_index.is_full:
+            return True
+        first = self.first_batch_timestamp()
+        if first >= 0 and incoming_max_timestamp >= 0:
+            waited = incoming_max_timestamp - first
+        else:
+            waited = now_ms - self.created_ms
+        return waited > self.config.segment_ms - self.config.get("segment.jitter.ms")
+
+    def can_hold_offsets(self, last_offset: int) -> bool:
+        return last_offset - self.base_offset <= INT32_MAX
+
+    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
+        """Append validated, offset-assigned batches; header positions are relative to data."""
+        position = self.size
+        written = os.write(self.fd, data)
+        if written != len(data):
+            os.ftruncate(self.fd, position)
+            raise KafkaError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        for header in headers:
+            self._index_batch(header, position + header.position)
+        self.size = position + len(data)
+
+    def _observe(self, header: BatchHeader) -> None:
+        self.next_offset = header.next_offset
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self._first_batch_timestamp is None:
+            self._first_batch_timestamp = header.max_timestamp
+
+    def _index_batch(self, header: BatchHeader, position: int) -> None:
+        self._observe(header)
+        self._bytes_since_index_entry += header.size
+        if self._bytes_since_index_entry > self.config.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+
+    def largest_timestamp(self) -> int:
+        """Largest record timestamp, or the file's modification time if none (Kafka's rule)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    def first_batch_timestamp(self) -> int:
+        if self._first_batch_timestamp is None:
+            header = self.read_header(0)
+            self._first_batch_timestamp = -1 if header is None else header.max_timestamp
+        return self._first_batch_timestamp
+
+    # -- reads ---------------------------------------------------------------------------
+    def read_header(self, position: int) -> BatchHeader | None:
+        if position + HEADER_SIZE > self.size:
+            return None
+        return BatchHeader(*HEADER.unpack(os.pread(self.fd, HEADER_SIZE, position)),
+                           position=position)
+
+    def iter_headers(self, position: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+        """Headers of the batches in [position, end), with absolute file positions."""
+        end = self.size if end is None else end
+        while position < end:
+            header = self.read_header(position)
+            if header is None:
+                return
+            yield header
+            position += header.size
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> BatchHeader | None:
+        """The first batch whose last offset is >= ``offset`` (searching from the index)."""
+        _, position = self.offset_index.lookup(offset)
+        for header in self.iter_headers(max(position, start_position)):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def read(
+        self, offset: int, max_bytes: int, max_position: int | None = None
+    ) -> FileSlice | None:
+        """Bytes from the batch holding ``offset``: at least that batch, else <= max_bytes.
+
+        As in Kafka, the range may end inside a batch when ``max_bytes`` cuts it; clients
+        drop a partial trailing batch. Nothing past ``max_position`` is returned.
+        """
+        limit = self.size if max_position is None else min(max_position, self.size)
+        header = self.translate_offset(offset)
+        if header is None or header.position >= limit:
+            return None
+        length = max(min(max_bytes, limit - header.position), header.size)
+        return FileSlice(self.log_path, self.fd, header.position, length, header.base_offset)
+
+    def position_of(self, offset: int) -> int:
+        """File position of the batch holding ``offset``, or the end if it is past the log."""
+        header = self.translate_offset(offset)
+        return self.size if header is None else header.position
+
+    def find_offset_by_timestamp(self, timestamp: int, min_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record >= both arguments, or None."""
+        if self.max_timestamp < timestamp:
+            return None
+        _, index_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(index_offset, min_offset))
+        from sparklog.protocol.records import decode_records
+
+        for header in self.iter_headers(position):
+            if header.max_timestamp < timestamp or header.last_offset < min_offset:
+                continue
+            data = os.pread(self.fd, header.size, header.position)
+            for record in decode_records(data, parse_header(data)):
+                if record.timestamp >= timestamp and record.offset >= min_offset:
+                    return record.offset, record.timestamp
+        return None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close_for_append(self) -> None:
+        """The segment stops being active: fsync it and turn its indexes read-only."""
+        self.flush()
+        self.offset_index.close()
+        self.time_index.close()
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self.fd)
+
+    def mark_deleted(self) -> None:
+        """Rename the files ``*.deleted``; the open descriptor keeps serving reads."""
+        deleted = self.log_path.with_name(self.log_path.name + ".deleted")
+        os.replace(self.log_path, deleted)
+        self.log_path = deleted
+        for index in (self.offset_index, self.time_index):
+            index.rename(index.path.with_name(index.path.name + ".deleted"))
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path.name}, size={self.size}, next={self.next_offset})"
+
