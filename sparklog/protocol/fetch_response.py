@@ -1,0 +1,135 @@
+"""Fetch responses v0-v11 (the non-flexible versions) encoded without copying record data.
+
+Invariants:
+- ``encode_fetch_response`` returns the frame as parts to send in order: ``bytes`` with
+  ``transport.write``, ``FileRegion`` with ``os.sendfile``. The first part starts with the
+  int32 frame size and the response header (v0: the correlation id alone); the size counts
+  every later part, a FileRegion by its ``length``.
+- Record data is never copied: ``bytes`` records become a part of their own and segment
+  files are referenced by ``FileRegion``. Empty records (``None``, ``b""`` or a zero-length
+  region) are sent as a zero-length record set, as Apache Kafka does, never as null.
+- Field order and presence per version follow Kafka's ``FetchResponse.json``: per partition
+  partition_index, error_code, high_watermark, last_stable_offset (v4+), log_start_offset
+  (v5+), aborted_transactions (v4+, an array, empty rather than null),
+  preferred_read_replica (v11+, always -1), records; before the topics throttle_time_ms (v1+),
+  error_code and session_id (v7+).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MAX_VERSION = 11
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_ERROR_AND_SESSION = struct.Struct(">hi")
+_ABORTED = struct.Struct(">qq")
+_NO_PREFERRED_READ_REPLICA = _I32.pack(-1)
+_PARTITION_HEAD_V0 = struct.Struct(">ihq")  # partition_index, error_code, high_watermark
+_PARTITION_HEAD_V4 = struct.Struct(">ihqq")  # + last_stable_offset
+_PARTITION_HEAD_V5 = struct.Struct(">ihqqq")  # + log_start_offset
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """``length`` bytes of the open file ``fd`` from ``position``, to send with sendfile."""
+
+    fd: int
+    position: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    """One partition of a Fetch response; fields a version lacks are not sent."""
+
+    partition_index: int
+    error_code: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: FileRegion | bytes | None = None
+    aborted_transactions: Sequence[tuple[int, int]] = ()  # (producer_id, first_offset)
+
+
+FetchTopic = tuple[str, Sequence[FetchPartition]]
+
+
+def encode_fetch_response(
+    correlation_id: int,
+    version: int,
+    throttle_ms: int,
+    error_code: int,
+    session_id: int,
+    topics: Sequence[FetchTopic],
+) -> list[bytes | FileRegion]:
+    """The framed Fetch response as parts to send in order (see the module invariants)."""
+    if not 0 <= version <= MAX_VERSION:
+        raise ValueError(f"Fetch v{version} is not encoded here (v0-v{MAX_VERSION})")
+    chunk = bytearray(8)  # frame size (patched at the end), correlation id
+    _I32.pack_into(chunk, 4, correlation_id)
+    if version >= 1:
+        chunk += _I32.pack(throttle_ms)
+    if version >= 7:
+        chunk += _ERROR_AND_SESSION.pack(error_code, session_id)
+    chunk += _I32.pack(len(topics))
+    parts: list[bytearray | bytes | FileRegion] = [chunk]
+    for name, partitions in topics:
+        encoded_name = name.encode()
+        chunk += _I16.pack(len(encoded_name))
+        chunk += encoded_name
+        chunk += _I32.pack(len(partitions))
+        for partition in partitions:
+            _encode_partition_fields(chunk, version, partition)
+            records = partition.records
+            length = 0 if records is None else _records_length(records)
+            chunk += _I32.pack(length)
+            if records is not None and length:
+                chunk = bytearray()
+                parts += (records, chunk)
+    return _finish(parts)
+
+
+def _encode_partition_fields(chunk: bytearray, version: int, partition: FetchPartition) -> None:
+    """Everything of a partition before its records."""
+    p = partition
+    if version >= 5:
+        chunk += _PARTITION_HEAD_V5.pack(
+            p.partition_index,
+            p.error_code,
+            p.high_watermark,
+            p.last_stable_offset,
+            p.log_start_offset,
+        )
+    elif version == 4:
+        chunk += _PARTITION_HEAD_V4.pack(
+            p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset
+        )
+    else:
+        chunk += _PARTITION_HEAD_V0.pack(p.partition_index, p.error_code, p.high_watermark)
+    if version >= 4:
+        chunk += _I32.pack(len(p.aborted_transactions))
+        for producer_id, first_offset in p.aborted_transactions:
+            chunk += _ABORTED.pack(producer_id, first_offset)
+    if version >= 11:
+        chunk += _NO_PREFERRED_READ_REPLICA
+
+
+def _records_length(records: FileRegion | bytes) -> int:
+    if isinstance(records, FileRegion):
+        return records.length
+    return len(records)
+
+
+def _finish(parts: list[bytearray | bytes | FileRegion]) -> list[bytes | FileRegion]:
+    """Patch the frame size into the first part and freeze the metadata chunks."""
+    if not parts[-1]:
+        parts.pop()
+    size = sum(part.length if isinstance(part, FileRegion) else len(part) for part in parts)
+    head = parts[0]
+    assert isinstance(head, bytearray)
+    _I32.pack_into(head, 0, size - 4)
+    return [bytes(part) if isinstance(part, bytearray) else part for part in parts]
