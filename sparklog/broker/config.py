@@ -1,0 +1,116 @@
+"""Broker configuration: Kafka's broker property names and defaults, from a file and --set.
+
+Invariants:
+- Keys are Kafka's (``num.partitions``, ``log.segment.bytes``...). Values stay strings until
+  read through a typed getter, exactly like a ``server.properties`` file.
+- Precedence: built-in defaults < ``--config FILE`` < ``--set key=value``.
+- An unknown key is kept (Kafka logs and ignores it) and reported by ``unknown_keys``; a
+  known key with a bad value fails at start-up with a message naming key and value.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from sparklog.protocol.errors import InvalidConfigError
+from sparklog.storage.config import CONFIG_KEYS, broker_defaults
+
+log = logging.getLogger(__name__)
+
+# Broker-only settings (topic defaults such as log.segment.bytes come from storage.config).
+BROKER_DEFAULTS: dict[str, str] = {
+    "node.id": "0",
+    "listeners": "PLAINTEXT://127.0.0.1:9092",
+    "advertised.listeners": "",
+    "log.dirs": "/tmp/sparklog-logs",
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "auto.create.topics.enable": "true",
+    "delete.topic.enable": "true",
+    "socket.request.max.bytes": "104857600",
+    "log.retention.check.interval.ms": "300000",
+    "log.flush.scheduler.interval.ms": "1000",
+    "log.flush.offset.checkpoint.interval.ms": "60000",
+    "offsets.topic.num.partitions": "50",
+    "offsets.retention.minutes": "10080",
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
+    "producer.id.expiration.ms": "86400000",
+}
+
+_INT_KEYS = {
+    "node.id", "num.partitions", "default.replication.factor", "socket.request.max.bytes",
+    "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms",
+    "log.flush.offset.checkpoint.interval.ms", "offsets.topic.num.partitions",
+    "offsets.retention.minutes", "group.initial.rebalance.delay.ms",
+    "group.min.session.timeout.ms", "group.max.session.timeout.ms", "producer.id.expiration.ms",
+    "log.retention.hours", "log.retention.minutes", "log.roll.hours",
+}
+_BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable"}
+_TOPIC_SYNONYMS = {k.broker_synonym for k in CONFIG_KEYS.values() if k.broker_synonym}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-properties subset: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
+    props: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if sep < 0:
+            raise InvalidConfigError(f"cannot parse properties line {raw!r}: expected key=value")
+        props[line[:sep].strip()] = line[sep + 1 :].strip()
+    return props
+
+
+class BrokerConfig:
+    def __init__(self, props: Mapping[str, str] | None = None) -> None:
+        self.explicit = frozenset(props or {})
+        self.props = dict(BROKER_DEFAULTS)
+        self.props.update(props or {})
+        for key in _INT_KEYS & self.props.keys():
+            self.get_int(key)
+        for key in _BOOL_KEYS & self.props.keys():
+            self.get_bool(key)
+        self.topic_defaults = broker_defaults(self.props)  # validates log.* values
+
+    @classmethod
+    def load(cls, path: Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
+        props = parse_properties(path.read_text()) if path else {}
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise InvalidConfigError(f"--set expects key=value, got {item!r}")
+            props[key.strip()] = value.strip()
+        config = cls(props)
+        for key in config.unknown_keys():
+            log.warning("ignoring unknown broker config %s", key)
+        return config
+
+    def unknown_keys(self) -> list[str]:
+        known = BROKER_DEFAULTS.keys() | _INT_KEYS | _TOPIC_SYNONYMS | {
+            "log.retention.ms", "log.retention.minutes", "log.roll.hours"}
+        return sorted(k for k in self.props if k not in known)
+
+    def get(self, key: str) -> str:
+        return self.props[key]
+
+    def get_int(self, key: str) -> int:
+        try:
+            return int(self.props[key])
+        except ValueError:
+            raise InvalidConfigError(
+                f"invalid value {self.props[key]!r} for broker config {key}: expected an integer"
+            ) from None
+
+    def get_bool(self, key: str) -> bool:
+        value = self.props[key].strip().lower()
+        if value not in ("true", "false"):
+            raise InvalidConfigError(
+                f"invalid value {self.props[key]!r} for broker config {key}: expected true or false"
+            )
+        return value == "true"

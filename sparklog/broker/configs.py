@@ -1,0 +1,150 @@
+"""DescribeConfigs (key 32, v0-v3), AlterConfigs (33, v0-v1), IncrementalAlterConfigs (44, v0).
+
+Behaviour:
+- Topic resources (type 2): every topic config Kafka knows, with its effective value and
+  source: DYNAMIC_TOPIC_CONFIG for an override, STATIC_BROKER_CONFIG when the broker's
+  ``log.*`` synonym is set, else DEFAULT_CONFIG; synonyms (v1+) and the config type and
+  documentation (v3) when asked for. ``configuration_keys`` filters.
+- Broker resources (type 4): the broker's properties, read-only (this broker has no
+  dynamic broker configs: altering one is INVALID_REQUEST with a message saying so).
+- AlterConfigs replaces a topic's overrides with the given set; IncrementalAlterConfigs
+  applies SET, DELETE, APPEND and SUBTRACT (the last two on list configs such as
+  ``cleanup.policy``). Bad keys or values are INVALID_CONFIG naming the key and what is
+  allowed; ``validate_only`` changes nothing. Changes apply to the live logs at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparklog.broker.registry import handles
+from sparklog.broker.responses import Build
+from sparklog.broker.state import Broker
+from sparklog.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
+from sparklog.protocol.framing import RequestHeader
+from sparklog.protocol.versions import ApiKey
+from sparklog.storage.config import CONFIG_KEYS, LogConfig, render
+
+TOPIC, BROKER = 2, 4
+SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
+_SOURCES = {"topic": SOURCE_TOPIC, "broker": SOURCE_STATIC_BROKER, "default": SOURCE_DEFAULT}
+_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+@handles(ApiKey.DESCRIBE_CONFIGS)
+async def describe_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    synonyms = getattr(request, "include_synonyms", False)
+    docs = getattr(request, "include_documentation", False)
+    results = []
+    for resource in request.resources:
+        keys = resource.configuration_keys
+        try:
+            if resource.resource_type == TOPIC:
+                entries = _topic_entries(build, broker, resource.resource_name, synonyms, docs)
+            elif resource.resource_type == BROKER:
+                entries = _broker_entries(build, broker)
+            else:
+                raise KafkaError(f"resource type {resource.resource_type} is not supported",
+                                 ErrorCode.INVALID_REQUEST)
+            configs = tuple(e for e in entries if keys is None or e.name in keys)
+            code, message = ErrorCode.NONE, None
+        except KafkaError as exc:
+            configs, code, message = (), exc.code, str(exc)
+        results.append(build("DescribeConfigsResult", error_code=code, error_message=message,
+                             resource_type=resource.resource_type,
+                             resource_name=resource.resource_name, configs=configs))
+    return build.response(results=tuple(results))
+
+
+def _topic_entries(build: Build, broker: Broker, name: str, synonyms: bool,
+                   docs: bool) -> list[Any]:
+    config = broker.logs.get_topic(name).config
+    return [
+        build("DescribeConfigsResourceResult", name=key.name, value=render(config.get(key.name)),
+              read_only=False, config_source=_SOURCES[config.source_of(key.name)],
+              is_default=config.source_of(key.name) == "default", is_sensitive=False,
+              synonyms=tuple(_synonyms(build, config, key.name)) if synonyms else (),
+              config_type=_TYPES.get(key.type, 0), documentation=key.doc if docs else None)
+        for key in CONFIG_KEYS.values()
+    ]
+
+
+def _synonyms(build: Build, config: LogConfig, name: str) -> list[Any]:
+    key = CONFIG_KEYS[name]
+    out = []
+    if name in config.overrides:
+        out.append(build("DescribeConfigsSynonym", name=name,
+                         value=render(config.overrides[name]), source=SOURCE_TOPIC))
+    if key.broker_synonym and name in config.broker:
+        out.append(build("DescribeConfigsSynonym", name=key.broker_synonym,
+                         value=render(config.broker[name]), source=SOURCE_STATIC_BROKER))
+    out.append(build("DescribeConfigsSynonym", name=key.broker_synonym or name,
+                     value=render(key.default), source=SOURCE_DEFAULT))
+    return out
+
+
+def _broker_entries(build: Build, broker: Broker) -> list[Any]:
+    props = broker.config.props
+    return [
+        build("DescribeConfigsResourceResult", name=k, value=props[k], read_only=True,
+              config_source=SOURCE_STATIC_BROKER if k in broker.config.explicit
+              else SOURCE_DEFAULT, is_default=k not in broker.config.explicit,
+              is_sensitive=False, synonyms=(), config_type=0, documentation=None)
+        for k in sorted(props)
+    ]
+
+
+@handles(ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
+async def alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    incremental = header.api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS
+    responses = []
+    for resource in request.resources:
+        code, message = ErrorCode.NONE, None
+        try:
+            if resource.resource_type != TOPIC:
+                raise KafkaError("only topic configs can be altered; broker configs are "
+                                 "static (edit server.properties and restart)",
+                                 ErrorCode.INVALID_REQUEST)
+            topic = broker.logs.get_topic(resource.resource_name)
+            if incremental:
+                overrides = _apply_incremental(topic.config, resource.configs)
+            else:
+                overrides = {c.name: c.value for c in resource.configs if c.value is not None}
+            broker.logs.set_topic_config(topic.name, overrides,
+                                         validate_only=request.validate_only)
+        except KafkaError as exc:
+            code, message = exc.code, str(exc)
+        responses.append(build("AlterConfigsResourceResponse", error_code=code,
+                               error_message=message, resource_type=resource.resource_type,
+                               resource_name=resource.resource_name))
+    return build.response(responses=tuple(responses))
+
+
+def _apply_incremental(config: LogConfig, changes: Any) -> dict[str, Any]:
+    overrides = dict(config.overrides)
+    for change in changes:
+        key = CONFIG_KEYS.get(change.name)
+        if key is None:
+            raise InvalidConfigError(f"unknown topic config {change.name!r}")
+        op = change.config_operation
+        if op == SET:
+            overrides[change.name] = change.value
+        elif op == DELETE:
+            overrides.pop(change.name, None)
+        elif op in (APPEND, SUBTRACT):
+            if key.type != "list":
+                raise InvalidConfigError(f"APPEND and SUBTRACT need a list config; "
+                                         f"{change.name} is a {key.type}")
+            current = list(overrides.get(change.name, config.get(change.name)))
+            items = key.parse(change.value or "")
+            if op == APPEND:
+                current += [i for i in items if i not in current]
+            else:
+                current = [i for i in current if i not in items]
+            overrides[change.name] = current
+        else:
+            raise InvalidConfigError(f"unknown config operation {op} for {change.name}")
+    return overrides

@@ -1,0 +1,44 @@
+"""DeleteRecords (key 21), v0-v1.
+
+Behaviour: advances each partition's log start offset to the requested offset (-1 means
+the high watermark, as in Kafka) and answers the new low watermark; offsets below it become
+unreadable at once, and segments wholly below it are deleted by the next retention pass. An
+offset above the high watermark is OFFSET_OUT_OF_RANGE. The start offset is checkpointed
+at once, so a restart keeps it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparklog.broker.registry import handles
+from sparklog.broker.responses import Build
+from sparklog.broker.state import Broker
+from sparklog.protocol.errors import ErrorCode, KafkaError
+from sparklog.protocol.framing import RequestHeader
+from sparklog.protocol.versions import ApiKey
+
+HIGH_WATERMARK = -1
+
+
+@handles(ApiKey.DELETE_RECORDS)
+async def delete_records(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    topics = []
+    for topic in request.topics:
+        results = tuple(_delete(build, broker, topic.name, p) for p in topic.partitions)
+        topics.append(build("DeleteRecordsTopicResult", name=topic.name, partitions=results))
+    broker.logs.checkpoint()
+    return build.response(topics=tuple(topics))
+
+
+def _delete(build: Build, broker: Broker, topic: str, p: Any) -> Any:
+    try:
+        log = broker.get_log(topic, p.partition_index)
+        offset = log.log_end_offset if p.offset == HIGH_WATERMARK else p.offset
+        low = log.delete_records(offset)
+    except KafkaError as exc:
+        return build("DeleteRecordsPartitionResult", partition_index=p.partition_index,
+                     low_watermark=-1, error_code=exc.code)
+    return build("DeleteRecordsPartitionResult", partition_index=p.partition_index,
+                 low_watermark=low, error_code=ErrorCode.NONE)

@@ -1,0 +1,87 @@
+"""Fetch (key 1), v0-v11.
+
+Behaviour:
+- Each partition returns the bytes from the segment file starting at the batch that holds
+  ``fetch_offset`` (clients skip the records before it), at least that whole batch, else at
+  most ``partition_max_bytes`` and the response's remaining ``max_bytes`` (the last batch
+  may be cut short, as with Kafka). Record data goes out with sendfile.
+- Long poll: while fewer than ``min_bytes`` are available the request waits, up to
+  ``max_wait``, for an append to one of its partitions.
+- high watermark = last stable offset = log end offset (single node, no open
+  transactions); ``aborted_transactions`` is an empty list (read_committed consumers
+  need it present), ``log_start_offset`` is reported from v5.
+- No fetch sessions: ``session_id`` is 0 and every requested partition is answered each time.
+- An offset outside [log start, log end] is OFFSET_OUT_OF_RANGE; a current leader epoch
+  above ours is UNKNOWN_LEADER_EPOCH, below it FENCED_LEADER_EPOCH.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sparklog.broker.registry import Parts, handles
+from sparklog.broker.state import LEADER_EPOCH, Broker
+from sparklog.protocol.errors import ErrorCode, KafkaError
+from sparklog.protocol.fetch_response import FetchPartition, FileRegion, encode_fetch_response
+from sparklog.protocol.framing import RequestHeader
+from sparklog.protocol.versions import ApiKey
+
+
+@handles(ApiKey.FETCH)
+async def fetch(broker: Broker, header: RequestHeader, request: Any) -> Parts:
+    deadline = time.monotonic() + request.max_wait.total_seconds()
+    wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    while True:
+        topics, total, errors = _read(broker, request)
+        remaining = deadline - time.monotonic()
+        if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
+            break
+        await broker.wait_for_append(wanted, remaining)
+    return encode_fetch_response(header.correlation_id, header.api_version, 0,
+                                 ErrorCode.NONE, 0, topics)
+
+
+def _read(broker: Broker, request: Any) -> tuple[list[tuple[str, list[FetchPartition]]], int,
+                                                 bool]:
+    budget = request.max_bytes
+    total, errors = 0, False
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            result = _read_partition(broker, topic.topic, p, budget if total else None)
+            partitions.append(result)
+            if result.error_code:
+                errors = True
+            elif isinstance(result.records, FileRegion):
+                total += result.records.length
+                budget -= result.records.length
+        topics.append((topic.topic, partitions))
+    return topics, total, errors
+
+
+def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None) -> FetchPartition:
+    """One partition; ``budget`` is what the response may still carry (None: first data)."""
+    try:
+        epoch = getattr(p, "current_leader_epoch", -1)
+        if epoch > LEADER_EPOCH:
+            return FetchPartition(p.partition, ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if 0 <= epoch < LEADER_EPOCH:
+            return FetchPartition(p.partition, ErrorCode.FENCED_LEADER_EPOCH)
+        log = broker.get_log(topic, p.partition)
+        end, start = log.log_end_offset, log.log_start_offset
+        records = None
+        if budget is None or budget > 0:
+            limit = p.partition_max_bytes if budget is None else min(p.partition_max_bytes, budget)
+            found = log.read(p.fetch_offset, limit)
+            if found is not None:
+                records = FileRegion(found.fd, found.position, found.length)
+        return FetchPartition(p.partition, ErrorCode.NONE, end, end, start, records)
+    except KafkaError as exc:
+        try:
+            log = broker.get_log(topic, p.partition)
+            end, start = log.log_end_offset, log.log_start_offset
+        except KafkaError:
+            end = start = -1
+        return FetchPartition(p.partition, exc.code, end, end, start)

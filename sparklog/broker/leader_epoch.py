@@ -1,0 +1,49 @@
+"""OffsetForLeaderEpoch (key 23), v0-v3.
+
+Behaviour: this node has led every partition since it was created with the single epoch
+``LEADER_EPOCH``, so the end offset of that epoch (and of any later one asked for by a
+client that saw it in Metadata) is the log end offset. An epoch below ours (none exists)
+is answered with the undefined (-1, -1) pair, as Kafka answers epochs it never had. A
+``current_leader_epoch`` above ours is UNKNOWN_LEADER_EPOCH, below it FENCED_LEADER_EPOCH.
+librdkafka validates fetch positions with this API whenever leader epochs are >= 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparklog.broker.registry import handles
+from sparklog.broker.responses import Build
+from sparklog.broker.state import LEADER_EPOCH, Broker
+from sparklog.protocol.errors import ErrorCode, KafkaError
+from sparklog.protocol.framing import RequestHeader
+from sparklog.protocol.versions import ApiKey
+
+
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+async def offset_for_leader_epoch(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    topics = []
+    for topic in request.topics:
+        results = tuple(_end_offset(build, broker, topic.topic, p) for p in topic.partitions)
+        topics.append(build("OffsetForLeaderTopicResult", topic=topic.topic, partitions=results))
+    return build.response(topics=tuple(topics))
+
+
+def _end_offset(build: Build, broker: Broker, topic: str, p: Any) -> Any:
+    def answer(code: ErrorCode, epoch: int = -1, offset: int = -1) -> Any:
+        return build("EpochEndOffset", error_code=code, partition=p.partition,
+                     leader_epoch=epoch, end_offset=offset)
+
+    current = getattr(p, "current_leader_epoch", -1)
+    if current > LEADER_EPOCH:
+        return answer(ErrorCode.UNKNOWN_LEADER_EPOCH)
+    if 0 <= current < LEADER_EPOCH:
+        return answer(ErrorCode.FENCED_LEADER_EPOCH)
+    try:
+        log = broker.get_log(topic, p.partition)
+    except KafkaError as exc:
+        return answer(exc.code)
+    if p.leader_epoch < LEADER_EPOCH:
+        return answer(ErrorCode.NONE)
+    return answer(ErrorCode.NONE, LEADER_EPOCH, log.log_end_offset)

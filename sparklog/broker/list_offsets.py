@@ -1,0 +1,52 @@
+"""ListOffsets (key 2), v0-v5.
+
+Behaviour: timestamp -2 is the log start offset (earliest), -1 the log end offset (latest);
+any other timestamp gives the first record whose timestamp is at or after it, with that
+record's timestamp, or offset -1 when there is none (as Kafka answers). ``leader_epoch`` is
+``LEADER_EPOCH`` for a found offset. The isolation level changes nothing: without open
+transactions the last stable offset is the log end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparklog.broker.registry import handles
+from sparklog.broker.responses import Build
+from sparklog.broker.state import LEADER_EPOCH, Broker
+from sparklog.protocol.errors import ErrorCode, KafkaError
+from sparklog.protocol.framing import RequestHeader
+from sparklog.protocol.versions import ApiKey
+
+EARLIEST, LATEST = -2, -1
+
+
+@handles(ApiKey.LIST_OFFSETS)
+async def list_offsets(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    topics = []
+    for topic in request.topics:
+        partitions = tuple(_lookup(build, broker, topic.name, p) for p in topic.partitions)
+        topics.append(build("ListOffsetsTopicResponse", name=topic.name, partitions=partitions))
+    return build.response(topics=tuple(topics))
+
+
+def _lookup(build: Build, broker: Broker, topic: str, p: Any) -> Any:
+    def answer(code: ErrorCode, timestamp: int = -1, offset: int = -1, epoch: int = -1) -> Any:
+        return build("ListOffsetsPartitionResponse", partition_index=p.partition_index,
+                     error_code=code, timestamp=timestamp, offset=offset, leader_epoch=epoch,
+                     old_style_offsets=(offset,) if offset >= 0 else ())
+
+    try:
+        log = broker.get_log(topic, p.partition_index)
+    except KafkaError as exc:
+        return answer(exc.code)
+    if p.timestamp == EARLIEST:
+        return answer(ErrorCode.NONE, -1, log.log_start_offset, LEADER_EPOCH)
+    if p.timestamp == LATEST:
+        return answer(ErrorCode.NONE, -1, log.log_end_offset, LEADER_EPOCH)
+    found = log.offset_for_timestamp(p.timestamp)
+    if found is None:
+        return answer(ErrorCode.NONE)
+    offset, timestamp = found
+    return answer(ErrorCode.NONE, timestamp, offset, LEADER_EPOCH)

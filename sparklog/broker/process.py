@@ -1,0 +1,105 @@
+"""A broker in a child process: what the demo, the benchmarks and the tests start.
+
+Invariants:
+- ``start`` returns only once the child printed its listening line, so ``bootstrap`` is
+  ready to use; a child that exits before that raises with the child's output.
+- ``stop`` sends SIGTERM and waits (a clean shutdown: logs flushed, marker written);
+  ``kill`` sends SIGKILL (an unclean one, for crash tests). Both are idempotent.
+- The child runs ``python -m sparklog.cli broker`` with the same interpreter, so it sees the
+  same installed packages; its stderr goes to ``<data_dir>/../broker-<port>.log`` or a given
+  file, never to a pipe that could fill up and block it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+_LISTENING = re.compile(r"listening on (?P<host>[^\s:]+):(?P<port>\d+)")
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, config: Mapping[str, str] | None = None, *,
+                 port: int = 0, log_file: Path | None = None) -> None:
+        self.data_dir = data_dir
+        self.config = dict(config or {})
+        self.port = port
+        self.log_file = log_file or data_dir.with_name(data_dir.name + ".broker.log")
+        self.host = "127.0.0.1"
+        self._proc: subprocess.Popen[str] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30) -> BrokerProcess:
+        cmd = [sys.executable, "-m", "sparklog.cli", "broker", "--data-dir", str(self.data_dir),
+               "--listen", f"127.0.0.1:{self.port}"]
+        for key, value in self.config.items():
+            cmd += ["--set", f"{key}={value}"]
+        stderr = open(self.log_file, "a")  # noqa: SIM115 - owned by the child from here on
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        stderr.close()
+        deadline = time.monotonic() + timeout
+        assert self._proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self._proc.stdout.readline()
+            if not line:
+                break
+            match = _LISTENING.search(line)
+            if match:
+                self.host, self.port = match["host"], int(match["port"])
+                return self
+        self.kill()
+        raise RuntimeError(f"broker did not start; its log:\n{self.log_file.read_text()[-4000:]}")
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM and wait: a clean shutdown. Returns the exit code."""
+        return self._end(signal.SIGTERM, timeout)
+
+    def kill(self) -> int | None:
+        """SIGKILL: an unclean shutdown, as after a crash or power loss."""
+        return self._end(signal.SIGKILL, 30)
+
+    def restart(self) -> BrokerProcess:
+        """Stop cleanly and start again on the same port and data directory."""
+        self.stop()
+        return self.start()
+
+    def _end(self, sig: signal.Signals, timeout: float) -> int | None:
+        if self._proc is None:
+            return None
+        if self._proc.poll() is None:
+            self._proc.send_signal(sig)
+        try:
+            code = self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            code = self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        self._proc = None
+        return code
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start() if not self.running else self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,66 @@
+"""Produce (key 0), v0-v8.
+
+Behaviour:
+- Each partition's records blob is validated whole (framing, CRC-32C, record counts,
+  ``max.message.bytes``, timestamps, producer sequence and epoch) and appended, or rejected
+  with Kafka's error code (CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE,
+  OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, ...); other partitions of the same
+  request are unaffected.
+- Batches are stored exactly as received, compressed or not; only baseOffset and the leader
+  epoch are rewritten (and attributes, maxTimestamp and the CRC on LogAppendTime topics,
+  whose append time is returned).
+- A retried idempotent batch (same producer, epoch and sequence range as one of its last
+  five) is answered with its original base offset and not appended again.
+- acks 0 gets no response; acks 1 and -1 are answered after the append (this node is the
+  whole ISR, so both mean "in the log"). Produce does not auto-create topics (Metadata does).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparklog.broker.registry import handles
+from sparklog.broker.responses import Build, timestamp_ms
+from sparklog.broker.state import LEADER_EPOCH, Broker
+from sparklog.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
+from sparklog.protocol.framing import RequestHeader
+from sparklog.protocol.versions import ApiKey
+
+VALID_ACKS = (-1, 0, 1)
+
+
+@handles(ApiKey.PRODUCE)
+async def produce(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    now = broker.now_ms()
+    topics = []
+    for topic in request.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            partitions.append(_append(build, broker, topic.name, data, request.acks, now))
+        topics.append(build("TopicProduceResponse", name=topic.name,
+                            partition_responses=tuple(partitions)))
+    if request.acks == 0:
+        return None
+    return build.response(responses=tuple(topics))
+
+
+def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int) -> Any:
+    def answer(code: ErrorCode, base_offset: int = -1, append_time: int = -1,
+               log_start: int = -1, message: str | None = None) -> Any:
+        return build("PartitionProduceResponse", index=data.index, error_code=code,
+                     base_offset=base_offset, log_append_time=timestamp_ms(append_time),
+                     log_start_offset=log_start, record_errors=(), error_message=message)
+
+    if acks not in VALID_ACKS:
+        return answer(ErrorCode.INVALID_REQUIRED_ACKS, message=f"acks={acks} is not -1, 0 or 1")
+    try:
+        partition_log = broker.get_log(topic, data.index)
+        if not data.records:
+            raise CorruptRecordError("produce request without records")
+        info = partition_log.append(data.records, now_ms=now, leader_epoch=LEADER_EPOCH)
+    except KafkaError as exc:
+        return answer(exc.code, message=str(exc))
+    if not info.duplicate:
+        broker.notify_append((topic, data.index))
+    return answer(ErrorCode.NONE, info.base_offset, info.log_append_time, info.log_start_offset)

@@ -1,0 +1,125 @@
+"""The asyncio TCP server: frames in, handlers, frames out, in order, per connection.
+
+Invariants:
+- Requests on one connection are handled one at a time and answered in order (clients rely
+  on it, and Kafka does the same); connections are independent of each other.
+- A malformed, oversized or undecodable frame, or a request for an API or version we do not
+  serve, closes that connection only (ApiVersions at an unknown version is answered with
+  UNSUPPORTED_VERSION and our version table, as the protocol says). Nothing acknowledged is
+  affected: a response is only written after the log append it reports.
+- File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
+  record data goes from the page cache to the socket without entering Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from kio.serial.errors import DecodeError
+
+from sparklog.broker.registry import HANDLERS, Parts
+from sparklog.broker.state import Broker
+from sparklog.protocol.codec import decode_request, encode_api_versions_error, encode_response
+from sparklog.protocol.errors import KafkaError
+from sparklog.protocol.fetch_response import FileRegion
+from sparklog.protocol.framing import FrameError, RequestHeader, parse_request_header, read_frame
+from sparklog.protocol.versions import ApiKey, is_supported
+
+log = logging.getLogger(__name__)
+
+
+class _Descriptor:
+    """The file-object face ``loop.sendfile`` needs, over a segment's shared descriptor."""
+
+    mode = "rb"
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return offset  # reads use explicit offsets; the shared descriptor's position is unused
+
+
+class BrokerServer:
+    def __init__(self, broker: Broker, host: str, port: int) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._max_frame = broker.config.get_int("socket.request.max.bytes")
+
+    async def start(self) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.host, self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                frame = await read_frame(reader, self._max_frame)
+                if frame is None:
+                    break
+                parts = await self._dispatch(frame)
+                if parts:
+                    await self._write(writer, parts)
+        except (FrameError, DecodeError, KafkaError) as exc:
+            log.warning("closing connection from %s: %s", peer, exc)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except Exception:
+            log.exception("closing connection from %s after an internal error", peer)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _dispatch(self, frame: bytes) -> Parts:
+        header, body_offset = parse_request_header(frame)
+        if not is_supported(header.api_key, header.api_version):
+            if header.api_key == ApiKey.API_VERSIONS:
+                return [encode_api_versions_error(header.correlation_id)]
+            raise FrameError(f"unsupported API {header.api_key} version {header.api_version}")
+        handler = HANDLERS.get(header.api_key)
+        if handler is None:
+            raise FrameError(f"API {header.api_key} is advertised but has no handler")
+        request = decode_request(header, frame, body_offset)
+        result = await handler(self.broker, header, request)
+        return _to_parts(header, result)
+
+    @staticmethod
+    async def _write(writer: asyncio.StreamWriter, parts: Parts) -> None:
+        loop = asyncio.get_running_loop()
+        for part in parts:
+            if isinstance(part, FileRegion):
+                await writer.drain()
+                await loop.sendfile(writer.transport, _Descriptor(part.fd),  # type: ignore[arg-type]
+                                    part.position, part.length)
+            else:
+                writer.write(part)
+        await writer.drain()
+
+
+def _to_parts(header: RequestHeader, result: object) -> Parts:
+    if result is None:
+        return []
+    if isinstance(result, list):
+        return result
+    return [encode_response(header, result)]  # type: ignore[arg-type]

@@ -1,0 +1,116 @@
+"""The broker's state: one owner of the logs, producer ids, fetch waiters and the node address.
+
+Invariants:
+- Every request handler reaches state only through ``Broker``; all of it is touched from the
+  event loop thread, so handlers need no locks.
+- This is a single-node cluster: the node is the leader of every partition with leader epoch
+  ``LEADER_EPOCH``, the only replica and the only in-sync replica; the high watermark is the
+  log end offset (nothing is acknowledged before it is in the log).
+- Producer ids are handed out from blocks whose end is persisted before any id of the block
+  is used, so ids are never reused across restarts.
+- ``notify_append`` wakes every fetch waiting on that partition; waiting fetches register
+  futures and never poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from sparklog.broker.config import BrokerConfig
+from sparklog.protocol.errors import UnknownTopicOrPartitionError
+from sparklog.storage.checkpoint import write_atomically
+from sparklog.storage.log import PartitionLog
+from sparklog.storage.log_manager import LogManager, TopicMetadata
+
+log = logging.getLogger(__name__)
+
+LEADER_EPOCH = 0
+PRODUCER_ID_BLOCK = 1000
+PRODUCER_ID_FILE = "producer-id-block"
+
+TopicPartition = tuple[str, int]
+
+
+class ProducerIdManager:
+    """Allocates producer ids in persisted blocks (Kafka's AllocateProducerIds, locally)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / PRODUCER_ID_FILE
+        self._next = int(self.path.read_text()) if self.path.exists() else 0
+        self._block_end = self._next
+
+    def next_id(self) -> int:
+        if self._next >= self._block_end:
+            self._block_end = self._next + PRODUCER_ID_BLOCK
+            write_atomically(self.path, str(self._block_end).encode())
+        pid = self._next
+        self._next += 1
+        return pid
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, data_dir: Path,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.logs = LogManager(data_dir, config.props, clock)
+        self.producer_ids = ProducerIdManager(data_dir)
+        self.node_id = config.get_int("node.id")
+        self.host = "127.0.0.1"
+        self.port = 9092
+        self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = defaultdict(set)
+
+    @property
+    def cluster_id(self) -> str:
+        return self.logs.cluster_id
+
+    def now_ms(self) -> int:
+        return self.logs.now_ms()
+
+    # -- topics --------------------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> PartitionLog:
+        return self.logs.get_log(topic, partition)
+
+    def topic(self, name: str, *, auto_create: bool = False) -> TopicMetadata:
+        """The topic, auto-created (num.partitions) when allowed and asked for."""
+        found = self.logs.topics.get(name)
+        if found is not None:
+            return found
+        if auto_create and self.config.get_bool("auto.create.topics.enable"):
+            return self.logs.create_topic(name, self.config.get_int("num.partitions"))
+        raise UnknownTopicOrPartitionError(f"unknown topic {name}")
+
+    # -- fetch long poll -----------------------------------------------------------------
+    def notify_append(self, tp: TopicPartition) -> None:
+        for future in self._waiters.pop(tp, ()):
+            if not future.done():
+                future.set_result(None)
+
+    async def wait_for_append(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
+        """Return when any of ``tps`` gets an append, or after ``timeout_s``."""
+        if timeout_s <= 0:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        keys = list(tps)
+        for tp in keys:
+            self._waiters[tp].add(future)
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            for tp in keys:
+                waiters = self._waiters.get(tp)
+                if waiters is not None:
+                    waiters.discard(future)
+                    if not waiters:
+                        del self._waiters[tp]
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        self.logs.close()

@@ -1,0 +1,88 @@
+"""CreateTopics (key 19, v0-v4), DeleteTopics (20, v0-v3), CreatePartitions (37, v0-v1).
+
+Behaviour:
+- CreateTopics: ``num_partitions`` -1 means ``num.partitions``; the replication factor must
+  be -1 or 1 (one node), else INVALID_REPLICATION_FACTOR; manual assignments may only name
+  this node. Configs are validated with Kafka's names (INVALID_CONFIG names the key and
+  the allowed values). ``validate_only`` checks everything and changes nothing. Errors are
+  per topic, with a message (v1+).
+- DeleteTopics: removes the topic's logs and metadata; TOPIC_DELETION_DISABLED when
+  ``delete.topic.enable`` is false.
+- CreatePartitions: only grows a topic (INVALID_PARTITIONS otherwise); ``validate_only``
+  honoured. New partitions start empty at offset 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparklog.broker.registry import handles
+from sparklog.broker.responses import Build
+from sparklog.broker.state import Broker
+from sparklog.protocol.errors import ErrorCode, KafkaError
+from sparklog.protocol.framing import RequestHeader
+from sparklog.protocol.versions import ApiKey
+
+
+@handles(ApiKey.CREATE_TOPICS)
+async def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    results = []
+    for topic in request.topics:
+        code, message = ErrorCode.NONE, None
+        try:
+            _create(broker, topic, request.validate_only if header.api_version else False)
+        except KafkaError as exc:
+            code, message = exc.code, str(exc)
+        results.append(build("CreatableTopicResult", name=topic.name, error_code=code,
+                             error_message=message))
+    return build.response(topics=tuple(results))
+
+
+def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
+    if topic.replication_factor not in (-1, 1):
+        raise KafkaError(
+            f"replication factor {topic.replication_factor} is larger than the 1 available "
+            "broker", ErrorCode.INVALID_REPLICATION_FACTOR)
+    partitions = topic.num_partitions
+    if topic.assignments:
+        if any(set(a.broker_ids) - {broker.node_id} for a in topic.assignments):
+            raise KafkaError("replica assignment names a broker that does not exist",
+                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        partitions = len(topic.assignments)
+    if partitions == -1:
+        partitions = broker.config.get_int("num.partitions")
+    configs = {c.name: c.value for c in topic.configs if c.value is not None}
+    broker.logs.create_topic(topic.name, partitions, configs, validate_only=validate_only)
+
+
+@handles(ApiKey.DELETE_TOPICS)
+async def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    results = []
+    for name in request.topic_names:
+        code = ErrorCode.NONE
+        try:
+            if not broker.config.get_bool("delete.topic.enable"):
+                raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
+            broker.logs.delete_topic(name)
+        except KafkaError as exc:
+            code = exc.code
+        results.append(build("DeletableTopicResult", name=name, error_code=code))
+    return build.response(responses=tuple(results))
+
+
+@handles(ApiKey.CREATE_PARTITIONS)
+async def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    results = []
+    for topic in request.topics:
+        code, message = ErrorCode.NONE, None
+        try:
+            broker.logs.create_partitions(topic.name, topic.count,
+                                          validate_only=request.validate_only)
+        except KafkaError as exc:
+            code, message = exc.code, str(exc)
+        results.append(build("CreatePartitionsTopicResult", name=topic.name, error_code=code,
+                             error_message=message))
+    return build.response(results=tuple(results))
