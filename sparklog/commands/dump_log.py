@@ -1,0 +1,259 @@
+"""``sparklog dump-log``: print the batches, records or index entries of segment files.
+
+Mirrors Kafka's ``kafka-dump-log.sh --files``: a ``.log`` gives one line per batch, and with
+``--deep-iteration`` (implied by ``--print-data-log``) one ``| offset: ...`` line per record;
+``.index`` and ``.timeindex`` files give one line per entry, offsets made absolute with the
+base offset in the 20-digit file name.
+
+Invariants:
+- Files are streamed: a ``.log`` is read one batch at a time (its header, then the rest of the
+  batch) and an index in fixed-size chunks, so memory stays bounded by the largest batch.
+- Every problem is reported on stdout where it occurs and makes the exit code 1. A batch that
+  fails its CRC is printed with ``isvalid: false`` and iteration goes on (its length still
+  frames the next batch); records that do not decode get a line of their own; a torn or
+  corrupt tail (a batch that does not frame, a partial index entry) ends the file with a line
+  naming its position. An intact file exits 0; a file that is not a segment file exits 2.
+- Nothing is written: the command only reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import struct
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import BinaryIO
+
+from sparklog.protocol.errors import CorruptRecordError
+from sparklog.protocol.records import Record, decode_records
+from sparklog.storage.batch import (
+    HEADER_SIZE,
+    LOG_APPEND_TIME,
+    BatchHeader,
+    check_header,
+    crc_matches,
+    parse_header,
+)
+from sparklog.storage.index import OffsetIndex, TimeIndex
+from sparklog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
+
+OK, CORRUPT, USAGE = 0, 1, 2
+
+_BASE_OFFSET_STEM = re.compile(r"[0-9]{20}")
+_ENTRIES_PER_READ = 4096
+_CONTROL_KEY = struct.Struct(">hh")  # version, type (0 abort, 1 commit)
+_CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
+_CONTROL_TYPES = ("ABORT", "COMMIT")
+# C0 control characters would break the one-line-per-record output: show them escaped.
+_ESCAPE_CONTROLS = {code: f"\\x{code:02x}" for code in range(0x20)}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "dump-log", help="print the batches and records of segment files",
+        description="Print the batches (and records) of .log segment files, or the entries of "
+                    ".index and .timeindex files, like kafka-dump-log.sh --files. Exits 1 if "
+                    "a file is corrupt or torn.",
+    )
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="segment files")
+    parser.add_argument("--deep-iteration", action="store_true", help="print every record")
+    parser.add_argument(
+        "--print-data-log", action="store_true",
+        help="print record keys and payloads (implies --deep-iteration)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    deep = args.deep_iteration or args.print_data_log
+    return max(_dump_file(path, deep=deep, print_data=args.print_data_log) for path in args.paths)
+
+
+def _dump_file(path: Path, *, deep: bool, print_data: bool) -> int:
+    suffixes = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+    if not (_BASE_OFFSET_STEM.fullmatch(path.stem) and path.suffix in suffixes):
+        print(f"{path}: not a segment file (<20-digit base offset>.log|.index|.timeindex)",
+              file=sys.stderr)
+        return USAGE
+    base_offset = int(path.stem)
+    print(f"Dumping {path}")
+    try:
+        if path.suffix == LOG_SUFFIX:
+            print(f"Log starting offset: {base_offset}")
+            return _dump_log(path, deep=deep, print_data=print_data)
+        if path.suffix == INDEX_SUFFIX:
+            return _dump_index(path, base_offset, OffsetIndex.ENTRY, _offset_index_line)
+        return _dump_index(path, base_offset, TimeIndex.ENTRY, _time_index_line)
+    except OSError as exc:
+        print(f"{path}: {exc.strerror or exc}", file=sys.stderr)
+        return CORRUPT
+
+
+# -- .log -------------------------------------------------------------------------------------
+
+
+def _read_batch(file: BinaryIO, position: int, file_size: int) -> tuple[BatchHeader, bytes]:
+    """Read the batch at ``position``, where ``file`` stands; the header describes it at 0."""
+    head = file.read(HEADER_SIZE)
+    if len(head) < HEADER_SIZE:
+        raise CorruptRecordError(f"{len(head)} bytes cannot hold a batch header")
+    header = parse_header(head)
+    # Check the framing before reading the body: a corrupt length must not be allocated.
+    check_header(replace(header, position=position), file_size - position, from_producer=False)
+    return header, head + file.read(header.size - HEADER_SIZE)
+
+
+def _iter_batches(file: BinaryIO) -> Iterator[tuple[int, BatchHeader, bytes]]:
+    """Yield (position, header, batch bytes); a batch that does not frame ends the file."""
+    file_size = os.fstat(file.fileno()).st_size
+    position = 0
+    while position < file_size:
+        try:
+            header, batch = _read_batch(file, position, file_size)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                f"Found a torn or corrupt tail at position {position} "
+                f"({file_size - position} bytes): {exc}"
+            ) from exc
+        yield position, header, batch
+        position += header.size
+
+
+def _dump_log(path: Path, *, deep: bool, print_data: bool) -> int:
+    status = OK
+    with path.open("rb") as file:
+        try:
+            for position, header, batch in _iter_batches(file):
+                valid = crc_matches(batch, header)
+                print(_batch_line(position, header, valid))
+                if not valid:
+                    status = CORRUPT
+                if deep and not _print_records(position, header, batch, print_data):
+                    status = CORRUPT
+        except CorruptRecordError as exc:
+            print(exc)
+            return CORRUPT
+    return status
+
+
+def _print_records(position: int, header: BatchHeader, batch: bytes, print_data: bool) -> bool:
+    """Print the batch's record lines; False (after a line saying why) if they do not decode."""
+    try:
+        records = decode_records(batch, header)
+    except CorruptRecordError as exc:
+        print(f"| corrupt records in the batch at position {position}: {exc}")
+        return False
+    for record in records:
+        print(_record_line(header, record, print_data))
+    return True
+
+
+def _timestamp_type_name(header: BatchHeader) -> str:
+    return "LogAppendTime" if header.timestamp_type == LOG_APPEND_TIME else "CreateTime"
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _batch_line(position: int, header: BatchHeader, valid: bool) -> str:
+    return (
+        f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} "
+        f"count: {header.record_count} baseSequence: {header.base_sequence} "
+        f"lastSequence: {header.last_sequence} producerId: {header.producer_id} "
+        f"producerEpoch: {header.producer_epoch} partitionLeaderEpoch: {header.leader_epoch} "
+        f"isTransactional: {_flag(header.is_transactional)} "
+        f"isControl: {_flag(header.is_control)} position: {position} "
+        f"{_timestamp_type_name(header)}: {header.max_timestamp} size: {header.size} "
+        f"magic: {header.magic} compresscodec: {header.compression_name} crc: {header.crc} "
+        f"isvalid: {_flag(valid)}"
+    )
+
+
+def _size(data: bytes | None) -> int:
+    return -1 if data is None else len(data)
+
+
+def _sequence(header: BatchHeader, record: Record) -> int:
+    """The record's producer sequence: baseSequence + offset delta, wrapping at int32."""
+    if header.base_sequence < 0:
+        return -1
+    return (header.base_sequence + record.offset - header.base_offset) % (1 << 31)
+
+
+def _show(data: bytes) -> str:
+    return data.decode("utf-8", "backslashreplace").translate(_ESCAPE_CONTROLS)
+
+
+def _control_marker(record: Record) -> str | None:
+    """Kafka's text for a transaction marker record, or None if it is not one."""
+    if _size(record.key) != _CONTROL_KEY.size or _size(record.value) != _CONTROL_VALUE.size:
+        return None
+    _, kind = _CONTROL_KEY.unpack(record.key)
+    _, coordinator_epoch = _CONTROL_VALUE.unpack(record.value)
+    marker = _CONTROL_TYPES[kind] if kind in (0, 1) else f"UNKNOWN({kind})"
+    return f" endTxnMarker: {marker} coordinatorEpoch: {coordinator_epoch}"
+
+
+def _data_text(header: BatchHeader, record: Record) -> str:
+    """` key: .. payload: ..` (each only when not null), or a control record's marker."""
+    if header.is_control and (marker := _control_marker(record)):
+        return marker
+    key = "" if record.key is None else f" key: {_show(record.key)}"
+    payload = "" if record.value is None else f" payload: {_show(record.value)}"
+    return key + payload
+
+
+def _record_line(header: BatchHeader, record: Record, print_data: bool) -> str:
+    line = (
+        f"| offset: {record.offset} {_timestamp_type_name(header)}: {record.timestamp} "
+        f"keySize: {_size(record.key)} valueSize: {_size(record.value)} "
+        f"sequence: {_sequence(header, record)} "
+        f"headerKeys: [{','.join(key for key, _ in record.headers)}]"
+    )
+    return line + _data_text(header, record) if print_data else line
+
+
+# -- .index and .timeindex --------------------------------------------------------------------
+
+
+def _iter_entries(file: BinaryIO, entry: struct.Struct) -> Iterator[tuple[int, ...]]:
+    """Unpack fixed-size entries chunk by chunk; a partial entry at the end is corrupt."""
+    position = 0
+    while chunk := file.read(entry.size * _ENTRIES_PER_READ):
+        whole = len(chunk) - len(chunk) % entry.size
+        yield from entry.iter_unpack(memoryview(chunk)[:whole])
+        position += whole
+        if whole < len(chunk):
+            raise CorruptRecordError(
+                f"Found a torn entry at position {position}: {len(chunk) - whole} of "
+                f"{entry.size} bytes"
+            )
+
+
+def _offset_index_line(base_offset: int, relative_offset: int, position: int) -> str:
+    return f"offset: {base_offset + relative_offset} position: {position}"
+
+
+def _time_index_line(base_offset: int, timestamp: int, relative_offset: int) -> str:
+    return f"timestamp: {timestamp} offset: {base_offset + relative_offset}"
+
+
+def _dump_index(
+    path: Path, base_offset: int, entry: struct.Struct, line: Callable[[int, int, int], str]
+) -> int:
+    """Print each entry; all-zero entries after the first are unused preallocated space."""
+    with path.open("rb") as file:
+        try:
+            for number, fields in enumerate(_iter_entries(file, entry)):
+                if number and not any(fields):
+                    break
+                print(line(base_offset, *fields))
+        except CorruptRecordError as exc:
+            print(exc)
+            return CORRUPT
+    return OK

@@ -1,0 +1,112 @@
+"""Kafka's record batch codecs (attribute bits 0-2): 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+
+Invariants:
+- ``decompress`` returns ``bytes`` or raises ``CorruptRecordError``: a codec id outside 1-4, a
+  truncated or garbled payload and a malformed xerial block all surface as that one error,
+  never as a cramjam exception.
+- Snappy input may be xerial-framed (Java clients: the 16-byte ``\\x82SNAPPY\\x00`` header,
+  then int32 big-endian length + raw snappy blocks) or one raw snappy block (librdkafka);
+  ``compress`` writes the xerial framing, which every client reads.
+- LZ4 is the LZ4 *frame* format. ``compress`` writes independent blocks (Kafka's Java reader
+  rejects linked blocks) and no content checksum; ``decompress`` reads any valid frame.
+- zstd is a standard frame, with or without a content size (streaming writers omit it).
+- Compression levels are Kafka's defaults (KIP-390): gzip 6, lz4 9, zstd 3.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+import cramjam
+
+from sparklog.protocol.errors import CorruptRecordError
+
+Buffer = bytes | bytearray | memoryview
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
+CODECS = (NONE, GZIP, SNAPPY, LZ4, ZSTD)
+
+GZIP_LEVEL = 6
+LZ4_LEVEL = 9
+ZSTD_LEVEL = 3
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)  # + format version 1, min compatible 1
+_XERIAL_BLOCK_SIZE = 32 * 1024  # uncompressed bytes per block, as xerial snappy-java writes
+_BLOCK_LENGTH = struct.Struct(">i")
+
+
+def _lz4_compress(data: Buffer) -> bytes:
+    compressor = cramjam.lz4.Compressor(level=LZ4_LEVEL, content_checksum=False, block_linked=False)
+    compressor.compress(data)
+    return bytes(compressor.finish())
+
+
+def _snappy_compress(data: Buffer) -> bytes:
+    view = memoryview(data)
+    parts = [_XERIAL_HEADER]
+    for start in range(0, len(view), _XERIAL_BLOCK_SIZE):
+        block = bytes(cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK_SIZE]))
+        parts += (_BLOCK_LENGTH.pack(len(block)), block)
+    return b"".join(parts)
+
+
+def _snappy_decompress(data: Buffer) -> bytes:
+    view = memoryview(data)
+    if view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
+        return bytes(cramjam.snappy.decompress_raw(view))
+    pos, end = len(_XERIAL_HEADER), len(view)
+    if end < pos:
+        raise CorruptRecordError(f"xerial snappy header cut short ({end} bytes)")
+    blocks = []
+    while pos < end:
+        if end - pos < _BLOCK_LENGTH.size:
+            raise CorruptRecordError(f"xerial snappy block length cut short at byte {pos}")
+        (length,) = _BLOCK_LENGTH.unpack_from(view, pos)
+        pos += _BLOCK_LENGTH.size
+        if length < 0 or pos + length > end:
+            raise CorruptRecordError(
+                f"xerial snappy block of {length} bytes at byte {pos} overruns the payload "
+                f"({end} bytes)"
+            )
+        blocks.append(bytes(cramjam.snappy.decompress_raw(view[pos : pos + length])))
+        pos += length
+    return b"".join(blocks)
+
+
+_COMPRESSORS: dict[int, Callable[[Buffer], bytes]] = {
+    GZIP: lambda data: bytes(cramjam.gzip.compress(data, level=GZIP_LEVEL)),
+    SNAPPY: _snappy_compress,
+    LZ4: _lz4_compress,
+    ZSTD: lambda data: bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL)),
+}
+_DECOMPRESSORS: dict[int, Callable[[Buffer], bytes]] = {
+    GZIP: lambda data: bytes(cramjam.gzip.decompress(data)),
+    SNAPPY: _snappy_decompress,
+    LZ4: lambda data: bytes(cramjam.lz4.decompress(data)),
+    ZSTD: lambda data: bytes(cramjam.zstd.decompress(data)),
+}
+
+
+def _codec(table: dict[int, Callable[[Buffer], bytes]], codec: int) -> Callable[[Buffer], bytes]:
+    try:
+        return table[codec]
+    except KeyError:
+        raise CorruptRecordError(f"unknown compression codec {codec}") from None
+
+
+def compress(codec: int, data: Buffer) -> bytes:
+    """Compress a records section with Kafka codec ``codec`` (1-4)."""
+    return _codec(_COMPRESSORS, codec)(data)
+
+
+def decompress(codec: int, data: Buffer) -> bytes:
+    """Decompress a records section written with Kafka codec ``codec`` (1-4)."""
+    run = _codec(_DECOMPRESSORS, codec)
+    try:
+        return run(data)
+    except cramjam.DecompressionError as exc:
+        raise CorruptRecordError(
+            f"cannot decompress {len(data)} bytes with codec {codec}: {exc}"
+        ) from exc
