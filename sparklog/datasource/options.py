@@ -1,0 +1,74 @@
+"""Option parsing shared by the reader and the writer: Spark's Kafka option names.
+
+Invariants:
+- Option names are matched case-insensitively (Spark lower-cases them), values are strings.
+- Every error is an ``OptionError`` whose message names the option and what is allowed.
+- ``kafka.*`` options are passed to the Kafka client with the prefix removed;
+  ``kafka.bootstrap.servers`` (or plain ``bootstrap.servers``) is required.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class OptionError(ValueError):
+    """A data source option is unknown, missing, conflicting or badly typed."""
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    lowered = name.lower()
+    for key, value in options.items():
+        if key.lower() == lowered:
+            return value
+    return None
+
+
+def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    if raw.strip().lower() not in ("true", "false"):
+        raise OptionError(f"option {name} must be true or false, got {raw!r}")
+    return raw.strip().lower() == "true"
+
+
+def parse_int(options: Mapping[str, str], name: str, default: int | None,
+              minimum: int | None = None) -> int | None:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"option {name} must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise OptionError(f"option {name} must be at least {minimum}, got {value}")
+    return value
+
+
+def get_option(options: Mapping[str, str], name: str) -> str | None:
+    return _get(options, name)
+
+
+def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
+    """``kafka.*`` options without the prefix; the bootstrap servers are required."""
+    params = {k[len("kafka."):]: v for k, v in options.items() if k.lower().startswith("kafka.")}
+    plain = _get(options, "bootstrap.servers")
+    if "bootstrap.servers" not in params and plain:
+        params["bootstrap.servers"] = plain
+    if not params.get("bootstrap.servers"):
+        raise OptionError("option kafka.bootstrap.servers is required (HOST:PORT[,HOST:PORT])")
+    return params
+
+
+def check_known(options: Mapping[str, str], known: set[str], what: str) -> None:
+    """Refuse options that are neither ``kafka.*`` nor in ``known`` (case-insensitive)."""
+    allowed = {k.lower() for k in known} | {"path", "bootstrap.servers"}
+    for key in options:
+        lowered = key.lower()
+        if lowered.startswith("kafka.") or lowered in allowed:
+            continue
+        raise OptionError(
+            f"unknown {what} option {key!r}; allowed: kafka.*, " + ", ".join(sorted(known))
+        )

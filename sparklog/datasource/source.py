@@ -1,0 +1,58 @@
+"""The DataSource class: the format name, the schema, and which reader or writer serves.
+
+Invariants:
+- The read schema is Spark's Kafka source schema (``schema.source_schema``), with the
+  ``headers`` column only when ``includeHeaders`` is true; a user-given schema is refused.
+- Readers and writers are built lazily here and import their modules on demand, so the
+  driver's planning worker loads only what the query uses.
+- Option problems (unknown, conflicting, badly typed) raise ``OptionError`` naming the
+  option and what is allowed, when the query starts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSource
+
+from sparklog.datasource.schema import source_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import (
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
+    from pyspark.sql.types import StructType
+
+
+class SparklogDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "sparklog"
+
+    def schema(self) -> StructType:
+        from sparklog.datasource.options import parse_bool
+
+        return source_schema(parse_bool(self.options, "includeHeaders", False))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from sparklog.datasource.batch_reader import SparklogBatchReader
+
+        return SparklogBatchReader(self.options, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from sparklog.datasource.stream_reader import SparklogStreamReader
+
+        return SparklogStreamReader(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from sparklog.datasource.writer import SparklogBatchWriter
+
+        return SparklogBatchWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from sparklog.datasource.writer import SparklogStreamWriter
+
+        return SparklogStreamWriter(self.options, schema)
