@@ -1,0 +1,226 @@
+"""What the client tools (``topics``, ``produce``, ``consume``) share.
+
+Invariants:
+- Every tool takes ``--bootstrap`` (alias ``--bootstrap-server``) and repeated
+  ``--property``/``-X KEY=VALUE`` librdkafka settings; a user's setting always wins over the
+  tool's default for the same key (``client_config``).
+- A failure the user can act on is a ``ToolError`` (or a ``KafkaException`` from the client);
+  ``tool`` turns either into one line ``sparklog <tool>: <message>`` on stderr and exit code
+  1 (2 for a usage error), never a traceback.
+- Under ``stop_on_signals`` the first SIGINT/SIGTERM only requests a stop: the tool sees
+  ``Stop.requested`` between two steps, and a blocking wait run through ``Stop.wait`` (a
+  read, poll or flush) returns None at once. Nothing else is interrupted, so a record is
+  never half handled (printed but not counted, read but not sent). The previous handlers
+  are restored at that first signal, so a second one aborts as it normally would.
+- Headers are written and printed in one scheme, ``k1:v1,k2:v2`` (Kafka's
+  ``headers.separator`` and ``headers.key.separator``); a header without a value is null.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException
+
+FAILED, USAGE = 1, 2
+REQUEST_TIMEOUT_S = 30.0
+Headers = list[tuple[str, bytes | None]]
+T = TypeVar("T")
+
+
+class ToolError(Exception):
+    """A failure explained by its message; ``exit_code`` is what the tool returns."""
+
+    def __init__(self, message: str, exit_code: int = FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# -- arguments and configs -------------------------------------------------------------------
+
+
+def separator(text: str) -> str:
+    """An argparse type: a separator where ``\\t`` and ``\\n`` may be typed as escapes."""
+    if not text:
+        raise argparse.ArgumentTypeError("a separator cannot be empty")
+    return text.replace("\\t", "\t").replace("\\n", "\n")
+
+
+def non_negative(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return int(text)
+
+
+def client_parent() -> argparse.ArgumentParser:
+    """A parent parser with the connection options every tool takes."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--bootstrap", "--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="the broker to connect to")
+    parent.add_argument("-X", "--property", action="append", default=[], dest="properties",
+                        metavar="KEY=VALUE",
+                        help="a librdkafka client setting, e.g. -X acks=all (repeatable)")
+    return parent
+
+
+def add_header_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--header-separator", type=separator, default=",", metavar="SEP",
+                        help="between two headers (default ',')")
+    parser.add_argument("--header-key-separator", type=separator, default=":", metavar="SEP",
+                        help="between a header's key and value (default ':')")
+
+
+def parse_assignments(items: Iterable[str], what: str) -> dict[str, str]:
+    """``["k=v", ...]`` as a dict; an item without ``=`` is a usage error naming ``what``."""
+    parsed = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ToolError(f"{what} {item!r} is not KEY=VALUE", USAGE)
+        parsed[key.strip()] = value
+    return parsed
+
+
+def client_config(args: argparse.Namespace,
+                  defaults: Mapping[str, str | int | bool] | None = None) -> dict[str, object]:
+    """The librdkafka config: bootstrap, then the tool's defaults, then the user's -X.
+
+    librdkafka's informational logs (reconnects, queue purges) are left out by default
+    (``log_level`` 4 keeps warnings and errors) so they do not mix with the tools' output.
+    """
+    return {"bootstrap.servers": args.bootstrap, "log_level": 4, **(defaults or {}),
+            **parse_assignments(args.properties, "--property")}
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+MISSING_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+
+
+def kafka_error(exc: KafkaException) -> KafkaError:
+    """The ``KafkaError`` an exception of the client carries."""
+    error = exc.args[0] if exc.args else None
+    return error if isinstance(error, KafkaError) else KafkaError(KafkaError._FAIL, str(exc))
+
+
+def topic_error(topic: str, error: KafkaError) -> ToolError:
+    """A failure about ``topic``, worded by us for the common codes, else by the broker."""
+    if error.code() in MISSING_TOPIC:
+        return ToolError(f"topic {topic!r} does not exist")
+    if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+        return ToolError(f"topic {topic!r} already exists")
+    return ToolError(f"topic {topic!r}: {error.str()}")
+
+
+def tool(name: str, body: Callable[[argparse.Namespace], int]
+         ) -> Callable[[argparse.Namespace], int]:
+    """Wrap a tool's entry point so its failures become one stderr line and an exit code."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return body(args)
+        except ToolError as exc:
+            complain(name, str(exc))
+            return exc.exit_code
+        except KafkaException as exc:
+            complain(name, kafka_error(exc).str())
+            return FAILED
+
+    return run
+
+
+def complain(name: str, message: str) -> None:
+    """One line on stderr in the tools' format, for failures and warnings alike."""
+    print(f"sparklog {name}: {message}", file=sys.stderr)
+
+
+# -- signals ----------------------------------------------------------------------------------
+
+
+class _Interrupted(Exception):
+    """Raised by the first signal inside ``Stop.wait`` only, and caught there."""
+
+
+class Stop:
+    """Whether a stop was requested; see ``stop_on_signals``."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._waiting = False
+
+    def wait(self, blocking: Callable[..., T], *args: Any) -> T | None:
+        """``blocking(*args)``, or None if the first signal arrives meanwhile."""
+        try:
+            self._waiting = True
+            return blocking(*args)
+        except _Interrupted:
+            return None
+        finally:
+            self._waiting = False
+
+    def _request(self) -> None:
+        self.requested = True
+        if self._waiting:
+            raise _Interrupted
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[Stop]:
+    """Within the block, the first SIGINT or SIGTERM requests a stop (see ``Stop``).
+
+    Outside the main thread signals cannot be handled: the stop is then never requested.
+    """
+    stop = Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    watched = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in watched}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        restore()
+        stop._request()
+
+    for sig in watched:
+        signal.signal(sig, handle)
+    try:
+        yield stop
+    finally:
+        restore()
+
+
+# -- headers ----------------------------------------------------------------------------------
+
+
+def parse_headers(text: str, separator: str, key_separator: str) -> Headers:
+    """``k1:v1,k2`` as ``[("k1", b"v1"), ("k2", None)]``; an empty text has no headers."""
+    headers: Headers = []
+    for item in text.split(separator) if text else ():
+        key, sep, value = item.partition(key_separator)
+        headers.append((key, value.encode() if sep else None))
+    return headers
+
+
+def format_headers(headers: Headers, separator: str, key_separator: str) -> str:
+    """Headers in the scheme ``parse_headers`` reads; Kafka's ``NO_HEADERS`` when empty."""
+    if not headers:
+        return "NO_HEADERS"
+    return separator.join(f"{key}{key_separator}{show(value)}" for key, value in headers)
+
+
+def show(data: bytes | None) -> str:
+    """Bytes as text for a console (undecodable bytes escaped), ``null`` for None as Kafka."""
+    return "null" if data is None else data.decode("utf-8", "backslashreplace")

@@ -1,0 +1,198 @@
+"""``sparklog consume``: a console consumer, like ``kafka-console-consumer.sh``.
+
+Prints one line per record: the fields asked for, in Kafka's order and joined by the key
+separator (a tab by default), then the value:
+
+    [CreateTime:TS] [Partition:P] [Offset:O] [k1:v1,k2:v2] [KEY] VALUE
+
+A null key, value or header value prints as ``null``, a record without headers as
+``NO_HEADERS``, as Kafka's DefaultMessageFormatter does.
+
+Invariants:
+- Without ``--group`` the partitions (all, or ``--partition``) are assigned directly at an
+  explicit start offset: no group coordinator is needed and nothing is committed
+  (librdkafka wants a ``group.id`` anyway; it gets a placeholder that is never used).
+- With ``--group`` the topic is subscribed to through the group, committing as librdkafka
+  does by default; ``--partition`` and ``--offset`` are then refused.
+- Reading starts at the log end (new records only) unless ``--from-beginning`` or
+  ``--offset``; an offset out of range falls back to that same start.
+- It stops after ``--max-messages``, after ``--timeout-ms`` without a record, or at the first
+  SIGINT/SIGTERM, and always closes the consumer and prints ``Processed a total of N
+  messages`` on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    Message,
+    TopicPartition,
+)
+
+from sparklog.commands._client import (
+    MISSING_TOPIC,
+    REQUEST_TIMEOUT_S,
+    USAGE,
+    Stop,
+    ToolError,
+    add_header_arguments,
+    client_config,
+    client_parent,
+    complain,
+    format_headers,
+    non_negative,
+    separator,
+    show,
+    stop_on_signals,
+    tool,
+    topic_error,
+)
+
+PLACEHOLDER_GROUP = "sparklog-console-consumer"
+MAX_BATCH = 500  # records already fetched are written (and stdout flushed) this many at once
+_TIMESTAMP_TYPES = {TIMESTAMP_CREATE_TIME: "CreateTime", TIMESTAMP_LOG_APPEND_TIME: "LogAppendTime"}
+_FATAL = MISSING_TOPIC | {KafkaError._UNKNOWN_PARTITION, KafkaError.TOPIC_AUTHORIZATION_FAILED}
+
+
+def start_offset(text: str) -> int:
+    """An argparse type: ``earliest``, ``latest`` or an offset >= 0."""
+    named = {"earliest": OFFSET_BEGINNING, "latest": OFFSET_END}
+    if text in named:
+        return named[text]
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not an offset >= 0, earliest or latest")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "consume", parents=[client_parent()], help="print records of a topic",
+        description=__doc__.split("Invariants:")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--partition", type=int, help="only this partition (default: all)")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true",
+                       help="start at the log start offset (default: the log end)")
+    start.add_argument("--offset", type=start_offset, metavar="N|earliest|latest",
+                       help="start at this offset in every partition read")
+    parser.add_argument("--max-messages", type=non_negative, metavar="N",
+                        help="stop after N records")
+    parser.add_argument("--timeout-ms", type=non_negative, metavar="MS",
+                        help="stop when no record came for MS milliseconds")
+    parser.add_argument("--group", help="consume as a member of this consumer group")
+    parser.add_argument("--print-timestamp", action="store_true")
+    parser.add_argument("--print-partition", action="store_true")
+    parser.add_argument("--print-offset", action="store_true")
+    parser.add_argument("--print-headers", action="store_true")
+    parser.add_argument("--print-key", action="store_true")
+    parser.add_argument("--key-separator", type=separator, default="\t", metavar="SEP",
+                        help="between the printed fields (default: tab)")
+    add_header_arguments(parser)
+    parser.set_defaults(func=tool("consume", run))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.group and (args.partition is not None or args.offset is not None):
+        raise ToolError("--partition and --offset assign partitions directly; they cannot be "
+                        "used with --group", USAGE)
+    consumer = Consumer(client_config(args, {
+        "group.id": args.group or PLACEHOLDER_GROUP,
+        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+        "enable.auto.commit": bool(args.group),
+    }))
+    printed = 0
+    try:
+        with stop_on_signals() as stop:
+            if args.group:
+                consumer.subscribe([args.topic])
+            else:
+                consumer.assign(_assignment(consumer, args))
+            for count in _print_records(consumer, args, stop):
+                printed = count
+    finally:
+        consumer.close()
+        print(f"Processed a total of {printed} messages", file=sys.stderr)
+    return 0
+
+
+def _assignment(consumer: Consumer, args: argparse.Namespace) -> list[TopicPartition]:
+    """The partitions to read, each at the start offset asked for."""
+    topic = consumer.list_topics(args.topic, timeout=REQUEST_TIMEOUT_S).topics[args.topic]
+    if topic.error is not None:
+        raise topic_error(args.topic, topic.error)
+    partitions = sorted(topic.partitions)
+    if args.partition is not None:
+        if args.partition not in topic.partitions:
+            raise ToolError(f"topic {args.topic!r} has no partition {args.partition} (it has "
+                            f"{len(partitions)})")
+        partitions = [args.partition]
+    if args.offset is not None:
+        offset = args.offset
+    else:
+        offset = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+    return [TopicPartition(args.topic, p, offset) for p in partitions]
+
+
+def _print_records(consumer: Consumer, args: argparse.Namespace, stop: Stop) -> Iterator[int]:
+    """Write records until a stop condition, yielding the running count after each write."""
+    count = 0
+    idle_s = None if args.timeout_ms is None else args.timeout_ms / 1000
+    deadline = None if idle_s is None else time.monotonic() + idle_s
+    while not stop.requested and (args.max_messages is None or count < args.max_messages):
+        wait = -1.0 if deadline is None else deadline - time.monotonic()  # -1: no limit
+        if deadline is not None and wait <= 0:
+            return
+        first = stop.wait(consumer.poll, wait)
+        if first is None:
+            continue
+        wanted = MAX_BATCH if args.max_messages is None else args.max_messages - count
+        batch = [first] + (consumer.consume(wanted - 1, 0) if wanted > 1 else [])
+        lines = [_format(m, args) for m in batch if _is_record(m, args.topic)]
+        if lines:
+            sys.stdout.write("".join(lines))
+            sys.stdout.flush()
+            count += len(lines)
+            yield count
+            deadline = None if idle_s is None else time.monotonic() + idle_s
+
+
+def _is_record(message: Message, topic: str) -> bool:
+    """True for a record; a consumer error is raised if fatal, else printed and skipped."""
+    error = message.error()
+    if error is None:
+        return True
+    if error.fatal() or error.code() in _FATAL:
+        raise topic_error(topic, error)
+    complain("consume", error.str())
+    return False
+
+
+def _format(message: Message, args: argparse.Namespace) -> str:
+    fields = []
+    if args.print_timestamp:
+        kind, timestamp = message.timestamp()
+        name = _TIMESTAMP_TYPES.get(kind)
+        fields.append(f"{name}:{timestamp}" if name else "NO_TIMESTAMP")
+    if args.print_partition:
+        fields.append(f"Partition:{message.partition()}")
+    if args.print_offset:
+        fields.append(f"Offset:{message.offset()}")
+    if args.print_headers:
+        fields.append(format_headers(message.headers() or [], args.header_separator,
+                                     args.header_key_separator))
+    if args.print_key:
+        fields.append(show(message.key()))
+    fields.append(show(message.value()))
+    return args.key_separator.join(fields) + "\n"

@@ -1,0 +1,181 @@
+"""``sparklog produce``: a console producer, like ``kafka-console-producer.sh``.
+
+Each input line (stdin, or each ``--value``) is one record, read as
+
+    [HEADERS <headers-delimiter>] [KEY <key-separator>] VALUE
+
+- Without ``--key-separator`` the whole line is the value and the key is null; with it, the
+  line is split at the first separator (Kafka's ``parse.key=true``), e.g. ``-k :`` reads
+  ``user1:clicked`` as key ``user1``, value ``clicked``.
+- With ``--headers`` the line starts with headers ``k1:v1,k2:v2`` ended by the headers
+  delimiter (a tab by default), as Kafka's ``parse.headers=true``: ``h1:v1,h2\\tk:v`` with
+  ``-k :`` is headers h1=v1 and h2=null, key k, value v. An empty header block means none.
+- Separators may be typed as escapes: ``'\\t'`` is a tab.
+
+Invariants:
+- Every delivery report is checked: the producer is flushed at the end, a summary
+  ``Sent N records to T`` goes to stderr, and the exit code is 1 when any record was not
+  delivered (the first error is printed) or a line did not parse (reading stops there;
+  the records before it are still delivered).
+- The first SIGINT/SIGTERM stops reading; what was read is still flushed and reported. When
+  it comes during that flush, the wait stops and the records still queued count as not
+  delivered; a second signal aborts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from sparklog.commands._client import (
+    FAILED,
+    Headers,
+    ToolError,
+    add_header_arguments,
+    client_config,
+    client_parent,
+    complain,
+    kafka_error,
+    non_negative,
+    parse_headers,
+    separator,
+    stop_on_signals,
+    tool,
+)
+
+Record = tuple[bytes | None, bytes, Headers]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "produce", parents=[client_parent()], help="send lines of stdin as records",
+        description=__doc__.split("Invariants:")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--partition", type=int,
+                        help="the partition (default: chosen by the key, or spread)")
+    parser.add_argument("-k", "--key-separator", type=separator, metavar="SEP",
+                        help="split each line into KEY SEP VALUE")
+    parser.add_argument("--headers", action="store_true",
+                        help="each line starts with headers k1:v1,k2:v2 then the delimiter")
+    parser.add_argument("--headers-delimiter", type=separator, default="\t", metavar="SEP",
+                        help="ends the headers (default: tab)")
+    add_header_arguments(parser)
+    parser.add_argument("--value", action="append", metavar="LINE",
+                        help="an input line given here instead of on stdin (repeatable)")
+    parser.add_argument("--num-records", type=non_negative, metavar="N",
+                        help="send N records: stop after N lines of stdin, or repeat the "
+                             "--value lines until N are sent")
+    parser.set_defaults(func=tool("produce", run))
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    """How a line splits into headers, key and value."""
+
+    key_separator: str | None
+    headers_delimiter: str | None
+    header_separator: str
+    header_key_separator: str
+
+    def parse(self, number: int, line: str) -> Record:
+        headers: Headers = []
+        if self.headers_delimiter is not None:
+            block, line = self._split(number, line, self.headers_delimiter, "headers delimiter")
+            headers = parse_headers(block, self.header_separator, self.header_key_separator)
+        key = None
+        if self.key_separator is not None:
+            key_text, line = self._split(number, line, self.key_separator, "key separator")
+            key = key_text.encode()
+        return key, line.encode(), headers
+
+    @staticmethod
+    def _split(number: int, line: str, sep: str, name: str) -> tuple[str, str]:
+        head, found, rest = line.partition(sep)
+        if not found:
+            raise ToolError(f"line {number} has no {name} {sep!r}: {line!r}")
+        return head, rest
+
+
+@dataclass
+class Deliveries:
+    """Counts delivery reports (the producer's ``on_delivery`` callback)."""
+
+    delivered: int = 0
+    failed: int = 0
+    first_error: str | None = None
+
+    def __call__(self, error: KafkaError | None, message: Message | None) -> None:
+        if error is None:
+            self.delivered += 1
+        else:
+            self.fail(error)
+
+    def fail(self, error: KafkaError, count: int = 1) -> None:
+        self.failed += count
+        if self.first_error is None:
+            self.first_error = error.str()
+
+
+def run(args: argparse.Namespace) -> int:
+    line_format = LineFormat(
+        args.key_separator, args.headers_delimiter if args.headers else None,
+        args.header_separator, args.header_key_separator,
+    )
+    producer = Producer(client_config(args))
+    deliveries = Deliveries()
+    bad_line = None
+    with stop_on_signals() as stop:
+        lines = _input_lines(args)
+        number = 0
+        while not stop.requested and (line := stop.wait(next, lines, None)) is not None:
+            number += 1
+            try:
+                record = line_format.parse(number, line)
+            except ToolError as exc:
+                bad_line = exc
+                break
+            _send(producer, args, record, deliveries)
+        stop.wait(producer.flush)
+    if queued := len(producer):
+        deliveries.fail(KafkaError(KafkaError._FAIL, "stopped before delivery"), queued)
+    print(f"Sent {deliveries.delivered} records to {args.topic}", file=sys.stderr)
+    if deliveries.failed:
+        complain("produce", f"{deliveries.failed} of {deliveries.delivered + deliveries.failed}"
+                            f" records were not delivered to {args.topic}: "
+                            f"{deliveries.first_error}")
+    if bad_line is not None:
+        complain("produce", str(bad_line))
+    return FAILED if deliveries.failed or bad_line else 0
+
+
+def _input_lines(args: argparse.Namespace) -> Iterator[str]:
+    if args.value:
+        lines = itertools.cycle(args.value) if args.num_records else iter(args.value)
+    else:
+        lines = (line.removesuffix("\n").removesuffix("\r") for line in sys.stdin)
+    return itertools.islice(lines, args.num_records)
+
+
+def _send(producer: Producer, args: argparse.Namespace, record: Record,
+          deliveries: Deliveries) -> None:
+    key, value, headers = record
+    partition = {} if args.partition is None else {"partition": args.partition}
+    while True:
+        try:
+            producer.produce(args.topic, value, key, headers=headers, on_delivery=deliveries,
+                             **partition)
+            break
+        except BufferError:  # the local queue is full: serve delivery reports, then retry
+            producer.poll(0.1)
+        except KafkaException as exc:  # refused before it was queued, e.g. too large
+            deliveries.fail(kafka_error(exc))
+            break
+    producer.poll(0)
+
