@@ -51,7 +51,7 @@ def _storage_demo(root: Path) -> None:
     first = decode_records(data, parse_header(data))
     record = next(r for r in first if r.offset == 1234)
     print(f"read offset 1234 -> key={record.key!r} value={record.value!r}")
-    offset, ts = log.offset_for_timestamp(now + 4000) or (-1, -1)
+    offset, _ = log.offset_for_timestamp(now + 4000) or (-1, -1)
     print(f"first offset at or after timestamp now+4000 ms -> {offset}")
     # Drop the log without closing it (as a crash would) and reopen: recovery runs.
     logs.checkpoint()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparklog.broker.registry import handles
-from sparklog.broker.responses import Build
+from sparklog.broker.responses import Build, per_partition
 from sparklog.broker.state import Broker
 from sparklog.protocol.errors import ErrorCode, KafkaError
 from sparklog.protocol.framing import RequestHeader
@@ -24,12 +24,10 @@ HIGH_WATERMARK = -1
 @handles(ApiKey.DELETE_RECORDS)
 async def delete_records(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
-    topics = []
-    for topic in request.topics:
-        results = tuple(_delete(build, broker, topic.name, p) for p in topic.partitions)
-        topics.append(build("DeleteRecordsTopicResult", name=topic.name, partitions=results))
+    topics = per_partition(build, request.topics, "DeleteRecordsTopicResult",
+                           lambda topic, p: _delete(build, broker, topic, p))
     broker.logs.checkpoint()
-    return build.response(topics=tuple(topics))
+    return build.response(topics=topics)
 
 
 def _delete(build: Build, broker: Broker, topic: str, p: Any) -> Any:

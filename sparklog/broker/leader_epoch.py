@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparklog.broker.registry import handles
-from sparklog.broker.responses import Build
+from sparklog.broker.responses import Build, per_partition
 from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.protocol.errors import ErrorCode, KafkaError
 from sparklog.protocol.framing import RequestHeader
@@ -23,11 +23,9 @@ from sparklog.protocol.versions import ApiKey
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH)
 async def offset_for_leader_epoch(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
-    topics = []
-    for topic in request.topics:
-        results = tuple(_end_offset(build, broker, topic.topic, p) for p in topic.partitions)
-        topics.append(build("OffsetForLeaderTopicResult", topic=topic.topic, partitions=results))
-    return build.response(topics=tuple(topics))
+    return build.response(topics=per_partition(
+        build, request.topics, "OffsetForLeaderTopicResult",
+        lambda topic, p: _end_offset(build, broker, topic, p), name_field="topic"))
 
 
 def _end_offset(build: Build, broker: Broker, topic: str, p: Any) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparklog.broker.registry import handles
-from sparklog.broker.responses import Build
+from sparklog.broker.responses import Build, per_partition
 from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.protocol.errors import ErrorCode, KafkaError
 from sparklog.protocol.framing import RequestHeader
@@ -24,11 +24,9 @@ EARLIEST, LATEST = -2, -1
 @handles(ApiKey.LIST_OFFSETS)
 async def list_offsets(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
-    topics = []
-    for topic in request.topics:
-        partitions = tuple(_lookup(build, broker, topic.name, p) for p in topic.partitions)
-        topics.append(build("ListOffsetsTopicResponse", name=topic.name, partitions=partitions))
-    return build.response(topics=tuple(topics))
+    return build.response(topics=per_partition(
+        build, request.topics, "ListOffsetsTopicResponse",
+        lambda topic, p: _lookup(build, broker, topic, p)))
 
 
 def _lookup(build: Build, broker: Broker, topic: str, p: Any) -> Any:

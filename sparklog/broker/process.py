@@ -44,7 +44,7 @@ class BrokerProcess:
                "--listen", f"127.0.0.1:{self.port}"]
         for key, value in self.config.items():
             cmd += ["--set", f"{key}={value}"]
-        stderr = open(self.log_file, "a")  # noqa: SIM115 - owned by the child from here on
+        stderr = open(self.log_file, "a")  # the child inherits it; ours closes below
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
         stderr.close()

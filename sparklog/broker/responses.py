@@ -8,6 +8,7 @@ drops fields the request's version does not have, so one handler serves every ve
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -42,6 +43,18 @@ class Build:
     def response(self, **values: Any) -> Any:
         values.setdefault("throttle_time", NO_THROTTLE)
         return _make(self.top, values)
+
+
+def per_partition(build: Build, topics: Any, entity: str,
+                  answer: Callable[[str, Any], Any], name_field: str = "name") -> tuple[Any, ...]:
+    """One ``entity`` per requested topic, holding ``answer(topic, partition)`` for each of its
+    partitions: the shape of every partition-level request (ListOffsets, DeleteRecords...)."""
+    out = []
+    for topic in topics:
+        name = getattr(topic, name_field)
+        partitions = tuple(answer(name, p) for p in topic.partitions)
+        out.append(build(entity, **{name_field: name, "partitions": partitions}))
+    return tuple(out)
 
 
 def _make(cls: type, values: dict[str, Any]) -> Any:
