@@ -79,10 +79,13 @@ class LogManager:
         self.topic_defaults = broker_defaults(broker_props or {})
         marker = data_dir / CLEAN_SHUTDOWN_FILE
         self.clean_start = marker.exists()
+        first_start = not (data_dir / META_FILE).exists()
         self.cluster_id, self.node_id = self._load_meta()
         self.topics: dict[str, TopicMetadata] = self._load_topics()
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        # Called with (topic, partition) when a log is deleted (the cleaner drops its offset).
+        self.on_log_deleted: list[Callable[[tuple[str, int]], None]] = []
         self._remove_orphans()
         recovery = read_checkpoint(data_dir / RECOVERY_CHECKPOINT)
         starts = read_checkpoint(data_dir / LOG_START_CHECKPOINT)
@@ -93,9 +96,10 @@ class LogManager:
                 self.logs[tp] = self._open_log(topic, partition, recovery.get(tp, 0),
                                                starts.get(tp, 0))
         marker.unlink(missing_ok=True)
-        log.info("loaded %d partitions of %d topics from %s in %.2fs (%s shutdown)",
-                 len(self.logs), len(self.topics), data_dir, time.monotonic() - started,
-                 "clean" if self.clean_start else "unclean")
+        how = "first start" if first_start else (
+            "after a clean shutdown" if self.clean_start else "after an unclean shutdown")
+        log.info("loaded %d partitions of %d topics from %s in %.2fs (%s)", len(self.logs),
+                 len(self.topics), data_dir, time.monotonic() - started, how)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -203,8 +207,15 @@ class LogManager:
         self._save_topics()
         for partition in range(topic.partitions):
             partition_log = self.logs.pop((name, partition))
-            for segment in partition_log.segments:
-                segment.close()
+            partition_log.discard()
+            for forget in self.on_log_deleted:
+                forget((name, partition))
+            # Segments awaiting file.delete.delay.ms go with the directory, now.
+            pending = [(due, s) for due, s in self._pending_deletes
+                       if s.directory == partition_log.directory]
+            for entry in pending:
+                self._pending_deletes.remove(entry)
+                entry[1].delete()
             doomed = partition_log.directory.with_name(
                 f"{partition_log.directory.name}.{uuid.uuid4().hex}-delete")
             partition_log.directory.rename(doomed)
@@ -243,11 +254,16 @@ class LogManager:
         return config
 
     # -- maintenance ---------------------------------------------------------------------
-    def run_maintenance(self) -> None:
-        """Retention, time-based flushes, delayed file deletion and checkpoints."""
+    def flush_due(self) -> None:
+        """Flush the logs whose ``flush.ms`` has passed (default: never, as in Kafka)."""
+        now = self.now_ms()
+        for partition_log in self.logs.values():
+            partition_log.flush_if_due(now)
+
+    def apply_retention(self) -> None:
+        """Delete segments expired by retention or DeleteRecords, then checkpoint."""
         now = self.now_ms()
         for (topic, partition), partition_log in self.logs.items():
-            partition_log.flush_if_due(now)
             for segment in partition_log.expired_segments(now):
                 log.info("%s-%d: deleting segment %s (retention)", topic, partition,
                          segment.log_path.name)
@@ -256,6 +272,11 @@ class LogManager:
                 self._pending_deletes.append((now + delay, segment))
         self._delete_due_segments(now)
         self.checkpoint()
+
+    def run_maintenance(self) -> None:
+        """Everything periodic at once (tools and tests; the broker schedules them apart)."""
+        self.flush_due()
+        self.apply_retention()
 
     def _delete_due_segments(self, now: int) -> None:
         keep = []

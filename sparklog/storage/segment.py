@@ -32,6 +32,7 @@ from sparklog.storage.config import LogConfig
 from sparklog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
 LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX = ".log", ".index", ".timeindex"
+DELETED_SUFFIX = ".deleted"
 INT32_MAX = (1 << 31) - 1
 
 
@@ -57,18 +58,20 @@ class FileSlice:
 class LogSegment:
     """A segment file and its indexes; only the partition's last segment is appended to."""
 
-    def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int,
+                 *, suffix: str = "") -> None:
+        """Open (or create) the files ``<base>.log<suffix>`` and its indexes; the log cleaner
+        writes segments with a ``.cleaned`` suffix and recovery reopens ``.swap`` ones."""
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
-        stem = directory / segment_name(base_offset)
-        self.log_path = stem.with_suffix(LOG_SUFFIX)
+        self.log_path = self._path(LOG_SUFFIX, suffix)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.created_ms = now_ms
-        self.offset_index = OffsetIndex(stem.with_suffix(INDEX_SUFFIX), base_offset,
+        self.offset_index = OffsetIndex(self._path(INDEX_SUFFIX, suffix), base_offset,
                                         config.segment_index_bytes)
-        self.time_index = TimeIndex(stem.with_suffix(TIMEINDEX_SUFFIX), base_offset,
+        self.time_index = TimeIndex(self._path(TIMEINDEX_SUFFIX, suffix), base_offset,
                                     config.segment_index_bytes)
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -82,13 +85,45 @@ class LogSegment:
         try:
             self.offset_index.sanity_check(self.size)
             self.time_index.sanity_check(self.size)
+            self._check_index_ends()
         except CorruptIndexError:
             self.recover()
+            self.offset_index.close()  # read-only again: only the active segment's stay open
+            self.time_index.close()
             return
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
         _, position = self.offset_index.lookup(self.offset_index.last_offset)
         for header in self.iter_headers(position):
             self._observe(header)
+        # The scan began at the last indexed batch, not the first: read that one lazily.
+        self._first_batch_timestamp = None
+
+    def _check_index_ends(self) -> None:
+        """A few preads beyond the files' own checks: both indexes exist, and their first and
+        last entries name the batches they point at, so a missing, zeroed or garbled index is
+        rebuilt rather than trusted."""
+        for index in (self.offset_index, self.time_index):
+            if not index.path.exists():
+                raise CorruptIndexError(f"{index.path} is missing")
+        offsets, times = self.offset_index, self.time_index
+        for n in (0, offsets.entries - 1) if offsets.entries else ():
+            relative, position = offsets.entry(n)
+            header = self.read_header(position)
+            if header is None or header.last_offset != self.base_offset + relative:
+                raise CorruptIndexError(f"{offsets.path} entry {n} names no batch")
+        if offsets.entries > 1:
+            first, last = offsets.entry(0), offsets.entry(offsets.entries - 1)
+            if first[0] >= last[0] or first[1] >= last[1]:
+                raise CorruptIndexError(f"{offsets.path} entries do not increase")
+        for n in (0, times.entries - 1) if times.entries else ():
+            timestamp, relative = times.entry(n)
+            if (timestamp, relative) == (-1, 0):  # written while no batch had a timestamp
+                continue
+            header = self.translate_offset(self.base_offset + relative)
+            if header is None or (header.last_offset, header.max_timestamp) != (
+                self.base_offset + relative, timestamp
+            ):
+                raise CorruptIndexError(f"{times.path} entry {n} names no batch")
 
     def recover(self) -> int:
         """Validate every batch, rebuild both indexes and cut any invalid tail.
@@ -178,8 +213,13 @@ class LogSegment:
         self._observe(header)
         self._bytes_since_index_entry += header.size
         if self._bytes_since_index_entry > self.config.index_interval_bytes:
-            self.offset_index.append(header.last_offset, position)
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            # A full index stays as it is (lookups scan on from its last entry): one request
+            # of many batches, or a recovery under a smaller segment.index.bytes or
+            # index.interval.bytes, can need more entries than the roll check left room for.
+            if not self.offset_index.is_full:
+                self.offset_index.append(header.last_offset, position)
+            if not self.time_index.is_full:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index_entry = 0
 
     def largest_timestamp(self) -> int:
@@ -273,13 +313,22 @@ class LogSegment:
         self.time_index.close()
         os.close(self.fd)
 
+    def _path(self, extension: str, suffix: str) -> Path:
+        return self.directory / f"{segment_name(self.base_offset)}{extension}{suffix}"
+
+    def change_suffix(self, suffix: str) -> None:
+        """Rename the files ``<base>.log<suffix>`` etc., the indexes first and the log last
+        (its name tells what state the segment is in); open descriptors and index maps keep
+        serving reads."""
+        self.offset_index.rename(self._path(INDEX_SUFFIX, suffix))
+        self.time_index.rename(self._path(TIMEINDEX_SUFFIX, suffix))
+        path = self._path(LOG_SUFFIX, suffix)
+        os.replace(self.log_path, path)
+        self.log_path = path
+
     def mark_deleted(self) -> None:
         """Rename the files ``*.deleted``; the open descriptor keeps serving reads."""
-        deleted = self.log_path.with_name(self.log_path.name + ".deleted")
-        os.replace(self.log_path, deleted)
-        self.log_path = deleted
-        for index in (self.offset_index, self.time_index):
-            index.rename(index.path.with_name(index.path.name + ".deleted"))
+        self.change_suffix(DELETED_SUFFIX)
 
     def delete(self) -> None:
         self.close()

@@ -1,0 +1,67 @@
+"""Shared benchmark helpers: accumulated timing, peak RSS, scratch directories, result tables.
+
+Benchmarks compare a sparklog path with the plain operation it is built on, in the same run,
+and print ratios next to absolute figures, so results can be compared across machines.
+"""
+
+from __future__ import annotations
+
+import resource
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+
+MiB = 1 << 20
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far, in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Stopwatch:
+    """Adds up the wall-clock time spent inside ``with stopwatch:`` blocks."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.seconds += time.perf_counter() - self._started
+
+
+class Row(tuple[str, ...]):
+    """One table row: its cells, already formatted."""
+
+    def __new__(cls, *cells: str) -> Row:
+        return super().__new__(cls, cells)
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """Print aligned columns: the first left-aligned (labels), the others right-aligned."""
+    table = [tuple(headers), *(tuple(row) for row in rows)]
+    widths = [max(len(row[i]) if i < len(row) else 0 for row in table)
+              for i in range(len(headers))]
+    table.insert(1, tuple("-" * w for w in widths))
+    for row in table:
+        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                        for i, (cell, w) in enumerate(zip(row, widths, strict=False))).rstrip())
+
+
+@contextmanager
+def scratch_dir(parent: str | None, prefix: str) -> Iterator[Path]:
+    """A fresh directory under ``parent`` (default: the system temp dir), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
