@@ -11,7 +11,8 @@ Invariants:
   in a LogAppendTime batch, where every record carries the batch maxTimestamp.
 - ``build_batch`` returns a complete batch that ``validate_batch`` accepts: exact batchLength,
   CRC-32C sealed. baseTimestamp is the first record's timestamp (as Kafka's producers write
-  it), maxTimestamp the largest; an empty batch has no records section and timestamps -1.
+  it) unless a delete horizon is given, maxTimestamp the largest; an empty batch has no
+  records section and timestamps -1.
 - Varints and varlongs are zig-zag encoded, at most 10 bytes.
 """
 
@@ -30,6 +31,7 @@ from sparklog.storage.batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_MASK,
     CRC_OFFSET,
+    DELETE_HORIZON_MASK,
     HEADER,
     HEADER_SIZE,
     LOG_APPEND_TIME,
@@ -222,13 +224,15 @@ def _offset_deltas(
 
 
 def _attributes(
-    codec: int, timestamp_type: int, transactional: bool, is_control: bool
+    codec: int, timestamp_type: int, transactional: bool, is_control: bool,
+    has_delete_horizon: bool,
 ) -> int:
     return (
         codec
         | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)
         | (TRANSACTIONAL_MASK if transactional else 0)
         | (CONTROL_MASK if is_control else 0)
+        | (DELETE_HORIZON_MASK if has_delete_horizon else 0)
     )
 
 
@@ -246,19 +250,26 @@ def build_batch(
     partition_leader_epoch: int = -1,
     last_offset_delta: int | None = None,
     offset_deltas: Sequence[int] | None = None,
+    delete_horizon_ms: int = NO_TIMESTAMP,
 ) -> bytes:
     """Encode a complete v2 batch of ``(key, value, headers, timestamp)`` records.
 
     ``offset_deltas`` keeps gaps (a compacted batch); ``last_offset_delta`` may then exceed the
     last of them, and must be given for an empty batch. With ``timestamp_type=1``
     (LogAppendTime) maxTimestamp is still the largest record timestamp: the broker stamps its
-    own time with ``sparklog.storage.batch.set_log_append_time``.
+    own time with ``sparklog.storage.batch.set_log_append_time``. A ``delete_horizon_ms`` >= 0
+    (the log cleaner's, KIP-534) sets attribute bit 6 and becomes baseTimestamp; record
+    timestamps stay exact, their deltas are taken from it.
     """
     if codec not in CODECS:
         raise ValueError(f"unknown compression codec {codec}")
     deltas, last_delta = _offset_deltas(len(records), offset_deltas, last_offset_delta)
     timestamps = [timestamp for *_, timestamp in records]
-    base_timestamp = timestamps[0] if records else NO_TIMESTAMP
+    has_horizon = delete_horizon_ms >= 0
+    if has_horizon:
+        base_timestamp = delete_horizon_ms
+    else:
+        base_timestamp = timestamps[0] if records else NO_TIMESTAMP
     body = b"".join(
         _encode_record(key, value, headers, timestamp - base_timestamp, delta)
         for (key, value, headers, timestamp), delta in zip(records, deltas, strict=True)
@@ -267,7 +278,7 @@ def build_batch(
         body = compress(codec, body)
     batch = bytearray(HEADER.pack(
         base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), partition_leader_epoch, MAGIC_V2,
-        0, _attributes(codec, timestamp_type, transactional, is_control), last_delta,
+        0, _attributes(codec, timestamp_type, transactional, is_control, has_horizon), last_delta,
         base_timestamp, max(timestamps, default=NO_TIMESTAMP), producer_id, producer_epoch,
         base_sequence, len(records),
     ))

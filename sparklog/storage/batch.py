@@ -101,6 +101,12 @@ class BatchHeader:
         return bool(self.attributes & CONTROL_MASK)
 
     @property
+    def delete_horizon_ms(self) -> int:
+        """When the cleaner may drop this batch's tombstones (KIP-534: attribute bit 6 set,
+        baseTimestamp holds the horizon); -1 if the batch was never cleaned with one."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else NO_TIMESTAMP
+
+    @property
     def last_sequence(self) -> int:
         """Sequence of the last record (wrapping at int32, as Kafka does); -1 if none."""
         if self.base_sequence < 0:

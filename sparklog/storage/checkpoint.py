@@ -51,7 +51,12 @@ def write_atomically(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the renames and creations done in ``directory`` durable."""
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:

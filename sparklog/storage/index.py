@@ -151,7 +151,8 @@ class _SparseIndex:
         self.path.unlink(missing_ok=True)
 
     def rename(self, path: Path) -> None:
-        self._release_map()
+        """Rename the file; an open map stays valid (it follows the inode), so a reader on
+        another thread may keep searching this index while the cleaner renames it."""
         os.replace(self.path, path)
         self.path = path
 

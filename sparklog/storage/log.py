@@ -13,12 +13,26 @@ Invariants:
   indexes are only sanity-checked.
 - Retention and DeleteRecords remove whole segments only; the active segment is rolled
   first when it must go.
+- Threads: the event loop appends, reads and applies retention; the log cleaner's thread
+  swaps cleaned segments in. ``lock`` serialises every change of ``segments`` (roll,
+  retention, ``replace_segments``) and of producer state; the cleaner holds it for a few
+  renames and one directory fsync per swap, never while it reads or writes data.
+  ``segments`` is replaced, never edited in place, except for the roll's append at the
+  end, so readers take one reference to it and need no lock.
+- Compaction swaps are crash-safe: cleaned data is written whole to ``<base>.log.cleaned``
+  (and indexes) and fsynced, renamed ``.swap`` (the commit point), the replaced segments are
+  renamed ``.deleted``, then the swap gets its final name. A cleaned segment ends exactly
+  where the segments it replaces ended (the cleaner keeps their last batch, empty if need
+  be), so at load a ``.swap`` replaces the segments with a base offset in [its base, its
+  next offset); ``.cleaned`` files are dropped.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,14 +49,31 @@ from sparklog.storage.batch import (
     parse_header,
     set_log_append_time,
 )
+from sparklog.storage.checkpoint import fsync_directory
 from sparklog.storage.config import LogConfig
 from sparklog.storage.producer_state import ProducerStateManager
-from sparklog.storage.segment import LOG_SUFFIX, FileSlice, LogSegment
+from sparklog.storage.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    FileSlice,
+    LogSegment,
+)
 
 log = logging.getLogger(__name__)
 
-# Files left by an interrupted delete or clean; removed at load (the cleaner owns swaps).
-_LEFTOVER_SUFFIXES = (".deleted", ".tmp")
+CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"
+# Files left by an interrupted delete; removed at load (after interrupted swaps are settled).
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".tmp")
+
+CrashPoint = Callable[[str], None]
+"""Fault-injection hook: the cleaner calls it with a step name after each step of a clean
+and of its swaps; a test replaces it to crash there."""
+
+
+def no_crash(step: str) -> None:
+    """The production crash point: every step goes ahead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +101,8 @@ class PartitionLog:
         self.directory = directory
         self.config = config
         directory.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.RLock()
+        self.closed = False
         self.segments: list[LogSegment] = []
         self.producer_state = ProducerStateManager(directory)
         self.recovery_point = recovery_point
@@ -83,6 +116,7 @@ class PartitionLog:
 
     # -- loading -------------------------------------------------------------------------
     def _load(self, now_ms: int, clean: bool) -> None:
+        self._settle_interrupted_swaps(now_ms)
         for path in self.directory.iterdir():
             if path.suffix in _LEFTOVER_SUFFIXES:
                 path.unlink()
@@ -113,10 +147,35 @@ class PartitionLog:
             self.segments.append(LogSegment(self.directory, 0, self.config, now_ms))
         self.active.open_for_append()
 
+    def _settle_interrupted_swaps(self, now_ms: int) -> None:
+        """Finish what a crash cut short in ``replace_segments``: drop uncommitted
+        ``.cleaned`` files; complete each committed ``.swap`` (delete the segments it
+        replaces that still have their final names, then rename it), and drop index swaps
+        whose log never became one. Running this again after a crash here is harmless."""
+        for path in list(self.directory.iterdir()):
+            if path.suffix == CLEANED_SUFFIX:
+                path.unlink()
+        for path in sorted(self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
+            swap = LogSegment(self.directory, int(path.name.split(".")[0]), self.config, now_ms,
+                              suffix=SWAP_SUFFIX)
+            swap.recover()  # fsynced whole before its rename: this only rebuilds the indexes
+            swap.close_for_append()
+            for old in self.directory.glob(f"*{LOG_SUFFIX}"):
+                if old.stem.isdigit() and swap.base_offset <= int(old.stem) < swap.next_offset:
+                    for extension in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, LOG_SUFFIX):
+                        old.with_suffix(extension).unlink(missing_ok=True)
+            swap.change_suffix("")
+            swap.close()
+            log.warning("%s: completed the interrupted swap of cleaned segment %s",
+                        self.directory, swap.log_path.name)
+        for path in list(self.directory.iterdir()):
+            if path.suffix == SWAP_SUFFIX:
+                path.unlink()
+
     def _rebuild_producer_state(self) -> None:
         start = self.producer_state.load_snapshot(self.log_end_offset)
         start = max(start, self.log_start_offset)
-        for segment in self.segments[self._segment_index(start):]:
+        for segment in self.segments[_segment_at(self.segments, start):]:
             _, position = segment.offset_index.lookup(start)
             for header in segment.iter_headers(position):
                 if header.last_offset >= start:
@@ -135,9 +194,31 @@ class PartitionLog:
     def size(self) -> int:
         return sum(s.size for s in self.segments)
 
-    def _segment_index(self, offset: int) -> int:
-        bases = [s.base_offset for s in self.segments]
-        return max(bisect.bisect_right(bases, offset) - 1, 0)
+    @property
+    def last_stable_offset(self) -> int:
+        """No transaction is tracked as open yet: everything appended is stable."""
+        return self.log_end_offset
+
+    def inactive_segments(self) -> list[LogSegment]:
+        """Every segment but the active one, as of now."""
+        with self.lock:
+            return self.segments[:-1]
+
+    def first_uncleanable_offset(self, first_dirty: int, now_ms: int) -> int:
+        """Where compaction must stop (a segment base offset): never past the last stable
+        offset nor into the active segment, nor at a dirty segment holding a record younger
+        than ``min.compaction.lag.ms``."""
+        segments = self.segments
+        bound = min(self.last_stable_offset, segments[-1].base_offset)
+        lag = self.config.get("min.compaction.lag.ms")
+        if lag > 0:
+            for segment in segments[:-1]:
+                if segment.next_offset > first_dirty and (
+                    segment.largest_timestamp() > now_ms - lag
+                ):
+                    bound = min(bound, segment.base_offset)
+                    break
+        return bound
 
     # -- appends -------------------------------------------------------------------------
     def append(self, records: bytes | bytearray | memoryview, *, now_ms: int,
@@ -166,10 +247,12 @@ class PartitionLog:
                 set_log_append_time(data, header, append_time)
             assigned.append(_reparse(data, header))
             offset += header.last_offset_delta + 1
-        self._maybe_roll(len(data), max(h.max_timestamp for h in assigned), assigned[-1], now_ms)
-        self.active.append(data, assigned)
-        for header in assigned:
-            self.producer_state.update(header)
+        with self.lock:
+            self._maybe_roll(len(data), max(h.max_timestamp for h in assigned), assigned[-1],
+                             now_ms)
+            self.active.append(data, assigned)
+            for header in assigned:
+                self.producer_state.update(header)
         self._unflushed += sum(h.record_count for h in assigned)
         if self._unflushed >= self.config.flush_messages:
             self.flush(now_ms)
@@ -183,10 +266,12 @@ class PartitionLog:
             raise InvalidRecordError(
                 f"batch offset {headers[0].base_offset} is below the log end {self.log_end_offset}"
             )
-        self._maybe_roll(len(records), max(h.max_timestamp for h in headers), headers[-1], now_ms)
-        self.active.append(records, headers)
-        for header in headers:
-            self.producer_state.update(header)
+        with self.lock:
+            self._maybe_roll(len(records), max(h.max_timestamp for h in headers), headers[-1],
+                             now_ms)
+            self.active.append(records, headers)
+            for header in headers:
+                self.producer_state.update(header)
 
     def _validate(self, header: BatchHeader, now_ms: int) -> None:
         if header.size > self.config.max_message_bytes:
@@ -215,17 +300,47 @@ class PartitionLog:
 
     def roll(self, now_ms: int) -> LogSegment:
         """Start a new active segment at the log end; the old one is fsynced and sealed."""
-        if self.active.size == 0:
-            return self.active
-        offset = self.log_end_offset
-        old = self.active
-        old.close_for_append()
-        new = LogSegment(self.directory, offset, self.config, now_ms)
-        new.open_for_append()
-        self.segments.append(new)
-        self.recovery_point = max(self.recovery_point, offset)
-        self.producer_state.write_snapshot(offset)
-        return new
+        with self.lock:
+            if self.active.size == 0:
+                return self.active
+            offset = self.log_end_offset
+            old = self.active
+            old.close_for_append()
+            new = LogSegment(self.directory, offset, self.config, now_ms)
+            new.open_for_append()
+            self.segments.append(new)
+            self.recovery_point = max(self.recovery_point, offset)
+            self.producer_state.write_snapshot(offset)
+            return new
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment,
+                         crash_point: CrashPoint = no_crash) -> bool:
+        """Swap ``new``, a ``.cleaned`` segment written and fsynced whole, in for ``old``,
+        consecutive inactive segments (see the module invariants for the protocol).
+
+        Returns False, renaming nothing, when ``old`` is no longer in the log (retention or a
+        topic deletion got there first). After a swap the caller deletes ``old`` (renamed
+        ``.deleted``) once reads in flight are done with them.
+        """
+        with self.lock:
+            segments = self.segments
+            start = next((i for i, s in enumerate(segments) if s is old[0]), len(segments))
+            end = start + len(old)
+            if self.closed or end >= len(segments) or any(
+                a is not b for a, b in zip(segments[start:end], old, strict=True)
+            ):
+                return False
+            new.change_suffix(SWAP_SUFFIX)
+            fsync_directory(self.directory)
+            crash_point("swap_committed")
+            for segment in old:
+                segment.mark_deleted()
+                crash_point("old_deleted")
+            new.change_suffix("")
+            self.segments = [*segments[:start], new, *segments[end:]]
+        fsync_directory(self.directory)
+        crash_point("swap_done")
+        return True
 
     # -- reads ---------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FileSlice | None:
@@ -239,7 +354,8 @@ class PartitionLog:
                 f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}] "
                 f"of {self.directory.name}"
             )
-        for segment in self.segments[self._segment_index(offset):]:
+        segments = self.segments
+        for segment in segments[_segment_at(segments, offset):]:
             if offset >= end:
                 return None
             if segment.base_offset >= end:
@@ -252,7 +368,8 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= ``timestamp``."""
-        for segment in self.segments[self._segment_index(self.log_start_offset):]:
+        segments = self.segments
+        for segment in segments[_segment_at(segments, self.log_start_offset):]:
             found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
             if found is not None:
                 return found
@@ -273,21 +390,22 @@ class PartitionLog:
 
         The caller deletes them (after ``file.delete.delay.ms``, so in-flight reads finish).
         """
-        doomed = 0
-        # Segments entirely below the log start offset (DeleteRecords), never the active one.
-        while doomed < len(self.segments) - 1 and (
-            self.segments[doomed + 1].base_offset <= self.log_start_offset
-        ):
-            doomed += 1
-        if self.config.delete:
-            doomed = max(doomed, self._expired_by_time(now_ms), self._expired_by_size())
-        if doomed == 0:
-            return []
-        if doomed == len(self.segments):
-            self.roll(now_ms)
-        removed, self.segments = self.segments[:doomed], self.segments[doomed:]
-        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-        return removed
+        with self.lock:
+            doomed = 0
+            # Segments entirely below the log start offset (DeleteRecords), never the active one.
+            while doomed < len(self.segments) - 1 and (
+                self.segments[doomed + 1].base_offset <= self.log_start_offset
+            ):
+                doomed += 1
+            if self.config.delete:
+                doomed = max(doomed, self._expired_by_time(now_ms), self._expired_by_size())
+            if doomed == 0:
+                return []
+            if doomed == len(self.segments):
+                self.roll(now_ms)
+            removed, self.segments = self.segments[:doomed], self.segments[doomed:]
+            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+            return removed
 
     def _expired_by_time(self, now_ms: int) -> int:
         retention = self.config.retention_ms
@@ -332,12 +450,25 @@ class PartitionLog:
         """Clean close: fsync, snapshot producer state, release files."""
         self.flush(now_ms)
         self.producer_state.write_snapshot(self.log_end_offset)
-        for segment in self.segments:
-            segment.close()
+        self.discard()
+
+    def discard(self) -> None:
+        """Release the files (the log is closing or being deleted); a clean still running
+        on this log then finds it closed and swaps nothing in."""
+        with self.lock:
+            self.closed = True
+            for segment in self.segments:
+                segment.close()
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.directory.name}, start={self.log_start_offset}, "
                 f"end={self.log_end_offset}, segments={len(self.segments)})")
+
+
+def _segment_at(segments: list[LogSegment], offset: int) -> int:
+    """Index of the segment that holds ``offset`` (the first one if it is below them all)."""
+    bases = [s.base_offset for s in segments]
+    return max(bisect.bisect_right(bases, offset) - 1, 0)
 
 
 def _reparse(data: bytearray, header: BatchHeader) -> BatchHeader:

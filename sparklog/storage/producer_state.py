@@ -95,6 +95,12 @@ class ProducerStateManager:
                 header.base_sequence, header.last_sequence, header.base_offset, header.last_offset
             ))
 
+    def last_data_offsets(self) -> dict[int, int]:
+        """Producer id -> last offset of its latest batch: the batches compaction keeps (empty
+        if need be) so the sequence state can be rebuilt from the log."""
+        return {pid: entry.batches[-1].last_offset
+                for pid, entry in self.producers.items() if entry.batches}
+
     # -- snapshots -----------------------------------------------------------------------
     def snapshot_offsets(self) -> list[int]:
         return sorted(int(p.stem) for p in self.directory.glob(f"*{SNAPSHOT_SUFFIX}")
