@@ -12,7 +12,7 @@ import logging
 import sys
 
 # Modules registered in this order; each provides add_parser(subparsers).
-COMMAND_MODULES = ("broker", "dump_log", "topics", "produce", "consume")
+COMMAND_MODULES = ("broker", "dump_log", "topics", "produce", "consume", "groups")
 
 
 def build_parser() -> argparse.ArgumentParser:

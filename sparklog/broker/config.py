@@ -35,21 +35,29 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.flush.offset.checkpoint.interval.ms": "60000",
     "offsets.topic.num.partitions": "50",
     "offsets.retention.minutes": "10080",
+    "offsets.retention.check.interval.ms": "600000",
+    "offset.metadata.max.bytes": "4096",
     "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
     "producer.id.expiration.ms": "86400000",
+    "log.cleaner.enable": "true",
+    "log.cleaner.backoff.ms": "15000",
+    "log.cleaner.dedupe.buffer.size": "134217728",
+    "log.cleaner.threads": "1",
 }
 
 _INT_KEYS = {
     "node.id", "num.partitions", "default.replication.factor", "socket.request.max.bytes",
     "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms",
     "log.flush.offset.checkpoint.interval.ms", "offsets.topic.num.partitions",
-    "offsets.retention.minutes", "group.initial.rebalance.delay.ms",
+    "offsets.retention.minutes", "offsets.retention.check.interval.ms",
+    "offset.metadata.max.bytes", "group.initial.rebalance.delay.ms",
     "group.min.session.timeout.ms", "group.max.session.timeout.ms", "producer.id.expiration.ms",
     "log.retention.hours", "log.retention.minutes", "log.roll.hours",
+    "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size", "log.cleaner.threads",
 }
-_BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable"}
+_BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.enable"}
 _TOPIC_SYNONYMS = {k.broker_synonym for k in CONFIG_KEYS.values() if k.broker_synonym}
 
 

@@ -10,6 +10,7 @@ escaping a handler closes that connection only.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from sparklog.protocol.fetch_response import FileRegion
@@ -22,6 +23,9 @@ Parts = list[bytes | FileRegion]
 Handler = Callable[["Broker", RequestHeader, Any], Awaitable[Any]]
 
 HANDLERS: dict[int, Handler] = {}
+
+CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
+"""The address of the connection a handler serves, as Kafka shows it (``/127.0.0.1``)."""
 
 
 def handles(*api_keys: int) -> Callable[[Handler], Handler]:

@@ -9,7 +9,8 @@ Invariants:
 - SIGTERM and SIGINT stop accepting, close connections, then flush and close every log and
   write the clean-shutdown marker; the process exits 0.
 - Maintenance (time-based flushes, retention, checkpoints) runs on the event loop at the
-  intervals Kafka's settings name.
+  intervals Kafka's settings name; log compaction runs in the ``LogCleaner`` threads
+  (``log.cleaner.*``), stopped before the logs are closed.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from pathlib import Path
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
+from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 
 log = logging.getLogger(__name__)
 
 HANDLER_MODULES = (
     "api_versions", "metadata", "produce", "fetch", "list_offsets", "producer_ids",
-    "leader_epoch", "delete_records", "topics_admin", "configs",
+    "leader_epoch", "delete_records", "topics_admin", "configs", "groups", "offset_commit",
 )
 
 
@@ -70,9 +72,13 @@ async def serve(config: BrokerConfig, data_dir: Path, listen: str,
     load_handlers()
     host, port = parse_listen(listen)
     broker = Broker(config, data_dir)
+    broker.start()
     server = BrokerServer(broker, host, port)
     _, broker.port = await server.start()
     broker.host = advertised_host(config, host)
+    cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
+    if cleaner.config.enable:
+        cleaner.start()
     tasks = [
         asyncio.create_task(_every(config.get_int("log.flush.scheduler.interval.ms"),
                                    broker.logs.flush_due)),
@@ -90,6 +96,7 @@ async def serve(config: BrokerConfig, data_dir: Path, listen: str,
         for task in tasks:
             task.cancel()
         await server.stop()
+        cleaner.stop()
         broker.close()
         log.info("stopped cleanly")
 

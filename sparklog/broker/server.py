@@ -19,7 +19,7 @@ import os
 
 from kio.serial.errors import DecodeError
 
-from sparklog.broker.registry import HANDLERS, Parts
+from sparklog.broker.registry import CLIENT_HOST, HANDLERS, Parts
 from sparklog.broker.state import Broker
 from sparklog.protocol.codec import decode_request, encode_api_versions_error, encode_response
 from sparklog.protocol.errors import KafkaError
@@ -31,18 +31,31 @@ log = logging.getLogger(__name__)
 
 
 class _Descriptor:
-    """The file-object face ``loop.sendfile`` needs, over a segment's shared descriptor."""
+    """The file-object face ``loop.sendfile`` needs, over a segment's shared descriptor.
+
+    ``readinto`` serves asyncio's fallback (plain writes), which it takes whenever
+    ``os.sendfile`` fails before sending a byte, e.g. when the client has just hung up.
+    Reads use explicit offsets (``pread``): the shared descriptor's position is never moved.
+    """
 
     mode = "rb"
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
+        self._position = 0
 
     def fileno(self) -> int:
         return self._fd
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        return offset  # reads use explicit offsets; the shared descriptor's position is unused
+        self._position = offset
+        return offset
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        data = os.pread(self._fd, len(buffer), self._position)
+        buffer[: len(data)] = data
+        self._position += len(data)
+        return len(data)
 
 
 class BrokerServer:
@@ -73,6 +86,7 @@ class BrokerServer:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        CLIENT_HOST.set(f"/{peer[0]}" if peer else "")  # this connection's task only
         try:
             while True:
                 frame = await read_frame(reader, self._max_frame)

@@ -10,6 +10,8 @@ Invariants:
   is used, so ids are never reused across restarts.
 - ``notify_append`` wakes every fetch waiting on that partition; waiting fetches register
   futures and never poll.
+- The group coordinator is started (``__consumer_offsets`` replayed) before the first
+  request is served, and stopped before the logs close.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
+from sparklog.coordinator.coordinator import GroupCoordinator
 from sparklog.protocol.errors import UnknownTopicOrPartitionError
 from sparklog.storage.checkpoint import write_atomically
 from sparklog.storage.log import PartitionLog
@@ -64,6 +67,7 @@ class Broker:
         self.host = "127.0.0.1"
         self.port = 9092
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = defaultdict(set)
+        self.coordinator = GroupCoordinator(self, LEADER_EPOCH)
 
     @property
     def cluster_id(self) -> str:
@@ -112,5 +116,10 @@ class Broker:
                         del self._waiters[tp]
 
     # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Load what must be in memory before serving (on the event loop)."""
+        self.coordinator.start()
+
     def close(self) -> None:
+        self.coordinator.stop()
         self.logs.close()

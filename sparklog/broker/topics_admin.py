@@ -10,6 +10,8 @@ Behaviour:
   ``delete.topic.enable`` is false.
 - CreatePartitions: only grows a topic (INVALID_PARTITIONS otherwise); ``validate_only``
   honoured. New partitions start empty at offset 0.
+- A CreateTopics or CreatePartitions request adding more than 10,000 partitions in all is
+  refused whole with POLICY_VIOLATION, as Kafka's controller does.
 """
 
 from __future__ import annotations
@@ -23,14 +25,38 @@ from sparklog.protocol.errors import ErrorCode, KafkaError
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
+# Kafka's controller refuses requests adding more partitions than this (MAX_PARTITIONS_PER_BATCH)
+# with POLICY_VIOLATION; here each partition also holds open files, so one request must not
+# be able to exhaust the descriptors.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+_TOO_MANY = KafkaError("Excessively large number of partitions per request "
+                       f"(at most {MAX_PARTITIONS_PER_REQUEST})", ErrorCode.POLICY_VIOLATION)
+
+
+def _requested_partitions(broker: Broker, topic: Any) -> int:
+    if topic.assignments:
+        return len(topic.assignments)
+    if topic.num_partitions == -1:
+        return broker.config.get_int("num.partitions")
+    return max(topic.num_partitions, 0)
+
+
+def _added_partitions(broker: Broker, topic: Any) -> int:
+    current = broker.logs.topics.get(topic.name)
+    return max(topic.count - current.partitions, 0) if current is not None else 0
+
 
 @handles(ApiKey.CREATE_TOPICS)
 async def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     results = []
+    too_many = sum(_requested_partitions(broker, t) for t in request.topics) > (
+        MAX_PARTITIONS_PER_REQUEST)
     for topic in request.topics:
         code, message = ErrorCode.NONE, None
         try:
+            if too_many:
+                raise _TOO_MANY
             _create(broker, topic, request.validate_only if header.api_version else False)
         except KafkaError as exc:
             code, message = exc.code, str(exc)
@@ -76,9 +102,13 @@ async def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> 
 async def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     results = []
+    too_many = sum(_added_partitions(broker, t) for t in request.topics) > (
+        MAX_PARTITIONS_PER_REQUEST)
     for topic in request.topics:
         code, message = ErrorCode.NONE, None
         try:
+            if too_many:
+                raise _TOO_MANY
             broker.logs.create_partitions(topic.name, topic.count,
                                           validate_only=request.validate_only)
         except KafkaError as exc:

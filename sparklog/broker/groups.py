@@ -1,0 +1,151 @@
+"""Group membership APIs: FindCoordinator (10, v0-v2), JoinGroup (11, v0-v5), Heartbeat
+(12, v0-v3), LeaveGroup (13, v0-v3), SyncGroup (14, v0-v3), DescribeGroups (15, v0-v4),
+ListGroups (16, v0-v2), DeleteGroups (42, v0-v1).
+
+Behaviour (the group logic itself is ``sparklog.coordinator``; this module translates):
+- FindCoordinator: this node coordinates every group (key type 0). Transactions (key type
+  1) are not served: COORDINATOR_NOT_AVAILABLE. Another key type is INVALID_REQUEST. The API
+  must be advertised in any case: librdkafka only enables LZ4 when it is.
+- JoinGroup: v0 has no rebalance timeout (the session timeout serves as both); from v4 a
+  dynamic member (no ``group.instance.id``, v5+) joining with an empty member id gets
+  MEMBER_ID_REQUIRED and its member id, and must join again with it. The response is parked
+  until the rebalance completes; only the leader gets the member list.
+- LeaveGroup v0-v2 remove the one ``member_id`` (its error is the top-level error); v3
+  removes a list of members, each answered on its own.
+- DescribeGroups: an unknown group is described as Dead with no error (as Kafka does up to
+  v5); member metadata, assignments and the protocol are only shown for a Stable group. With
+  ``include_authorized_operations`` (v3+), every group operation is allowed (no authorizer).
+- The client host of a member is the connection's address, ``/ip`` as Kafka shows it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sparklog.broker.registry import CLIENT_HOST, handles
+from sparklog.broker.responses import Build
+from sparklog.broker.state import Broker
+from sparklog.protocol.errors import ErrorCode
+from sparklog.protocol.framing import RequestHeader
+from sparklog.protocol.versions import ApiKey
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+# Kafka's AclOperation codes READ (3), DELETE (6), DESCRIBE (8): all a group supports.
+_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+_UNREQUESTED_OPERATIONS = -(1 << 31)
+
+
+def _ms(duration: timedelta) -> int:
+    return round(duration.total_seconds() * 1000)
+
+
+@handles(ApiKey.FIND_COORDINATOR)
+async def find_coordinator(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    key_type = getattr(request, "key_type", GROUP_KEY)
+
+    def error(code: ErrorCode, message: str) -> Any:
+        return build.response(error_code=code, error_message=message, node_id=-1, host="",
+                              port=-1)
+
+    if key_type == TRANSACTION_KEY:
+        return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not served")
+    if key_type != GROUP_KEY:
+        return error(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
+    if not broker.coordinator.active:
+        return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is stopped")
+    return build.response(error_code=ErrorCode.NONE, error_message=None,
+                          node_id=broker.node_id, host=broker.host, port=broker.port)
+
+
+@handles(ApiKey.JOIN_GROUP)
+async def join_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    instance_id = getattr(request, "group_instance_id", None)
+    session_ms = _ms(request.session_timeout)
+    rebalance_ms = _ms(request.rebalance_timeout) if header.api_version >= 1 else session_ms
+    result = await broker.coordinator.join(
+        request.group_id, request.member_id, instance_id,
+        require_known_member_id=header.api_version >= 4 and instance_id is None,
+        client_id=header.client_id or "", client_host=CLIENT_HOST.get(),
+        rebalance_timeout_ms=rebalance_ms, session_timeout_ms=session_ms,
+        protocol_type=request.protocol_type,
+        protocols=tuple((p.name, p.metadata) for p in request.protocols))
+    members = tuple(build("JoinGroupResponseMember", member_id=member_id,
+                          group_instance_id=member_instance, metadata=metadata)
+                    for member_id, member_instance, metadata in result.members)
+    return build.response(error_code=result.error, generation_id=result.generation,
+                          protocol_name=result.protocol or "", leader=result.leader,
+                          member_id=result.member_id, members=members)
+
+
+@handles(ApiKey.SYNC_GROUP)
+async def sync_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    result = await broker.coordinator.sync(
+        request.group_id, request.generation_id, request.member_id,
+        getattr(request, "group_instance_id", None),
+        {a.member_id: a.assignment for a in request.assignments})
+    return Build(header).response(error_code=result.error, assignment=result.assignment)
+
+
+@handles(ApiKey.HEARTBEAT)
+async def heartbeat(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    error = broker.coordinator.heartbeat(request.group_id, request.member_id,
+                                         getattr(request, "group_instance_id", None),
+                                         request.generation_id)
+    return Build(header).response(error_code=error)
+
+
+@handles(ApiKey.LEAVE_GROUP)
+async def leave_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    if header.api_version < 3:
+        error, errors = broker.coordinator.leave(request.group_id, [(request.member_id, None)])
+        return build.response(error_code=errors[0] if errors else error)
+    leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    error, errors = broker.coordinator.leave(request.group_id, leaving)
+    members = tuple(build("MemberResponse", member_id=member_id, group_instance_id=instance_id,
+                          error_code=member_error)
+                    for (member_id, instance_id), member_error in zip(leaving, errors,
+                                                                      strict=False))
+    return build.response(error_code=error, members=members)
+
+
+@handles(ApiKey.LIST_GROUPS)
+async def list_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    error, groups = broker.coordinator.list_groups()
+    return build.response(error_code=error, groups=tuple(
+        build("ListedGroup", group_id=group_id, protocol_type=protocol_type)
+        for group_id, protocol_type in groups))
+
+
+@handles(ApiKey.DESCRIBE_GROUPS)
+async def describe_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    operations = (_GROUP_OPERATIONS if getattr(request, "include_authorized_operations", False)
+                  else _UNREQUESTED_OPERATIONS)
+    described = []
+    for group_id in request.groups:
+        error, summary = broker.coordinator.describe(group_id)
+        members = tuple(
+            build("DescribedGroupMember", member_id=m.member_id,
+                  group_instance_id=m.group_instance_id, client_id=m.client_id,
+                  client_host=m.client_host, member_metadata=m.metadata,
+                  member_assignment=m.assignment)
+            for m in summary.members)
+        described.append(build("DescribedGroup", error_code=error, group_id=group_id,
+                               group_state=summary.state, protocol_type=summary.protocol_type,
+                               protocol_data=summary.protocol, members=members,
+                               authorized_operations=operations))
+    return build.response(groups=tuple(described))
+
+
+@handles(ApiKey.DELETE_GROUPS)
+async def delete_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    return build.response(results=tuple(
+        build("DeletableGroupResult", group_id=group_id,
+              error_code=broker.coordinator.delete(group_id))
+        for group_id in request.groups_names))

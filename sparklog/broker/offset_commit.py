@@ -1,0 +1,76 @@
+"""OffsetCommit (key 8, v0-v7) and OffsetFetch (key 9, v0-v5).
+
+Behaviour (the checks themselves are ``GroupCoordinator.commit`` and ``fetch_offsets``):
+- OffsetCommit v0 has no generation and member: it is a "simple" commit (generation -1,
+  empty member id), allowed while the group is Empty, as are v1+ commits that send those
+  values. v1's per-partition commit timestamp and v2-v4's ``retention_time`` are ignored:
+  offsets are stamped with the broker's time and expire by ``offsets.retention.minutes``.
+  v6 adds the committed leader epoch, v7 ``group.instance.id`` (FENCED_INSTANCE_ID for a
+  zombie instance). Every partition of a request is answered; those that pass the checks
+  are appended in one batch, so they are stored together or not at all.
+- OffsetFetch returns offset -1 and empty metadata for a partition without a committed
+  offset (also for unknown groups and topics). From v2 ``topics`` null means every partition
+  the group committed, and errors that concern the whole request are top-level (with no
+  partitions); before v2 they are repeated in each requested partition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparklog.broker.registry import handles
+from sparklog.broker.responses import Build
+from sparklog.broker.state import Broker
+from sparklog.coordinator.coordinator import NO_GENERATION, OffsetCommit
+from sparklog.coordinator.offsets_store import OffsetAndMetadata, TopicPartition
+from sparklog.protocol.errors import ErrorCode
+from sparklog.protocol.framing import RequestHeader
+from sparklog.protocol.versions import ApiKey
+
+NO_OFFSET = -1
+NO_LEADER_EPOCH = -1
+
+
+@handles(ApiKey.OFFSET_COMMIT)
+async def offset_commit(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    generation = request.generation_id_or_member_epoch if header.api_version >= 1 \
+        else NO_GENERATION
+    offsets = {
+        (topic.name, p.partition_index): OffsetCommit(
+            p.committed_offset, getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
+            p.committed_metadata)
+        for topic in request.topics for p in topic.partitions
+    }
+    errors = broker.coordinator.commit(request.group_id, request.member_id,
+                                       getattr(request, "group_instance_id", None), generation,
+                                       offsets)
+    return build.response(topics=tuple(
+        build("OffsetCommitResponseTopic", name=topic.name, partitions=tuple(
+            build("OffsetCommitResponsePartition", partition_index=p.partition_index,
+                  error_code=errors[(topic.name, p.partition_index)])
+            for p in topic.partitions))
+        for topic in request.topics))
+
+
+@handles(ApiKey.OFFSET_FETCH)
+async def offset_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    wanted = None if request.topics is None else [
+        (topic.name, partition) for topic in request.topics
+        for partition in topic.partition_indexes]
+    error, committed = broker.coordinator.fetch_offsets(request.group_id, wanted)
+    if error and header.api_version >= 2:
+        return build.response(error_code=error, topics=())
+    rows: list[tuple[TopicPartition, OffsetAndMetadata | None]] = (
+        [(tp, None) for tp in wanted or ()] if error else list(committed.items()))
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), found in rows:
+        by_topic.setdefault(topic, []).append(build(
+            "OffsetFetchResponsePartition", partition_index=partition,
+            committed_offset=NO_OFFSET if found is None else found.offset,
+            committed_leader_epoch=NO_LEADER_EPOCH if found is None else found.leader_epoch,
+            metadata="" if found is None else found.metadata, error_code=error))
+    return build.response(error_code=ErrorCode.NONE, topics=tuple(
+        build("OffsetFetchResponseTopic", name=topic, partitions=tuple(partitions))
+        for topic, partitions in by_topic.items()))

@@ -1,0 +1,499 @@
+"""The group coordinator without the network: record codecs, the consumer protocol parser, and
+the classic state machine driven through ``GroupCoordinator`` on a real ``Broker`` (a data
+directory in ``tmp_path``, no server), with the exact errors real clients rely on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+
+from sparklog.broker.config import BrokerConfig
+from sparklog.broker.state import Broker
+from sparklog.coordinator import offsets_store
+from sparklog.coordinator.binary import Writer
+from sparklog.coordinator.consumer_protocol import subscribed_topics
+from sparklog.coordinator.coordinator import GroupCoordinator, OffsetCommit
+from sparklog.coordinator.group import GroupState, JoinResult
+from sparklog.coordinator.offsets_store import (
+    OFFSETS_TOPIC,
+    GroupKey,
+    GroupRecord,
+    MemberRecord,
+    OffsetAndMetadata,
+    OffsetKey,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    group_key,
+    group_value,
+    java_string_hashcode,
+    offset_key,
+    offset_value,
+    partition_for,
+)
+from sparklog.protocol.errors import ErrorCode
+
+pytestmark = pytest.mark.timeout(60)
+
+E = ErrorCode
+SESSION_MS = 1000  # generous: the machine may be busy
+REBALANCE_MS = 1500
+BASE_CONFIG = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "100",
+    "offsets.topic.num.partitions": "4",
+}
+
+
+def subscription(*topics: str) -> bytes:
+    return ConsumerProtocolSubscription(version=0, topics=list(topics), user_data=None).encode()
+
+
+SUB = subscription("t")
+RANGE = (("range", SUB),)
+
+
+# -- codecs ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", 0), ("a", 97), ("hello", 99162322), ("Hello World", -862545276),
+    ("polygenelubricants", -(1 << 31)),  # the famous Integer.MIN_VALUE hash
+    ("\U0001F600", 0xD83D * 31 + 0xDE00),  # UTF-16 code units, as Java counts them
+])
+def test_java_string_hashcode(text: str, expected: int) -> None:
+    assert java_string_hashcode(text) == expected
+
+
+def test_partition_for_uses_kafka_utils_abs() -> None:
+    assert partition_for("polygenelubricants", 7) == 0  # Utils.abs(MIN_VALUE) is 0
+    assert partition_for("Hello World", 50) == 862545276 % 50
+    assert partition_for("hello", 50) == 99162322 % 50
+
+
+def test_keys_and_values_round_trip() -> None:
+    assert offset_key("g", "t", 3)[:2] == b"\x00\x01"  # key version 1
+    assert decode_key(offset_key("g", "t", 3)) == OffsetKey("g", "t", 3)
+    assert decode_key(group_key("g")) == GroupKey("g")
+    value = OffsetAndMetadata(42, 7, "meta", 1_700_000_000_000)
+    assert offset_value(value)[:2] == b"\x00\x03"
+    assert decode_offset_value(offset_value(value)) == value
+    record = GroupRecord("consumer", 5, "range", "m1", 123, (
+        MemberRecord("m1", None, "c1", "/127.0.0.1", 30000, 10000, SUB, b"\x00\x00"),
+        MemberRecord("m2", "i2", "c2", "/10.0.0.1", 30000, 10000, SUB, b""),
+    ))
+    assert group_value(record)[:2] == b"\x00\x03"
+    assert decode_group_value(group_value(record)) == record
+    empty = GroupRecord("consumer", 6, None, None, 124, ())
+    assert decode_group_value(group_value(empty)) == empty
+
+
+def test_older_value_versions_decode() -> None:
+    v0 = Writer().int16(0).int64(10).string("m").int64(99).value()
+    v1 = Writer().int16(1).int64(11).string("m").int64(99).int64(500).value()
+    assert decode_offset_value(v0) == OffsetAndMetadata(10, -1, "m", 99)
+    assert decode_offset_value(v1) == OffsetAndMetadata(11, -1, "m", 99)
+    group_v0 = (Writer().int16(0).string("consumer").int32(2).string("range").string("m1")
+                .int32(1).string("m1").string("c1").string("/h").int32(6000)
+                .bytes(SUB).bytes(b"a").value())
+    assert decode_group_value(group_v0) == GroupRecord("consumer", 2, "range", "m1", -1, (
+        MemberRecord("m1", None, "c1", "/h", 6000, 6000, SUB, b"a"),))
+    with pytest.raises(ValueError):
+        decode_offset_value(Writer().int16(9).value())
+    with pytest.raises(ValueError):
+        decode_key(b"\x00\x01\x00")  # cut short
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_subscription_of_every_version(version: int) -> None:
+    fields: dict[str, Any] = {"topics": ["a", "bb"], "user_data": b"x"}
+    if version >= 1:
+        fields["owned_partitions"] = [
+            ConsumerProtocolSubscription.TopicPartition(topic="a", partitions=[0, 1])]
+    if version >= 2:
+        fields["generation_id"] = 4
+    if version >= 3:
+        fields["rack_id"] = "r1"
+    encoded = ConsumerProtocolSubscription(version=version, **fields).encode()
+    assert subscribed_topics(encoded) == ("a", "bb")
+    with pytest.raises(ValueError):
+        subscribed_topics(encoded[:5])
+
+
+# -- the state machine ----------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@asynccontextmanager
+async def coordinator(data_dir: Path, clock: Clock | None = None,
+                      **config: str) -> AsyncIterator[GroupCoordinator]:
+    broker = Broker(BrokerConfig({**BASE_CONFIG, **config}), data_dir,
+                    **({"clock": clock} if clock else {}))
+    broker.start()
+    try:
+        yield broker.coordinator
+    finally:
+        broker.close()
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 30))
+
+
+async def join(coord: GroupCoordinator, group: str = "g", member_id: str = "", *,
+               instance: str | None = None, protocols: tuple[tuple[str, bytes], ...] = RANGE,
+               session_ms: int = SESSION_MS, protocol_type: str = "consumer",
+               require_known: bool = True) -> JoinResult:
+    return await coord.join(
+        group, member_id, instance, require_known_member_id=require_known and instance is None,
+        client_id="client", client_host="/127.0.0.1", rebalance_timeout_ms=REBALANCE_MS,
+        session_timeout_ms=session_ms, protocol_type=protocol_type, protocols=protocols)
+
+
+async def join_new(coord: GroupCoordinator, group: str = "g", **kwargs: Any) -> JoinResult:
+    """A new dynamic member's two JoinGroups (MEMBER_ID_REQUIRED, then with the id)."""
+    first = await join(coord, group, **kwargs)
+    if first.error != E.MEMBER_ID_REQUIRED:
+        return first
+    assert first.member_id.startswith("client-")
+    return await join(coord, group, first.member_id, **kwargs)
+
+
+def state(coord: GroupCoordinator, group: str = "g") -> GroupState:
+    return coord.groups[group].state
+
+
+def test_member_id_required_then_a_generation_with_the_leader(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator(tmp_path) as coord:
+            first = await join(coord)
+            assert (first.error, first.generation) == (E.MEMBER_ID_REQUIRED, -1)
+            joined = await join(coord, "g", first.member_id)
+            assert joined.error == E.NONE
+            assert (joined.generation, joined.protocol, joined.leader) == (1, "range",
+                                                                          first.member_id)
+            assert joined.members == ((first.member_id, None, SUB),)
+            assert state(coord) is GroupState.COMPLETING_REBALANCE
+            synced = await coord.sync("g", 1, joined.member_id, None, {joined.member_id: b"A"})
+            assert (synced.error, synced.assignment) == (E.NONE, b"A")
+            assert state(coord) is GroupState.STABLE
+            assert coord.heartbeat("g", joined.member_id, None, 1) == E.NONE
+            # v0-v3 join (no MEMBER_ID_REQUIRED round trip) of a second member
+            second = await asyncio.gather(join(coord, require_known=False),
+                                          join(coord, "g", joined.member_id))
+            assert {r.generation for r in second} == {2}
+            assert [len(r.members) for r in second].count(2) == 1  # only the leader sees them
+
+    run(scenario)
+
+
+def test_rebalance_errors_and_relayed_assignment(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator(tmp_path) as coord:
+            coord.broker.logs.create_topic("t", 1)
+            a = await join_new(coord)
+            await coord.sync("g", 1, a.member_id, None, {a.member_id: b"all"})
+            b_task = asyncio.create_task(join_new(coord))
+            await asyncio.sleep(0.05)
+            assert state(coord) is GroupState.PREPARING_REBALANCE
+            assert coord.heartbeat("g", a.member_id, None, 1) == E.REBALANCE_IN_PROGRESS
+            # commits of the current generation are still accepted while preparing
+            assert coord.commit("g", a.member_id, None, 1, {("t", 0): OffsetCommit(1, -1, "")}
+                                ) == {("t", 0): E.NONE}
+            a2 = await join(coord, "g", a.member_id)
+            b = await b_task
+            assert a2.generation == b.generation == 2
+            assert a2.leader == a.member_id and len(a2.members) == 2 and b.members == ()
+            assert coord.heartbeat("g", a.member_id, None, 2) == E.REBALANCE_IN_PROGRESS
+            assert coord.commit("g", a.member_id, None, 2, {("t", 0): OffsetCommit(1, -1, "")}
+                                ) == {("t", 0): E.REBALANCE_IN_PROGRESS}
+            follower = asyncio.create_task(coord.sync("g", 2, b.member_id, None, {}))
+            await asyncio.sleep(0.05)
+            assert not follower.done()  # waits for the leader
+            leader = await coord.sync("g", 2, a.member_id, None,
+                                      {a.member_id: b"p0", b.member_id: b"p1"})
+            assert (leader.assignment, (await follower).assignment) == (b"p0", b"p1")
+            assert coord.heartbeat("g", a.member_id, None, 1) == E.ILLEGAL_GENERATION
+            assert coord.heartbeat("g", "nobody", None, 2) == E.UNKNOWN_MEMBER_ID
+            assert coord.heartbeat("nogroup", "nobody", None, 2) == E.UNKNOWN_MEMBER_ID
+            assert coord.heartbeat("", "nobody", None, 2) == E.INVALID_GROUP_ID
+            assert (await coord.sync("g", 1, a.member_id, None, {})).error == E.ILLEGAL_GENERATION
+            stale = coord.commit("g", a.member_id, None, 1, {("t", 0): OffsetCommit(1, -1, "")})
+            assert stale == {("t", 0): E.ILLEGAL_GENERATION}
+            simple = coord.commit("g", "", None, -1, {("t", 0): OffsetCommit(1, -1, "")})
+            assert simple == {("t", 0): E.UNKNOWN_MEMBER_ID}  # not Empty: members only
+            assert coord.delete("g") == E.NON_EMPTY_GROUP
+
+    run(scenario)
+
+
+def test_protocol_checks(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator(tmp_path) as coord:
+            both = (("range", SUB), ("roundrobin", SUB))
+            a = await join_new(coord, protocols=both)
+            await coord.sync("g", 1, a.member_id, None, {})
+            other_type = await join(coord, protocol_type="connect")
+            assert other_type.error == E.INCONSISTENT_GROUP_PROTOCOL
+            no_common = await join(coord, protocols=(("sticky", SUB),))
+            assert no_common.error == E.INCONSISTENT_GROUP_PROTOCOL
+            assert (await join(coord, "new", protocols=())).error == E.INCONSISTENT_GROUP_PROTOCOL
+            assert (await join(coord, session_ms=50)).error == E.INVALID_SESSION_TIMEOUT
+            assert (await join(coord, "g", "unknown-id")).error == E.UNKNOWN_MEMBER_ID
+            # the protocol most members prefer among those all support wins
+            prefer_rr = (("roundrobin", SUB), ("range", SUB))
+            results = await asyncio.gather(join_new(coord, protocols=prefer_rr),
+                                           join_new(coord, protocols=prefer_rr),
+                                           join(coord, "g", a.member_id, protocols=both))
+            assert {(r.generation, r.protocol) for r in results} == {(2, "roundrobin")}
+
+    run(scenario)
+
+
+def test_session_timeout_removes_a_silent_member(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator(tmp_path) as coord:
+            a = await join_new(coord)
+            await coord.sync("g", 1, a.member_id, None, {})
+            b_join = asyncio.create_task(join_new(coord))
+            await asyncio.sleep(0.05)
+            a2 = await join(coord, "g", a.member_id)
+            b = await b_join
+            await asyncio.gather(coord.sync("g", 2, a.member_id, None, {}),
+                                 coord.sync("g", 2, b.member_id, None, {}))
+            # a keeps heartbeating, b goes silent: after its session b is removed
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 3 * SESSION_MS / 1000
+            error = E.NONE
+            while error == E.NONE and loop.time() < deadline:
+                await asyncio.sleep(0.1)
+                error = coord.heartbeat("g", a.member_id, None, a2.generation)
+            assert error == E.REBALANCE_IN_PROGRESS
+            assert b.member_id not in coord.groups["g"].members
+            a3 = await join(coord, "g", a.member_id)
+            assert (a3.generation, [m[0] for m in a3.members]) == (3, [a.member_id])
+
+    run(scenario)
+
+
+def test_members_that_do_not_rejoin_are_dropped_after_the_rebalance_timeout(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator(tmp_path) as coord:
+            a, b = await asyncio.gather(join_new(coord), join_new(coord))
+            if a.generation != b.generation:  # the first one may complete alone: align
+                a, b = await asyncio.gather(join(coord, "g", a.member_id),
+                                            join(coord, "g", b.member_id))
+            generation = a.generation
+            await asyncio.gather(coord.sync("g", generation, a.member_id, None, {}),
+                                 coord.sync("g", generation, b.member_id, None, {}))
+            started = asyncio.get_running_loop().time()
+            # only a rejoins (b keeps its session alive by heartbeats, but never rejoins)
+            rejoin = asyncio.create_task(join(coord, "g", a.member_id,
+                                              protocols=(("range", subscription("u")),)))
+            while not rejoin.done():
+                coord.heartbeat("g", b.member_id, None, generation)
+                await asyncio.sleep(0.05)
+            result = rejoin.result()
+            assert asyncio.get_running_loop().time() - started >= REBALANCE_MS / 1000 * 0.9
+            assert [m[0] for m in result.members] == [a.member_id]
+            assert coord.heartbeat("g", b.member_id, None, generation) == E.UNKNOWN_MEMBER_ID
+
+    run(scenario)
+
+
+def test_initial_rebalance_delay_gathers_early_members(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator(tmp_path, **{"group.initial.rebalance.delay.ms": "500"}) as coord:
+            first = asyncio.create_task(join_new(coord))
+            await asyncio.sleep(0.1)
+            second = asyncio.create_task(join_new(coord))
+            a, b = await asyncio.gather(first, second)
+            assert a.generation == b.generation == 1
+            assert len(a.members) + len(b.members) == 2
+
+    run(scenario)
+
+
+def test_static_member_rejoins_without_a_rebalance(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator(tmp_path) as coord:
+            a = await join(coord, instance="i-a")  # static: no MEMBER_ID_REQUIRED
+            assert a.error == E.NONE and a.member_id.startswith("i-a-")
+            await coord.sync("g", 1, a.member_id, "i-a", {a.member_id: b"A"})
+            again = await join(coord, instance="i-a")  # restarted, same metadata
+            assert again.error == E.NONE and again.member_id != a.member_id
+            assert again.generation == 1 and state(coord) is GroupState.STABLE
+            assert again.leader == a.member_id  # the old id: not asked to assign again
+            assert coord.heartbeat("g", a.member_id, "i-a", 1) == E.FENCED_INSTANCE_ID
+            assert coord.heartbeat("g", again.member_id, "i-a", 1) == E.NONE
+            synced = await coord.sync("g", 1, again.member_id, "i-a", {})
+            assert synced.assignment == b"A"
+            assert coord.leave("g", [(a.member_id, "i-a")]) == (E.NONE, [E.FENCED_INSTANCE_ID])
+            # changed metadata: a rebalance
+            changed = await join(coord, instance="i-a", protocols=(("range", subscription("u")),))
+            assert changed.generation == 2
+        async with coordinator(tmp_path) as coord:
+            # the replacement was stored: it survives a restart (generation 2 was not synced)
+            group = coord.groups["g"]
+            assert (group.state, group.generation) == (GroupState.STABLE, 1)
+            assert group.static_members == {"i-a": again.member_id}
+
+    run(scenario)
+
+
+def test_leave_group_v3_removes_several_members(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator(tmp_path) as coord:
+            results = await asyncio.gather(*(join(coord, instance=f"i{n}") for n in range(3)))
+            final = await asyncio.gather(*(join(coord, "g", r.member_id, instance=f"i{n}")
+                                           for n, r in enumerate(results)))
+            ids = [r.member_id for r in final]
+            top, errors = coord.leave("g", [(ids[0], "i0"), ("", "i1"), ("nobody", None)])
+            assert (top, errors) == (E.NONE, [E.NONE, E.NONE, E.UNKNOWN_MEMBER_ID])
+            assert list(coord.groups["g"].members) == [ids[2]]
+            assert coord.leave("g", [(ids[2], "i2")]) == (E.NONE, [E.NONE])
+            await asyncio.sleep(0.01)
+            assert state(coord) is GroupState.EMPTY
+            assert coord.leave("nogroup", [("x", None)]) == (E.NONE, [E.UNKNOWN_MEMBER_ID])
+
+    run(scenario)
+
+
+def test_commits_survive_a_restart_and_groups_come_back(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator(tmp_path) as coord:
+            coord.broker.logs.create_topic("t", 2)
+            assert coord.commit("simple", "", None, -1, {
+                ("t", 0): OffsetCommit(5, 0, "five"), ("t", 1): OffsetCommit(6, -1, None),
+                ("t", 9): OffsetCommit(1, -1, ""), ("x", 0): OffsetCommit(1, -1, "")}) == {
+                ("t", 0): E.NONE, ("t", 1): E.NONE, ("t", 9): E.UNKNOWN_TOPIC_OR_PARTITION,
+                ("x", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
+            assert coord.commit("simple", "", None, -1, {("t", 0): OffsetCommit(
+                1, -1, "x" * 5000)}) == {("t", 0): E.OFFSET_METADATA_TOO_LARGE}
+            assert coord.commit("nogroup", "m", None, 3, {("t", 0): OffsetCommit(1, -1, "")}
+                                ) == {("t", 0): E.ILLEGAL_GENERATION}
+            a = await join_new(coord)
+            await coord.sync("g", 1, a.member_id, None, {a.member_id: b"assigned"})
+            assert coord.commit("g", a.member_id, None, 1, {("t", 1): OffsetCommit(9, 0, "m")}
+                                ) == {("t", 1): E.NONE}
+            assert coord.commit("gone", "", None, -1, {("t", 1): OffsetCommit(3, 0, "")}
+                                ) == {("t", 1): E.NONE}
+            assert coord.delete("gone") == E.NONE
+            assert coord.delete("gone") == E.GROUP_ID_NOT_FOUND
+        async with coordinator(tmp_path) as coord:
+            error, offsets = coord.fetch_offsets("simple", None)
+            assert error == E.NONE
+            assert {tp: (o.offset, o.leader_epoch, o.metadata) for tp, o in offsets.items()
+                    if o is not None} == {("t", 0): (5, 0, "five"), ("t", 1): (6, -1, "")}
+            assert coord.fetch_offsets("simple", [("t", 0), ("t", 7)])[1][("t", 7)] is None
+            assert "gone" not in coord.groups
+            group = coord.groups["g"]
+            assert (group.state, group.generation, group.leader) == (GroupState.STABLE, 1,
+                                                                      a.member_id)
+            # the live member carries on with its generation: no rebalance needed
+            assert coord.heartbeat("g", a.member_id, None, 1) == E.NONE
+            assert (await coord.sync("g", 1, a.member_id, None, {})).assignment == b"assigned"
+            _, summary = coord.describe("g")
+            assert (summary.state, summary.protocol, summary.members[0].assignment) == (
+                "Stable", "range", b"assigned")
+            assert coord.describe("nogroup")[1].state == "Dead"
+            assert sorted(coord.list_groups()[1]) == [("g", "consumer"), ("simple", "")]
+            # a member that died while the broker was down is removed by its session timeout
+            await asyncio.sleep(SESSION_MS / 1000 * 1.5)
+            assert state(coord) is GroupState.EMPTY
+
+    run(scenario)
+
+
+def test_offsets_of_empty_groups_expire(tmp_path: Path) -> None:
+    clock = Clock()
+
+    async def scenario() -> None:
+        async with coordinator(tmp_path, clock, **{"offsets.retention.minutes": "1"}) as coord:
+            coord.broker.logs.create_topic("t", 1)
+            coord.commit("simple", "", None, -1, {("t", 0): OffsetCommit(1, -1, "")})
+            a = await join_new(coord)
+            await coord.sync("g", 1, a.member_id, None, {})
+            coord.commit("g", a.member_id, None, 1, {("t", 0): OffsetCommit(2, -1, "")})
+            clock.now += 120
+            coord.expire_offsets()
+            assert "simple" not in coord.groups  # expired from its commit
+            assert coord.fetch_offsets("g", None)[1]  # not Empty: kept
+            assert coord.leave("g", [(a.member_id, None)]) == (E.NONE, [E.NONE])
+            await asyncio.sleep(0.01)
+            clock.now += 30
+            coord.expire_offsets()
+            assert coord.fetch_offsets("g", None)[1]  # Empty for 30 s only
+            clock.now += 31
+            coord.expire_offsets()
+            assert "g" not in coord.groups
+        async with coordinator(tmp_path, clock) as coord:
+            assert coord.groups == {}  # the tombstones were written
+
+    run(scenario)
+
+
+def test_partition_count_change_triggers_a_rebalance(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with coordinator(tmp_path) as coord:
+            coord.broker.logs.create_topic("t", 2)
+            a = await join_new(coord)
+            await coord.sync("g", 1, a.member_id, None, {})
+            assert coord.heartbeat("g", a.member_id, None, 1) == E.NONE
+            coord.broker.logs.create_partitions("t", 4)
+            assert coord.heartbeat("g", a.member_id, None, 1) == E.REBALANCE_IN_PROGRESS
+            assert (await join(coord, "g", a.member_id)).generation == 2
+
+    run(scenario)
+
+
+def test_stop_answers_parked_requests_and_refuses_new_ones(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker = Broker(BrokerConfig(BASE_CONFIG), tmp_path)
+        broker.start()
+        coord = broker.coordinator
+        a = await join_new(coord)
+        pending = asyncio.create_task(join_new(coord))
+        await asyncio.sleep(0.05)
+        broker.close()
+        assert (await pending).error == E.NOT_COORDINATOR
+        assert coord.heartbeat("g", a.member_id, None, 1) == E.COORDINATOR_NOT_AVAILABLE
+        assert coord.list_groups()[0] == E.COORDINATOR_NOT_AVAILABLE
+
+    run(scenario)
+
+
+def test_offsets_topic_is_compacted_internal_and_replayed_in_chunks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    big = {"offset.metadata.max.bytes": "100000"}
+
+    async def scenario() -> None:
+        async with coordinator(tmp_path, **big) as coord:
+            topic = coord.broker.logs.topics[OFFSETS_TOPIC]
+            assert (topic.partitions, topic.internal, topic.config.compact) == (4, True, True)
+            coord.broker.logs.create_topic("t", 1)
+            for n in range(100):
+                assert coord.commit(f"g{n % 7}", "", None, -1, {
+                    ("t", 0): OffsetCommit(n, -1, str(n) * 10_000)}) == {("t", 0): E.NONE}
+        monkeypatch.setattr(offsets_store, "LOAD_BUFFER_BYTES", 50_000)  # a few batches a read
+        async with coordinator(tmp_path, **big) as coord:
+            loaded = {g: coord.fetch_offsets(g, None)[1][("t", 0)] for g in coord.groups}
+            assert {g: o.offset for g, o in loaded.items() if o} == {
+                f"g{k}": max(n for n in range(100) if n % 7 == k) for k in range(7)}
+
+    run(scenario)
