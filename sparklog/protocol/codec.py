@@ -6,7 +6,8 @@ Invariants:
   ``encode_api_versions_error``).
 - Bytes left over after a request body are ignored, never rejected (librdkafka sends 3
   extra bytes with Metadata v9+ "all topics"). A body that does not decode raises
-  ``InvalidRequestError`` and nothing else.
+  ``InvalidRequestError`` and nothing else; so does a null (length -1) array where the schema
+  does not allow one (kio itself reads it as None, which handlers would trip over).
 - ``encode_response`` returns a whole frame: int32 size, the response header for the
   request's (key, version) (correlation id, plus an empty tagged-field section for header
   v1) and the body.
@@ -85,7 +86,42 @@ def decode_request(header: RequestHeader, frame: bytes, body_offset: int) -> Req
         request, _ = read(frame, body_offset)
     except (DecodeError, ValueError) as exc:  # kio raises ValueError for some bad values
         raise InvalidRequestError(f"api {header.api_key} v{header.api_version}: {exc}") from exc
+    null = _null_array(request)
+    if null is not None:
+        raise InvalidRequestError(
+            f"api {header.api_key} v{header.api_version}: non-nullable array {null} is null")
     return request
+
+
+@cache
+def _array_fields(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
+    """(name, nullable, entity class of the items or None) of each array field of ``cls``."""
+    found = []
+    for f in fields(cls):
+        annotation, nullable = f.type, False
+        if get_origin(annotation) is UnionType:
+            (annotation,) = (arg for arg in get_args(annotation) if arg is not NoneType)
+            nullable = True
+        if get_origin(annotation) is tuple:
+            item = get_args(annotation)[0]
+            found.append((f.name, nullable, item if is_dataclass(item) else None))
+    return tuple(found)
+
+
+def _null_array(entity: Any) -> str | None:
+    """The first non-nullable array field that is None (kio reads length -1 as None for
+    every array, nullable or not: handlers iterating it would fail), or None if none is."""
+    for name, nullable, item in _array_fields(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            if not nullable:
+                return f"{type(entity).__name__}.{name}"
+        elif item is not None:
+            for element in value:
+                null = _null_array(element)
+                if null is not None:
+                    return null
+    return None
 
 
 def response_class(api_key: int, version: int) -> type[ResponsePayload]:

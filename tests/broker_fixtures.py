@@ -1,0 +1,677 @@
+"""Shared fixtures and helpers of the broker integration tests (``tests/test_broker_*.py``).
+
+Everything here drives a real broker (``BrokerProcess``, a child process on 127.0.0.1) with
+real clients; nothing is mocked.
+
+- ``broker``: one running broker per test module (module scope); at teardown it must still
+  be alive and its log must hold no internal error (an unhandled exception in a handler).
+  ``fresh_broker`` starts a private one for tests that stop, kill or restart it.
+- ``topic``: a unique topic name per test, so tests sharing a broker never see each other.
+- ``Rec`` is one record as every client sees it; ``PRODUCERS`` and ``CONSUMERS`` map a client
+  name (``confluent``, ``kafka-python``, ``aiokafka``) to a function producing or consuming
+  ``Rec`` lists, so a test can be parametrised over clients without repeating client code.
+  Consumers use ``assign()`` and commit nothing, so no group coordinator is involved.
+- ``RawConnection`` and the ``*_request`` helpers speak the wire protocol directly, for
+  requests no client would send (retried batches, corrupt CRCs, garbage frames).
+- ``BackgroundProducer`` keeps a confluent-kafka producer writing numbered records in a
+  thread while a test misbehaves on another connection, then checks every record arrived.
+
+Import the fixtures explicitly into each test module (``from broker_fixtures import broker,
+topic``): ``tests/conftest.py`` belongs to other suites.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import TopicPartition as AioTopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+
+from sparklog.broker.process import BrokerProcess
+from sparklog.storage.batch import BatchHeader, iter_batches
+
+TIMEOUT = 20.0
+"""Seconds any single client operation may take before a test gives up."""
+CLIENT_ID = "sparklog-tests"
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+CLIENTS = ("confluent", "kafka-python", "aiokafka")
+
+Header = tuple[str, bytes | None]
+
+
+# -- brokers and topics ---------------------------------------------------------------------
+
+
+def start_broker(directory: Path, config: dict[str, str] | None = None) -> BrokerProcess:
+    return BrokerProcess(directory / "data", config or {}).start()
+
+
+def internal_errors(broker: BrokerProcess) -> list[str]:
+    """Lines of the broker log that report an unhandled exception."""
+    if not broker.log_file.exists():
+        return []
+    return [line for line in broker.log_file.read_text().splitlines()
+            if "Traceback" in line or "internal error" in line]
+
+
+def assert_healthy(broker: BrokerProcess) -> None:
+    """The broker process is alive and has logged no unhandled exception."""
+    assert broker.running, f"broker exited; log:\n{broker.log_file.read_text()[-3000:]}"
+    assert internal_errors(broker) == [], broker.log_file.read_text()[-3000:]
+
+
+def _stop_checked(broker: BrokerProcess) -> None:
+    alive = broker.running
+    errors = internal_errors(broker)
+    broker.stop()
+    assert alive, f"the broker died during the module; log:\n{broker.log_file.read_text()[-3000:]}"
+    assert errors == [], broker.log_file.read_text()[-3000:]
+
+
+def module_broker(config: dict[str, str] | None = None) -> Any:
+    """A module-scoped ``broker`` fixture started with ``config`` (broker properties)."""
+
+    @pytest.fixture(scope="module", name="broker")
+    def broker_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+        proc = start_broker(tmp_path_factory.mktemp("broker"), config)
+        yield proc
+        _stop_checked(proc)
+
+    return broker_fixture
+
+
+broker = module_broker()
+"""One broker for the whole test module, with default settings."""
+
+
+@pytest.fixture
+def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A private broker for one test (for tests that stop, kill or restart it)."""
+    proc = start_broker(tmp_path)
+    yield proc
+    proc.stop()
+    assert internal_errors(proc) == [], proc.log_file.read_text()[-3000:]
+
+
+def unique_topic(hint: str) -> str:
+    clean = re.sub(r"[^a-zA-Z0-9._-]+", "-", hint).strip("-")[:60]
+    return f"{clean}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    """A topic name no other test uses (not created: see ``create_topic``)."""
+    return unique_topic(request.node.name)
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1,
+                 config: dict[str, str] | None = None) -> str:
+    client = admin(bootstrap)  # keep a reference: the futures fail if the client is freed
+    futures = client.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        operation_timeout=10, request_timeout=TIMEOUT)
+    futures[name].result(TIMEOUT)
+    return name
+
+
+def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:
+    """(log start offset, log end offset) as a client sees them (ListOffsets)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": CLIENT_ID})
+    try:
+        low, high = consumer.get_watermark_offsets(CkTopicPartition(topic, partition),
+                                                   timeout=TIMEOUT)
+        return low, high
+    finally:
+        consumer.close()
+
+
+def stored_batches(broker: BrokerProcess, topic: str, partition: int = 0) -> list[BatchHeader]:
+    """Every batch header in the partition's segment files, validated (framing and CRC)."""
+    directory = broker.data_dir / f"{topic}-{partition}"
+    headers: list[BatchHeader] = []
+    for path in sorted(directory.glob("*.log")):
+        headers.extend(iter_batches(path.read_bytes()))
+    return headers
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT,
+               message: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {message}")
+        time.sleep(0.02)
+
+
+# -- records and clients ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rec:
+    """One record. ``partition`` None lets the client choose; offset -1 = not yet known."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    partition: int | None = None
+    offset: int = -1
+    timestamp: int | None = None
+
+    @property
+    def content(self) -> tuple[bytes | None, bytes | None, tuple[Header, ...]]:
+        return self.key, self.value, self.headers
+
+
+def numbered(count: int, *, key_count: int = 0, pad: int = 0) -> list[Rec]:
+    """Records ``b"0"``, ``b"1"``...; keyed ``k<i % key_count>`` when ``key_count``.
+
+    ``pad`` appends that many compressible bytes to each value.
+    """
+    filler = b" lorem ipsum" * (pad // 12 + 1)
+    return [Rec(f"k{i % key_count}".encode() if key_count else None,
+                str(i).encode() + filler[:pad]) for i in range(count)]
+
+
+def _headers(raw: Any) -> tuple[Header, ...]:
+    return tuple((k, None if v is None else bytes(v)) for k, v in (raw or ()))
+
+
+def _deadline_loop(count: int, timeout: float, got: list[Rec]) -> Iterator[None]:
+    deadline = time.monotonic() + timeout
+    while len(got) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"consumed {len(got)} of {count} records in {timeout}s")
+        yield
+
+
+def _sorted(records: list[Rec]) -> list[Rec]:
+    """Consumed records ordered by (partition, offset) (order across partitions is free)."""
+    return sorted(records, key=lambda r: (r.partition or 0, r.offset))
+
+
+# confluent-kafka
+
+def confluent_producer(bootstrap: str, **conf: Any) -> Producer:
+    settings = {"bootstrap.servers": bootstrap, "linger.ms": 5, "message.timeout.ms": 15000,
+                "client.id": CLIENT_ID}
+    settings.update({k.replace("_", "."): v for k, v in conf.items()})
+    return Producer(settings)
+
+
+def produce_confluent(bootstrap: str, topic: str, records: Sequence[Rec], **conf: Any) -> list[Rec]:
+    """Produce and flush; returns the records with the partition and offset acknowledged."""
+    producer = confluent_producer(bootstrap, **conf)
+    acked: list[Rec | None] = [None] * len(records)
+    errors: list[Any] = []
+
+    def report(index: int) -> Callable[[Any, Message], None]:
+        def on_delivery(err: Any, msg: Message) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                acked[index] = replace(records[index], partition=msg.partition(),
+                                       offset=msg.offset())
+        return on_delivery
+
+    for index, rec in enumerate(records):
+        kwargs: dict[str, Any] = {"key": rec.key, "value": rec.value,
+                                  "headers": list(rec.headers) or None,
+                                  "on_delivery": report(index)}
+        if rec.partition is not None:
+            kwargs["partition"] = rec.partition
+        if rec.timestamp is not None:
+            kwargs["timestamp"] = rec.timestamp
+        producer.produce(topic, **kwargs)
+        producer.poll(0)
+    assert producer.flush(TIMEOUT) == 0, "records still queued after flush"
+    assert errors == []
+    return [r for r in acked if r is not None]
+
+
+def confluent_consumer(bootstrap: str, **conf: Any) -> Consumer:
+    settings = {"bootstrap.servers": bootstrap, "group.id": CLIENT_ID,
+                "enable.auto.commit": False, "auto.offset.reset": "error",
+                "fetch.wait.max.ms": 50, "client.id": CLIENT_ID}
+    settings.update(conf)
+    return Consumer(settings)
+
+
+def _from_confluent(msg: Message) -> Rec:
+    return Rec(msg.key(), msg.value(), _headers(msg.headers()), msg.partition(), msg.offset(),
+               msg.timestamp()[1])
+
+
+def consume_confluent(bootstrap: str, topic: str, count: int, partitions: Sequence[int] = (0,),
+                      start: int = OFFSET_BEGINNING, timeout: float = TIMEOUT,
+                      **conf: Any) -> list[Rec]:
+    consumer = confluent_consumer(bootstrap, **conf)
+    got: list[Rec] = []
+    try:
+        consumer.assign([CkTopicPartition(topic, p, start) for p in partitions])
+        for _ in _deadline_loop(count, timeout, got):
+            for msg in consumer.consume(count - len(got), timeout=0.5):
+                if msg.error():
+                    raise KafkaException(msg.error())
+                got.append(_from_confluent(msg))
+    finally:
+        consumer.close()
+    return _sorted(got)
+
+
+# kafka-python
+
+def produce_kafka_python(bootstrap: str, topic: str, records: Sequence[Rec],
+                         **conf: Any) -> list[Rec]:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=CLIENT_ID, linger_ms=5,
+                             **conf)
+    try:
+        futures = [producer.send(topic, key=r.key, value=r.value, headers=list(r.headers),
+                                 partition=r.partition, timestamp_ms=r.timestamp)
+                   for r in records]
+        producer.flush(TIMEOUT)
+        metadata = [f.get(TIMEOUT) for f in futures]
+    finally:
+        producer.close(TIMEOUT)
+    return [replace(r, partition=m.partition, offset=m.offset) for r, m in zip(records, metadata,
+                                                                              strict=True)]
+
+
+def consume_kafka_python(bootstrap: str, topic: str, count: int,
+                         partitions: Sequence[int] = (0,), timeout: float = TIMEOUT,
+                         **conf: Any) -> list[Rec]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=CLIENT_ID, group_id=None,
+                             enable_auto_commit=False, auto_offset_reset="earliest",
+                             **{"fetch_max_wait_ms": 50, **conf})
+    got: list[Rec] = []
+    try:
+        consumer.assign([KpTopicPartition(topic, p) for p in partitions])
+        consumer.seek_to_beginning()
+        for _ in _deadline_loop(count, timeout, got):
+            for messages in consumer.poll(timeout_ms=500).values():
+                got.extend(Rec(m.key, m.value, _headers(m.headers), m.partition, m.offset,
+                               m.timestamp) for m in messages)
+    finally:
+        consumer.close()
+    return _sorted(got)
+
+
+# aiokafka
+
+def produce_aiokafka(bootstrap: str, topic: str, records: Sequence[Rec], **conf: Any) -> list[Rec]:
+    async def run() -> list[Rec]:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id=CLIENT_ID,
+                                    linger_ms=5, request_timeout_ms=int(TIMEOUT * 1000), **conf)
+        await producer.start()
+        try:
+            futures = [await producer.send(topic, key=r.key, value=r.value,
+                                           headers=list(r.headers), partition=r.partition,
+                                           timestamp_ms=r.timestamp) for r in records]
+            metadata = await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+        return [r if m is None else replace(r, partition=m.partition, offset=m.offset)
+                for r, m in zip(records, metadata, strict=True)]  # None: acks=0
+
+    return asyncio.run(asyncio.wait_for(run(), TIMEOUT * 2))
+
+
+def consume_aiokafka(bootstrap: str, topic: str, count: int, partitions: Sequence[int] = (0,),
+                     timeout: float = TIMEOUT, **conf: Any) -> list[Rec]:
+    async def run() -> list[Rec]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, client_id=CLIENT_ID,
+                                    group_id=None, enable_auto_commit=False,
+                                    auto_offset_reset="earliest",
+                                    **{"fetch_max_wait_ms": 50, **conf})
+        await consumer.start()
+        got: list[Rec] = []
+        try:
+            consumer.assign([AioTopicPartition(topic, p) for p in partitions])
+            await consumer.seek_to_beginning()
+            for _ in _deadline_loop(count, timeout, got):
+                batches = await consumer.getmany(timeout_ms=500)
+                for messages in batches.values():
+                    got.extend(Rec(m.key, m.value, _headers(m.headers), m.partition, m.offset,
+                                   m.timestamp) for m in messages)
+        finally:
+            await consumer.stop()
+        return got
+
+    return _sorted(asyncio.run(run()))
+
+
+Produce = Callable[..., list[Rec]]
+Consume = Callable[..., list[Rec]]
+PRODUCERS: dict[str, Produce] = {
+    "confluent": produce_confluent, "kafka-python": produce_kafka_python,
+    "aiokafka": produce_aiokafka,
+}
+CONSUMERS: dict[str, Consume] = {
+    "confluent": consume_confluent, "kafka-python": consume_kafka_python,
+    "aiokafka": consume_aiokafka,
+}
+def compression_conf(client: str, codec: str) -> dict[str, Any]:
+    """The producer keyword argument selecting ``codec`` for ``client``."""
+    if client == "confluent":
+        return {"compression.type": codec}
+    return {"compression_type": None if codec == "none" else codec}
+
+
+# -- the wire protocol, by hand -----------------------------------------------------------------
+
+_SIZE = struct.Struct(">i")
+
+
+def frame(payload: bytes) -> bytes:
+    """``payload`` with its int32 size prefix."""
+    return _SIZE.pack(len(payload)) + payload
+
+
+def request_header(api_key: int, version: int, correlation_id: int,
+                   client_id: bytes | None = CLIENT_ID.encode()) -> bytes:
+    """Request header v1 (every version the broker advertises uses it)."""
+    if client_id is None:
+        return struct.pack(">hhih", api_key, version, correlation_id, -1)
+    return struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
+
+
+def request_frame(api_key: int, version: int, correlation_id: int, body: bytes = b"") -> bytes:
+    """A framed request: header v1, then ``body``."""
+    return frame(request_header(api_key, version, correlation_id) + body)
+
+
+class RawConnection:
+    """A plain TCP connection to the broker: send bytes, read frames, see it being closed."""
+
+    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self._correlation = 0
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def next_correlation_id(self) -> int:
+        self._correlation += 1
+        return self._correlation
+
+    def _read_exactly(self, size: int) -> bytes | None:
+        chunks, left = [], size
+        while left:
+            chunk = self.sock.recv(left)
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def recv_frame(self) -> bytes:
+        """The next response frame without its size prefix (raises at end of stream)."""
+        prefix = self._read_exactly(4)
+        assert prefix is not None, "the broker closed the connection"
+        body = self._read_exactly(_SIZE.unpack(prefix)[0])
+        assert body is not None, "the broker closed the connection inside a frame"
+        return body
+
+    def request(self, api_key: int, version: int, body: bytes) -> bytes:
+        """Send one request and return its response after the correlation id."""
+        correlation_id = self.next_correlation_id()
+        self.send(request_frame(api_key, version, correlation_id, body))
+        frame = self.recv_frame()
+        assert _SIZE.unpack_from(frame)[0] == correlation_id
+        return frame[4:]
+
+    def send_message(self, request: ApiMessage) -> None:
+        """Send a request built with kafka-python's protocol classes; do not wait."""
+        request.with_header(correlation_id=self.next_correlation_id(), client_id=CLIENT_ID)
+        self.send(bytes(request.encode(header=True, framed=True)))
+
+    def call(self, request: ApiMessage, response_class: type[ApiMessage]) -> Any:
+        """Send a kafka-python protocol request; decode its response with kafka-python."""
+        self.send_message(request)
+        return response_class.decode(self.recv_frame(), version=request.version, header=True)
+
+    def read_until_closed(self, timeout: float = 5.0) -> bytes | None:
+        """Everything the broker sends until it closes the connection; None if it does not
+        close it within ``timeout``."""
+        self.sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        received = b""
+        try:
+            while time.monotonic() < deadline:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return received
+                received += chunk
+        except (ConnectionResetError, BrokenPipeError):
+            return received
+        except TimeoutError:
+            return None
+        return None
+
+
+def produce_request(topic: str, partition: int, records: bytes, *, acks: int = -1,
+                    version: int = 3) -> ProduceRequest:
+    """A Produce request (kafka-python's protocol classes) carrying one records blob."""
+    return produce_request_to(topic, {partition: records}, acks=acks, version=version)
+
+
+def produce_request_to(topic: str, blobs: Mapping[int, bytes], *, acks: int = -1,
+                       version: int = 3) -> ProduceRequest:
+    """A Produce request carrying a records blob for each of several partitions."""
+    topic_data = ProduceRequest.TopicProduceData
+    partition_data = topic_data.PartitionProduceData
+    return ProduceRequest(version=version, transactional_id=None, acks=acks, timeout_ms=10000,
+                          topic_data=[topic_data(name=topic, partition_data=[
+                              partition_data(index=p, records=r) for p, r in blobs.items()])])
+
+
+class ProduceResult(NamedTuple):
+    error_code: int
+    base_offset: int
+
+
+def raw_produce_to(conn: RawConnection, topic: str,
+                   blobs: Mapping[int, bytes]) -> dict[int, ProduceResult]:
+    """Produce (acks=-1) to several partitions in one request: partition -> result."""
+    response = conn.call(produce_request_to(topic, blobs), ProduceResponse)
+    (topic_response,) = response.responses
+    return {a.index: ProduceResult(a.error_code, a.base_offset)
+            for a in topic_response.partition_responses}
+
+
+def raw_produce(conn: RawConnection, topic: str, partition: int, records: bytes) -> ProduceResult:
+    return raw_produce_to(conn, topic, {partition: records})[partition]
+
+
+class FetchResult(NamedTuple):
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+
+
+def fetch_request(topic: str, partition: int, offset: int, *, max_wait_ms: int = 0,
+                  min_bytes: int = 0, max_bytes: int = 1 << 20) -> FetchRequest:
+    """A Fetch v11 of one partition (no fetch session, read_uncommitted)."""
+    fetch_topic = FetchRequest.FetchTopic
+    return FetchRequest(
+        version=11, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+        max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+        forgotten_topics_data=[], topics=[fetch_topic(topic=topic, partitions=[
+            fetch_topic.FetchPartition(partition=partition, current_leader_epoch=-1,
+                                       fetch_offset=offset, log_start_offset=-1,
+                                       partition_max_bytes=max_bytes)])])
+
+
+def raw_fetch(conn: RawConnection, topic: str, partition: int, offset: int) -> FetchResult:
+    """One Fetch of one partition, without waiting for data."""
+    response = conn.call(fetch_request(topic, partition, offset), FetchResponse)
+    (topic_response,) = response.responses
+    (answer,) = topic_response.partitions
+    return FetchResult(answer.error_code, answer.high_watermark, answer.log_start_offset,
+                       bytes(answer.records or b""))
+
+
+def init_producer_id(conn: RawConnection) -> tuple[int, int]:
+    """A fresh (producer id, epoch) from InitProducerId, as an idempotent producer gets."""
+    request = InitProducerIdRequest(version=0, transactional_id=None,
+                                    transaction_timeout_ms=60000)
+    response = conn.call(request, InitProducerIdResponse)
+    assert response.error_code == 0
+    return response.producer_id, response.producer_epoch
+
+
+def parse_api_versions_v0(body: bytes) -> tuple[int, dict[int, tuple[int, int]]]:
+    """ApiVersions v0 response body: (error code, {api key: (min, max)})."""
+    error_code, count = struct.unpack_from(">hi", body)
+    versions = {}
+    for index in range(count):
+        key, low, high = struct.unpack_from(">hhh", body, 6 + 6 * index)
+        versions[key] = (low, high)
+    return error_code, versions
+
+
+# -- a producer that keeps going while a test misbehaves elsewhere -----------------------------
+
+
+class BackgroundProducer:
+    """Produces numbered records with confluent-kafka in a thread, and reads them back in
+    another, while the test does something else; ``stop_and_verify`` checks the outcome.
+
+    ``abort`` (for crash tests) drops whatever is unacknowledged instead of waiting for it.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, *, consume: bool = True,
+                 idempotent: bool = True) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.acked: list[int] = []
+        self.consumed: list[Rec] = []
+        self.errors: list[str] = []
+        self.sent = 0
+        self._idempotent = idempotent
+        self._stop_producing = threading.Event()
+        self._stop_consuming = threading.Event()
+        self._purge = False
+        self._producer = threading.Thread(target=self._produce, daemon=True)
+        self._consumer = threading.Thread(target=self._consume, daemon=True) if consume else None
+
+    def start(self) -> BackgroundProducer:
+        create_topic(self.bootstrap, self.topic)
+        self._producer.start()
+        if self._consumer is not None:
+            self._consumer.start()
+        self.wait_for_progress(20)
+        return self
+
+    def _produce(self) -> None:
+        producer = confluent_producer(self.bootstrap, **{
+            "linger.ms": 2, "acks": "all", "enable.idempotence": self._idempotent})
+
+        def on_delivery(err: Any, msg: Message) -> None:
+            if err is None:
+                self.acked.append(int(msg.value()))
+            elif not self._purge:
+                self.errors.append(str(err))
+
+        while not self._stop_producing.is_set():
+            producer.produce(self.topic, value=str(self.sent).encode(), on_delivery=on_delivery)
+            self.sent += 1
+            producer.poll(0.002)
+        if self._purge:
+            producer.purge()
+            producer.flush(TIMEOUT)
+        elif producer.flush(TIMEOUT):
+            self.errors.append("records still queued after flush")
+
+    def _consume(self) -> None:
+        consumer = confluent_consumer(self.bootstrap)
+        consumer.assign([CkTopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        give_up = float("inf")
+        try:
+            while not (self._stop_consuming.is_set() and len(self.consumed) >= self.sent):
+                if self._purge:
+                    break
+                if self._stop_consuming.is_set():
+                    give_up = min(give_up, time.monotonic() + TIMEOUT)
+                    if time.monotonic() > give_up:
+                        break
+                for msg in consumer.consume(100, timeout=0.1):
+                    if msg.error():
+                        self.errors.append(str(msg.error()))
+                    else:
+                        self.consumed.append(_from_confluent(msg))
+        finally:
+            consumer.close()
+
+    def wait_for_progress(self, records: int) -> None:
+        """Wait until ``records`` more records were acknowledged (and consumed)."""
+        acked, consumed = len(self.acked) + records, len(self.consumed) + records
+        reading = self._consumer is not None
+        wait_until(lambda: bool(self.errors) or (
+            len(self.acked) >= acked and (not reading or len(self.consumed) >= consumed)),
+            message=f"{records} more records produced and consumed")
+        assert self.errors == []
+
+    @staticmethod
+    def _stop(event: threading.Event, thread: threading.Thread) -> None:
+        event.set()
+        thread.join(TIMEOUT + 5)
+        assert not thread.is_alive()
+
+    def stop_and_verify(self) -> int:
+        """Stop; every record was acknowledged and consumed exactly once, in order."""
+        self._stop(self._stop_producing, self._producer)
+        assert self.errors == []
+        assert self.acked == list(range(self.sent))
+        if self._consumer is not None:
+            self._stop(self._stop_consuming, self._consumer)
+            assert self.errors == []
+            assert [int(r.value or b"-1") for r in self.consumed] == list(range(self.sent))
+            assert [r.offset for r in self.consumed] == list(range(self.sent))
+        return self.sent
+
+    def abort(self) -> list[int]:
+        """Stop without waiting for unacknowledged records; returns the acknowledged ones."""
+        self._purge = True
+        self._stop(self._stop_producing, self._producer)
+        if self._consumer is not None:
+            self._stop(self._stop_consuming, self._consumer)
+        return list(self.acked)

@@ -1,0 +1,410 @@
+"""Topic administration against a real broker, with confluent-kafka's AdminClient and
+kafka-python's KafkaAdminClient (every test runs with both, through one small adapter).
+
+Covers: CreateTopics (partitions and configs, validate_only, TOPIC_ALREADY_EXISTS,
+INVALID_REPLICATION_FACTOR for a factor of 3, INVALID_CONFIG for bad values and unknown
+keys, and that a failed create leaves nothing behind); DescribeConfigs values and sources
+(topic override, broker ``log.*`` setting, default); AlterConfigs (replaces the overrides)
+and IncrementalAlterConfigs (SET, DELETE, APPEND, SUBTRACT), validate_only, bad values, and
+that a changed config applies to the live log at once; CreatePartitions (grow, validate_only,
+no shrinking); DeleteTopics (gone from metadata and disk; a re-created topic starts empty);
+DeleteRecords (low watermark moves, the records below it are unreadable: a Fetch there is
+OFFSET_OUT_OF_RANGE, consumers start at the new earliest offset).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+import pytest
+from broker_fixtures import (
+    TIMEOUT,
+    RawConnection,
+    Rec,
+    admin,
+    consume_confluent,
+    create_topic,
+    module_broker,
+    numbered,
+    produce_confluent,
+    raw_fetch,
+    raw_produce,
+    topic,
+    watermarks,
+)
+from confluent_kafka import KafkaException
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KpTopicPartition
+from kafka.admin import AlterConfigOp
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.errors import KafkaError as KpKafkaError
+
+from sparklog.broker.process import BrokerProcess
+from sparklog.protocol.errors import ErrorCode
+from sparklog.protocol.records import build_batch
+
+__all__ = ["broker", "topic"]  # fixtures, imported for pytest
+
+# A broker-level topic default, to see the STATIC_BROKER_CONFIG source (1 GiB: harmless).
+BROKER_RETENTION_BYTES = "1073741824"
+broker = module_broker({"log.retention.bytes": BROKER_RETENTION_BYTES})
+
+pytestmark = pytest.mark.timeout(60)
+
+Op = tuple[str, str, str | None]
+"""An incremental config change: (name, "SET" | "DELETE" | "APPEND" | "SUBTRACT", value)."""
+
+
+class Admin(Protocol):
+    """What the tests ask of an admin client; errors come back as Kafka error codes."""
+
+    def create(self, name: str, partitions: int = 1, replication: int = 1,
+               configs: dict[str, str] | None = None, validate_only: bool = False) -> int: ...
+    def describe(self, name: str) -> dict[str, tuple[str | None, str]]: ...
+    def alter(self, name: str, configs: dict[str, str], validate_only: bool = False) -> int: ...
+    def incremental(self, name: str, ops: list[Op]) -> int: ...
+    def create_partitions(self, name: str, total: int, validate_only: bool = False) -> int: ...
+    def delete_topic(self, name: str) -> int: ...
+    def delete_records(self, name: str, partition: int, offset: int) -> tuple[int, int]: ...
+
+
+def _confluent_code(future: Future[Any]) -> int:
+    try:
+        future.result(TIMEOUT)
+    except KafkaException as exc:
+        return int(exc.args[0].code())
+    return ErrorCode.NONE
+
+
+class ConfluentAdmin:
+    def __init__(self, bootstrap: str) -> None:
+        self.client: AdminClient = admin(bootstrap)
+
+    def create(self, name: str, partitions: int = 1, replication: int = 1,
+               configs: dict[str, str] | None = None, validate_only: bool = False) -> int:
+        futures = self.client.create_topics(
+            [NewTopic(name, partitions, replication, config=configs or {})],
+            validate_only=validate_only, request_timeout=TIMEOUT)
+        return _confluent_code(futures[name])
+
+    def describe(self, name: str) -> dict[str, tuple[str | None, str]]:
+        resource = ConfigResource(ResourceType.TOPIC, name)
+        entries = self.client.describe_configs([resource])[resource].result(TIMEOUT)
+        return {k: (e.value, ConfigSource(e.source).name) for k, e in entries.items()}
+
+    def alter(self, name: str, configs: dict[str, str], validate_only: bool = False) -> int:
+        resource = ConfigResource(ResourceType.TOPIC, name, set_config=configs)
+        futures = self.client.alter_configs([resource], validate_only=validate_only)
+        return _confluent_code(futures[resource])
+
+    def incremental(self, name: str, ops: list[Op]) -> int:
+        entries = [ConfigEntry(key, value, incremental_operation=AlterConfigOpType[op])
+                   for key, op, value in ops]
+        resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=entries)
+        return _confluent_code(self.client.incremental_alter_configs([resource])[resource])
+
+    def create_partitions(self, name: str, total: int, validate_only: bool = False) -> int:
+        futures = self.client.create_partitions([NewPartitions(name, total)],
+                                                validate_only=validate_only)
+        return _confluent_code(futures[name])
+
+    def delete_topic(self, name: str) -> int:
+        return _confluent_code(self.client.delete_topics([name], operation_timeout=10)[name])
+
+    def delete_records(self, name: str, partition: int, offset: int) -> tuple[int, int]:
+        (future,) = self.client.delete_records(
+            [CkTopicPartition(name, partition, offset)]).values()
+        try:
+            return ErrorCode.NONE, future.result(TIMEOUT).low_watermark
+        except KafkaException as exc:
+            return int(exc.args[0].code()), -1
+
+
+def _kafka_python_code(result: str) -> int:
+    """kafka-python reports alter results as 'OK' or '[Error 40] InvalidConfigurationError...'."""
+    if result == "OK":
+        return ErrorCode.NONE
+    match = re.match(r"\[Error (-?\d+)\]", result)
+    assert match, result
+    return int(match[1])
+
+
+class KafkaPythonAdmin:
+    def __init__(self, bootstrap: str) -> None:
+        self.client = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="sparklog-tests",
+                                       request_timeout_ms=int(TIMEOUT * 1000))
+
+    def close(self) -> None:
+        self.client.close()
+
+    def create(self, name: str, partitions: int = 1, replication: int = 1,
+               configs: dict[str, str] | None = None, validate_only: bool = False) -> int:
+        result = self.client.create_topics(
+            {name: {"num_partitions": partitions, "replication_factor": replication,
+                    "configs": configs or {}}},
+            validate_only=validate_only, raise_errors=False)
+        (answer,) = result["topics"]
+        return int(answer["error_code"])
+
+    def describe(self, name: str) -> dict[str, tuple[str | None, str]]:
+        result = self.client.describe_configs([KpConfigResource("TOPIC", name)],
+                                              config_filter="all")
+        entries = result["topic"][name]
+        return {k: (e["value"], e["config_source"]) for k, e in entries.items()}
+
+    def alter(self, name: str, configs: dict[str, str], validate_only: bool = False) -> int:
+        result = self.client.alter_configs([KpConfigResource("TOPIC", name, configs=configs)],
+                                           validate_only=validate_only, incremental=False,
+                                           raise_on_unknown=False)
+        return _kafka_python_code(result["topic"][name])
+
+    def incremental(self, name: str, ops: list[Op]) -> int:
+        configs = {key: (AlterConfigOp[op], value) for key, op, value in ops}
+        result = self.client.alter_configs([KpConfigResource("TOPIC", name, configs=configs)],
+                                           incremental=True, raise_on_unknown=False)
+        return _kafka_python_code(result["topic"][name])
+
+    def create_partitions(self, name: str, total: int, validate_only: bool = False) -> int:
+        response = self.client.create_partitions({name: total}, validate_only=validate_only,
+                                                 raise_errors=False)
+        (answer,) = response.results
+        return int(answer.error_code)
+
+    def delete_topic(self, name: str) -> int:
+        result = self.client.delete_topics([name], raise_errors=False)
+        (answer,) = result["topics"]
+        return int(answer["error_code"])
+
+    def delete_records(self, name: str, partition: int, offset: int) -> tuple[int, int]:
+        tp = KpTopicPartition(name, partition)
+        try:
+            result = self.client.delete_records({tp: offset})
+        except KpKafkaError as exc:
+            return int(exc.errno), -1
+        return ErrorCode.NONE, int(result[tp]["low_watermark"])
+
+
+@pytest.fixture(scope="module")
+def confluent_admin(broker: BrokerProcess) -> ConfluentAdmin:
+    return ConfluentAdmin(broker.bootstrap)
+
+
+@pytest.fixture(scope="module")
+def kafka_python_admin(broker: BrokerProcess) -> Iterator[KafkaPythonAdmin]:
+    client = KafkaPythonAdmin(broker.bootstrap)
+    yield client
+    client.close()
+
+
+@pytest.fixture(params=["confluent", "kafka-python"])
+def client(request: pytest.FixtureRequest) -> Admin:
+    return request.getfixturevalue(request.param.replace("-", "_") + "_admin")
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    """Every topic in the cluster (a Metadata request for all topics creates none)."""
+    return set(admin(bootstrap).list_topics(timeout=TIMEOUT).topics)
+
+
+def partition_count(bootstrap: str, name: str) -> int:
+    return len(admin(bootstrap).list_topics(name, timeout=TIMEOUT).topics[name].partitions)
+
+
+def produce_time() -> int:
+    return int(time.time() * 1000)
+
+
+def _value_and_source(configs: dict[str, tuple[str | None, str]], *keys: str) -> dict[str, Any]:
+    return {k: configs[k] for k in keys}
+
+
+# -- CreateTopics -------------------------------------------------------------------------------
+
+
+def test_create_topic_with_configs(broker: BrokerProcess, topic: str, client: Admin) -> None:
+    overrides = {"retention.ms": "3600000", "cleanup.policy": "compact",
+                 "max.message.bytes": "2000000"}
+
+    assert client.create(topic, partitions=3, configs=overrides) == ErrorCode.NONE
+
+    assert topic in topic_names(broker.bootstrap)
+    assert partition_count(broker.bootstrap, topic) == 3
+    assert _value_and_source(client.describe(topic), *overrides, "segment.bytes",
+                             "retention.bytes") == {
+        "retention.ms": ("3600000", "DYNAMIC_TOPIC_CONFIG"),
+        "cleanup.policy": ("compact", "DYNAMIC_TOPIC_CONFIG"),
+        "max.message.bytes": ("2000000", "DYNAMIC_TOPIC_CONFIG"),
+        "segment.bytes": ("1073741824", "DEFAULT_CONFIG"),
+        "retention.bytes": (BROKER_RETENTION_BYTES, "STATIC_BROKER_CONFIG"),
+    }
+    # The configs are live: a compacted topic refuses records without a key.
+    now = produce_time()
+    with RawConnection(broker.bootstrap) as conn:
+        keyless = raw_produce(conn, topic, 0, build_batch([(None, b"v", (), now)]))
+        keyed = raw_produce(conn, topic, 0, build_batch([(b"k", b"v", (), now)]))
+    assert keyless.error_code == ErrorCode.INVALID_RECORD
+    assert keyed == (ErrorCode.NONE, 0)
+
+
+def test_create_validate_only_changes_nothing(broker: BrokerProcess, topic: str,
+                                              client: Admin) -> None:
+    assert client.create(topic, partitions=2, configs={"retention.ms": "1000"},
+                         validate_only=True) == ErrorCode.NONE
+    assert client.create(topic, configs={"retention.ms": "soon"},
+                         validate_only=True) == ErrorCode.INVALID_CONFIG
+
+    assert topic not in topic_names(broker.bootstrap)
+    assert not list(broker.data_dir.glob(f"{topic}-*"))
+
+
+def test_create_errors(broker: BrokerProcess, topic: str, client: Admin) -> None:
+    assert client.create(topic) == ErrorCode.NONE
+    assert client.create(topic) == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert client.create(topic + "-rf3", replication=3) == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert client.create(topic + "-bad", configs={"retention.ms": "soon"}) == (
+        ErrorCode.INVALID_CONFIG)
+    assert client.create(topic + "-bad", configs={"cleanup.policy": "shred"}) == (
+        ErrorCode.INVALID_CONFIG)
+    assert client.create(topic + "-bad", configs={"no.such.config": "1"}) == (
+        ErrorCode.INVALID_CONFIG)
+
+    names = topic_names(broker.bootstrap)
+    assert topic in names
+    assert not {topic + "-rf3", topic + "-bad"} & names
+    assert partition_count(broker.bootstrap, topic) == 1  # the duplicate create changed nothing
+
+
+# -- configs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_alter_configs_replaces_overrides(broker: BrokerProcess, topic: str,
+                                          client: Admin) -> None:
+    """AlterConfigs is deprecated in clients but still sent by older tools: it must work."""
+    assert client.create(topic, configs={"retention.ms": "3600000",
+                                         "cleanup.policy": "compact"}) == ErrorCode.NONE
+
+    assert client.alter(topic, {"retention.ms": "1000"}, validate_only=True) == ErrorCode.NONE
+    assert client.describe(topic)["retention.ms"] == ("3600000", "DYNAMIC_TOPIC_CONFIG")
+    assert client.alter(topic, {"retention.ms": "-7"}) == ErrorCode.INVALID_CONFIG
+    assert client.describe(topic)["retention.ms"] == ("3600000", "DYNAMIC_TOPIC_CONFIG")
+
+    assert client.alter(topic, {"retention.ms": "7200000"}) == ErrorCode.NONE
+
+    configs = client.describe(topic)
+    assert configs["retention.ms"] == ("7200000", "DYNAMIC_TOPIC_CONFIG")
+    # AlterConfigs replaces the whole override set; kafka-python resends the other
+    # overrides it read first (documented), confluent-kafka sends only what it is given.
+    if isinstance(client, ConfluentAdmin):
+        assert configs["cleanup.policy"] == ("delete", "DEFAULT_CONFIG")
+    else:
+        assert configs["cleanup.policy"] == ("compact", "DYNAMIC_TOPIC_CONFIG")
+
+
+def test_incremental_alter_configs(broker: BrokerProcess, topic: str, client: Admin) -> None:
+    assert client.create(topic, configs={"retention.ms": "3600000",
+                                         "segment.ms": "600000"}) == ErrorCode.NONE
+
+    assert client.incremental(topic, [("retention.ms", "SET", "7200000"),
+                                      ("segment.ms", "DELETE", None),
+                                      ("cleanup.policy", "APPEND", "compact")]) == ErrorCode.NONE
+    configs = client.describe(topic)
+    assert _value_and_source(configs, "retention.ms", "segment.ms", "cleanup.policy") == {
+        "retention.ms": ("7200000", "DYNAMIC_TOPIC_CONFIG"),
+        "segment.ms": ("604800000", "DEFAULT_CONFIG"),
+        "cleanup.policy": ("delete,compact", "DYNAMIC_TOPIC_CONFIG"),
+    }
+
+    assert client.incremental(topic, [("cleanup.policy", "SUBTRACT", "delete")]) == (
+        ErrorCode.NONE)
+    assert client.describe(topic)["cleanup.policy"] == ("compact", "DYNAMIC_TOPIC_CONFIG")
+    assert client.incremental(topic, [("max.message.bytes", "SET", "lots")]) == (
+        ErrorCode.INVALID_CONFIG)
+    assert client.incremental(topic, [("retention.ms", "APPEND", "1")]) == (
+        ErrorCode.INVALID_CONFIG)  # APPEND needs a list config
+    assert client.describe(topic)["retention.ms"] == ("7200000", "DYNAMIC_TOPIC_CONFIG")
+
+    # A change applies to the live log at once.
+    assert client.incremental(topic, [("max.message.bytes", "SET", "1000")]) == ErrorCode.NONE
+    now = produce_time()
+    with RawConnection(broker.bootstrap) as conn:
+        big = raw_produce(conn, topic, 0, build_batch([(b"k", b"x" * 2000, (), now)]))
+        small = raw_produce(conn, topic, 0, build_batch([(b"k", b"x" * 10, (), now)]))
+    assert big.error_code == ErrorCode.MESSAGE_TOO_LARGE
+    assert small == (ErrorCode.NONE, 0)
+
+
+# -- partitions and topics ----------------------------------------------------------------------
+
+
+def test_create_partitions(broker: BrokerProcess, topic: str, client: Admin) -> None:
+    assert client.create(topic) == ErrorCode.NONE
+    produce_confluent(broker.bootstrap, topic, numbered(3))
+
+    assert client.create_partitions(topic, 5, validate_only=True) == ErrorCode.NONE
+    assert partition_count(broker.bootstrap, topic) == 1
+    assert client.create_partitions(topic, 3) == ErrorCode.NONE
+    assert partition_count(broker.bootstrap, topic) == 3
+    assert client.create_partitions(topic, 2) == ErrorCode.INVALID_PARTITIONS
+    assert client.create_partitions(topic, 3) == ErrorCode.INVALID_PARTITIONS
+    assert partition_count(broker.bootstrap, topic) == 3
+
+    # The new partitions are usable, the old one kept its records.
+    records = [Rec(r.key, r.value, partition=2) for r in numbered(4)]
+    acked = produce_confluent(broker.bootstrap, topic, records)
+    assert [(r.partition, r.offset) for r in acked] == [(2, i) for i in range(4)]
+    assert len(consume_confluent(broker.bootstrap, topic, 7, partitions=(0, 1, 2))) == 7
+    assert watermarks(broker.bootstrap, topic, 1) == (0, 0)
+
+
+def test_delete_topic(broker: BrokerProcess, topic: str, client: Admin) -> None:
+    assert client.create(topic, partitions=2) == ErrorCode.NONE
+    produce_confluent(broker.bootstrap, topic, numbered(5))
+    assert list(broker.data_dir.glob(f"{topic}-*"))
+
+    assert client.delete_topic(topic) == ErrorCode.NONE
+
+    assert topic not in topic_names(broker.bootstrap)
+    assert not list(broker.data_dir.glob(f"{topic}-*"))
+    assert client.delete_topic(topic) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # A topic created again under the same name starts empty.
+    assert client.create(topic) == ErrorCode.NONE
+    assert watermarks(broker.bootstrap, topic) == (0, 0)
+
+
+def test_delete_records(broker: BrokerProcess, topic: str, client: Admin) -> None:
+    create_topic(broker.bootstrap, topic)
+    for start in range(0, 10, 2):  # five batches of two records
+        produce_confluent(broker.bootstrap, topic, numbered(10)[start:start + 2])
+
+    assert client.delete_records(topic, 0, 5) == (ErrorCode.NONE, 5)  # inside a batch
+
+    assert watermarks(broker.bootstrap, topic) == (5, 10)
+    consumed = consume_confluent(broker.bootstrap, topic, 5)
+    assert [r.offset for r in consumed] == [5, 6, 7, 8, 9]
+    with RawConnection(broker.bootstrap) as conn:
+        below = raw_fetch(conn, topic, 0, 2)
+        at = raw_fetch(conn, topic, 0, 5)
+    assert below.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert below.log_start_offset == 5
+    assert at.error_code == ErrorCode.NONE and at.records
+
+    assert client.delete_records(topic, 0, 3) == (ErrorCode.NONE, 5)  # never moves back
+    assert client.delete_records(topic, 0, 11)[0] == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert client.delete_records(topic, 0, 10) == (ErrorCode.NONE, 10)
+    assert watermarks(broker.bootstrap, topic) == (10, 10)
