@@ -1,0 +1,177 @@
+"""Spark sink write throughput against the plain producer and against reading the data back.
+
+Usage: ``python bench/spark_sink.py [--records N] [--quick]``
+
+Starts its own broker (a child process on a scratch directory) and a ``local[2]`` Spark
+session, then, on N records of 100 B (default 2,000,000; ``--quick`` 100,000) in a topic of
+two partitions:
+- ``df.write.format("sparklog")`` of a cached DataFrame (two tasks), records/s, after a
+  warm-up write and read of N/10 records whose times (Python workers starting, imports,
+  the JVM's JIT) are shown apart;
+- the plain operation it is built on: one confluent-kafka idempotent producer in this
+  process sending the same number of 100 B records (records/s, and the sink's ratio to it);
+- reading the written records back: ``spark.read.format("sparklog")`` into the ``noop``
+  sink, against its plain operation, one confluent-kafka consumer in this process;
+- peak RSS (VmHWM) of the driver JVM, of this Python driver process and of the broker.
+The last line is ``spark_sink_records_per_s=<n>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import Row, peak_rss_mib, print_table, scratch_dir  # bench/ is on sys.path
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sparklog.broker.process import BrokerProcess
+
+RECORD_BYTES = 100
+PARTITIONS = 2
+
+
+def vm_hwm_mib(pid: int | None) -> float:
+    """Peak resident set size of another process, from /proc/<pid>/status (VmHWM)."""
+    if pid is None:
+        return float("nan")
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def create_topic(bootstrap: str, name: str) -> str:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, PARTITIONS)])[name].result(30)
+    return name
+
+
+def start_spark() -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (SparkSession.builder.master("local[2]").appName("bench-spark-sink")
+             .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
+             .config("spark.ui.showConsoleProgress", "false")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def sink_write(spark: Any, bootstrap: str, topic: str, records: int) -> float:
+    """Seconds for ``df.write.format("sparklog")`` of ``records`` cached 100 B values."""
+    from pyspark.sql import functions as F
+
+    df = (spark.range(0, records, numPartitions=PARTITIONS)
+          .select(F.lpad(F.col("id").cast("string"), RECORD_BYTES, "0").cast("binary")
+                  .alias("value"))
+          .cache())
+    df.count()  # materialise the cache: the timing below is the sink's alone
+    start = time.perf_counter()
+    (df.write.format("sparklog").option("kafka.bootstrap.servers", bootstrap)
+     .option("topic", topic).mode("append").save())
+    elapsed = time.perf_counter() - start
+    df.unpersist()
+    return elapsed
+
+
+def plain_produce(bootstrap: str, topic: str, records: int) -> float:
+    """Seconds for one idempotent confluent-kafka producer to send and confirm ``records``."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    values = [str(i).zfill(RECORD_BYTES).encode() for i in range(records)]
+    send = producer.produce
+    start = time.perf_counter()
+    for value in values:
+        while True:
+            try:
+                send(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(300):
+        raise SystemExit("plain producer: records left undelivered")
+    return time.perf_counter() - start
+
+
+def source_read(spark: Any, bootstrap: str, topic: str) -> float:
+    """Seconds for ``spark.read.format("sparklog")`` of ``topic`` into the ``noop`` sink."""
+    start = time.perf_counter()
+    (spark.read.format("sparklog").option("kafka.bootstrap.servers", bootstrap)
+     .option("subscribe", topic).load().write.format("noop").mode("overwrite").save())
+    return time.perf_counter() - start
+
+
+def consumer_read(bootstrap: str, topic: str, records: int) -> float:
+    """Seconds for a confluent-kafka consumer to read ``records`` from offset 0."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-spark-sink",
+                         "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
+                         "max.partition.fetch.bytes": 8_388_608,
+                         "queued.max.messages.kbytes": 1_048_576})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    seen = 0
+    start = time.perf_counter()
+    while seen < records:
+        for message in consumer.consume(10_000, 5.0):
+            if message.error() is not None:
+                raise SystemExit(f"consumer: {message.error()}")
+            seen += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
+
+
+def rate_row(label: str, records: int, seconds: float, baseline: float | None) -> Row:
+    ratio = f"{baseline / seconds:.2f}" if baseline else ""
+    return Row(label, f"{records:,}", f"{seconds:.2f}", f"{records / seconds:,.0f}",
+               f"{records * RECORD_BYTES / seconds / 1e6:.1f}", ratio)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--quick", action="store_true", help="100,000 records (a smoke run)")
+    args = parser.parse_args()
+    records = 100_000 if args.quick else args.records
+    with scratch_dir(None, "sparklog-bench-sink-") as root:
+        broker = BrokerProcess(root / "data").start()
+        try:
+            spark = start_spark()
+            bootstrap = broker.bootstrap
+            warm_up = max(records // 10, 1000)
+            warm_topic = create_topic(bootstrap, "bench-warm-up")
+            warm_s = sink_write(spark, bootstrap, warm_topic, warm_up)
+            warm_read_s = source_read(spark, bootstrap, warm_topic)
+            sink_topic = create_topic(bootstrap, "bench-sink")
+            sink_s = sink_write(spark, bootstrap, sink_topic, records)
+            read_s = source_read(spark, bootstrap, sink_topic)
+            # Before the plain clients, whose pre-built values would count as the driver's.
+            rss = (f"peak RSS: driver JVM {vm_hwm_mib(spark.sparkContext._gateway.proc.pid):.0f}"
+                   f" MiB, driver Python {peak_rss_mib():.0f} MiB")
+            spark.stop()
+            plain_s = plain_produce(bootstrap, create_topic(bootstrap, "bench-plain"), records)
+            plain_read_s = consumer_read(bootstrap, sink_topic, records)
+            print_table(
+                ["measure", "records", "s", "records/s", "MB/s", "ratio to plain client"],
+                [rate_row("warm-up write (cold workers and JIT)", warm_up, warm_s, None),
+                 rate_row("warm-up read", warm_up, warm_read_s, None),
+                 rate_row('df.write.format("sparklog"), 2 tasks', records, sink_s, plain_s),
+                 rate_row("plain confluent-kafka producer, 1 process", records, plain_s,
+                          plain_s),
+                 rate_row('read back: spark.read.format("sparklog") -> noop', records, read_s,
+                          plain_read_s),
+                 rate_row("read back: plain confluent-kafka consumer", records, plain_read_s,
+                          plain_read_s)])
+            print(f"{rss}, broker {vm_hwm_mib(broker.pid):.0f} MiB")
+        finally:
+            broker.stop()
+    print(f"spark_sink_records_per_s={records / sink_s:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""What a ``df.write`` / ``df.writeStream`` ``.format("sparklog")`` asks for, validated once.
+
+The writer's constructor runs ``sink_spec(options, schema)`` on the driver, before any task
+starts, and ships the resulting ``SinkSpec`` to every write task.
+
+Invariants:
+- Every problem a request can have without talking to a broker is an ``OptionError`` (unknown
+  options, ``kafka.*`` settings that would weaken delivery) or a ``SinkSchemaError`` (missing
+  ``value`` column, a column of a type the sink cannot write, no topic at all), raised
+  here, so no record is ever sent by a write that was bound to fail on its schema.
+- The producer is always idempotent: ``enable.idempotence`` is forced on and a user's
+  ``false`` is refused (librdkafka then insists on ``acks=all``); transactional ids are
+  refused (the sink is at-least-once).
+- Columns are found by their exact lower-case names, as Spark's Kafka sink does; columns
+  other than ``key``, ``value``, ``headers``, ``topic`` and ``partition`` are ignored, so a
+  DataFrame read with the ``sparklog`` source can be written back unchanged.
+- A ``SinkSpec`` is frozen and picklable (plain strings, booleans and a dict).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from sparklog.datasource.options import OptionError, check_known, get_option, kafka_params
+from sparklog.datasource.schema import HEADER_TYPE
+
+SINK_OPTIONS = {"topic", "checkpointLocation"}
+"""Options besides ``kafka.*`` and ``bootstrap.servers``; Spark itself passes
+``checkpointLocation`` to a streaming writer."""
+
+PRODUCER_DEFAULTS: Mapping[str, str] = {
+    # Java's default partitioner, so a key lands where Spark's Kafka sink would put it.
+    "partitioner": "murmur2_random",
+}
+"""Producer settings a user's ``kafka.*`` option may override."""
+
+_REFUSED = {
+    "transactional.id": "transactions are not supported yet: the sink is at-least-once",
+    "delivery.report.only.error": "the sink checks every delivery report itself",
+}
+"""``kafka.*`` settings the sink owns; librdkafka itself rejects unknown or invalid ones
+(``producer.check_config``), including an ``acks`` other than ``all`` with idempotence."""
+
+
+class SinkSchemaError(ValueError):
+    """The DataFrame to write lacks a required column or has a column of the wrong type."""
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """Everything a write task needs: the producer's settings and which columns to read."""
+
+    producer_config: dict[str, str]
+    topic: str | None
+    """The ``topic`` option; when set, it wins over a ``topic`` column."""
+    key: bool = False
+    headers: bool = False
+    topic_column: bool = False
+    partition: bool = False
+
+    @property
+    def bootstrap(self) -> str:
+        return self.producer_config["bootstrap.servers"]
+
+
+def producer_config(options: Mapping[str, str]) -> dict[str, str]:
+    """The confluent-kafka settings: defaults, then ``kafka.*`` options, idempotence on."""
+    user = kafka_params(options)
+    for name, reason in _REFUSED.items():
+        if name in user:
+            raise OptionError(f"option kafka.{name} is not allowed: {reason}")
+    idempotence = user.get("enable.idempotence", "true")
+    if idempotence.strip().lower() != "true":
+        raise OptionError(
+            f"option kafka.enable.idempotence={idempotence} is not allowed: the sink always "
+            "uses the "
+            "idempotent producer so that retries inside a task never duplicate or reorder "
+            "records; remove the option")
+    return {**PRODUCER_DEFAULTS, **user, "enable.idempotence": "true"}
+
+
+def _type_name(data_type: DataType) -> str:
+    return data_type.simpleString()
+
+
+def _check_type(schema: StructType, column: str, allowed: tuple[DataType, ...]) -> bool:
+    """Whether ``column`` exists; raise when it does with a type outside ``allowed``."""
+    if column not in schema.fieldNames():
+        return False
+    found = schema[column].dataType
+    if not any(_same_type(found, want) for want in allowed):
+        raise SinkSchemaError(
+            f"column {column!r} has type {_type_name(found)}; the sparklog sink accepts "
+            + " or ".join(_type_name(t) for t in allowed) + f" for {column!r}")
+    return True
+
+
+def _same_type(found: DataType, want: DataType) -> bool:
+    """Type equality ignoring nullability (of array elements and struct fields)."""
+    if isinstance(want, ArrayType):
+        return isinstance(found, ArrayType) and _same_type(found.elementType, want.elementType)
+    if isinstance(want, StructType):
+        return (isinstance(found, StructType) and len(found.fields) == len(want.fields)
+                and all(f.name == w.name and _same_type(f.dataType, w.dataType)
+                        for f, w in zip(found.fields, want.fields, strict=True)))
+    return found == want
+
+
+def sink_spec(options: Mapping[str, str], schema: StructType) -> SinkSpec:
+    """Validate the options and the input schema of a write; see the module invariants."""
+    check_known(options, SINK_OPTIONS, "sparklog sink")
+    config = producer_config(options)
+    topic = get_option(options, "topic")
+    if topic is not None and not topic.strip():
+        raise OptionError("option topic must not be empty")
+    text = (StringType(), BinaryType())
+    if not _check_type(schema, "value", text):
+        raise SinkSchemaError(
+            "the DataFrame has no 'value' column (string or binary), which the sparklog sink "
+            f"requires; its columns: {', '.join(schema.fieldNames()) or '(none)'}")
+    key = _check_type(schema, "key", text)
+    topic_column = _check_type(schema, "topic", (StringType(),))
+    if topic is None and not topic_column:
+        raise SinkSchemaError(
+            "no topic to write to: set the 'topic' option or add a string column 'topic'")
+    return SinkSpec(
+        producer_config=config,
+        topic=topic,
+        key=key,
+        headers=_check_type(schema, "headers", (ArrayType(HEADER_TYPE),)),
+        topic_column=topic_column and topic is None,
+        partition=_check_type(schema, "partition", (IntegerType(),)),
+    )
