@@ -52,7 +52,7 @@ from kafka.protocol.producer import (
 )
 
 from sparklog.broker.process import BrokerProcess
-from sparklog.storage.batch import BatchHeader, iter_batches
+from sparklog.storage.batch import BatchHeader, split_batches
 
 TIMEOUT = 20.0
 """Seconds any single client operation may take before a test gives up."""
@@ -158,7 +158,7 @@ def stored_batches(broker: BrokerProcess, topic: str, partition: int = 0) -> lis
     directory = broker.data_dir / f"{topic}-{partition}"
     headers: list[BatchHeader] = []
     for path in sorted(directory.glob("*.log")):
-        headers.extend(iter_batches(path.read_bytes()))
+        headers.extend(split_batches(path.read_bytes()))
     return headers
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparklog.protocol.records import Record, decode_records
-from sparklog.storage.batch import BatchHeader, iter_batches
+from sparklog.storage.batch import BatchHeader, split_batches
 from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 from sparklog.storage.log import CrashPoint, PartitionLog, no_crash
 from sparklog.storage.log_manager import LogManager
@@ -34,7 +34,7 @@ def read_all(log: PartitionLog) -> list[tuple[BatchHeader, list[Record]]]:
         if found is None:
             break
         data = found.read()
-        for header in iter_batches(data):
+        for header in split_batches(data):
             out.append((header, decode_records(data, header)))
             offset = header.next_offset
     return out

@@ -193,7 +193,10 @@ def segment_files(directory: Path) -> dict[str, set[str]]:
 
 def crash_copy(manager: LogManager, destination: Path) -> Path:
     """Copy a live data directory as a crash would leave it: no clean-shutdown marker, and
-    whatever the open index files have not yet written out missing."""
+    whatever the open index files have not yet written out missing. Background fsyncs of
+    rolled segments are let finish first, so the copy is of a directory at rest."""
+    for partition_log in manager.logs.values():
+        partition_log.await_rolled_flushes()
     shutil.copytree(manager.data_dir, destination)
     return destination
 

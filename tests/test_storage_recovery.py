@@ -90,6 +90,7 @@ def _check_recovered_and_appendable(log: PartitionLog, kept: list[Stored]) -> No
 def _crash_copy_with_recovery_point(source: Source, destination: Path, checkpointed: bool) -> Path:
     """A crash copy whose recovery point is the last roll (checkpointed) or absent (0)."""
     if checkpointed:
+        source.log.await_rolled_flushes()  # rolls are fsynced in the background
         source.manager.run_maintenance()
         assert source.log.recovery_point == source.log.active.base_offset
     return crash_copy(source.manager, destination)

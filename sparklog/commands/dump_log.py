@@ -24,7 +24,6 @@ import re
 import struct
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -103,7 +102,7 @@ def _read_batch(file: BinaryIO, position: int, file_size: int) -> tuple[BatchHea
         raise CorruptRecordError(f"{len(head)} bytes cannot hold a batch header")
     header = parse_header(head)
     # Check the framing before reading the body: a corrupt length must not be allocated.
-    check_header(replace(header, position=position), file_size - position, from_producer=False)
+    check_header(header._replace(position=position), file_size - position, from_producer=False)
     return header, head + file.read(header.size - HEADER_SIZE)
 
 

@@ -38,6 +38,7 @@ class _SparseIndex:
         self._file = None
         size = path.stat().st_size if path.exists() else 0
         self._entries = size // self.ENTRY.size
+        self._last: tuple[int, int] | None = None  # cached last entry (appends compare to it)
 
     # -- buffers -------------------------------------------------------------------------
     def _buffer(self) -> bytes | bytearray | mmap.mmap | memoryview:
@@ -81,6 +82,12 @@ class _SparseIndex:
     def entry(self, n: int) -> tuple[int, int]:
         return self.ENTRY.unpack_from(self._buffer(), n * self.ENTRY.size)
 
+    def last(self) -> tuple[int, int] | None:
+        """The last entry as stored (relative fields), or None when empty."""
+        if self._last is None and self._entries:
+            self._last = self.entry(self._entries - 1)
+        return self._last
+
     def _floor(self, key: int) -> int:
         """Index of the last entry whose key is <= key, or -1."""
         buf, unpack, size = self._buffer(), self.ENTRY.unpack_from, self.ENTRY.size
@@ -104,11 +111,13 @@ class _SparseIndex:
         self._active += packed
         self._file.write(packed)
         self._entries += 1
+        self._last = values  # type: ignore[assignment]
 
     def truncate_entries(self, count: int) -> None:
         """Keep only the first ``count`` entries (recovery after a truncated log)."""
         count = min(count, self._entries)
         self._entries = count
+        self._last = None
         size = count * self.ENTRY.size
         if self._active is not None and self._file is not None:
             del self._active[size:]
@@ -172,13 +181,13 @@ class OffsetIndex(_SparseIndex):
 
     @property
     def last_offset(self) -> int:
-        if self._entries == 0:
-            return self.base_offset
-        return self.base_offset + self.entry(self._entries - 1)[0]
+        last = self.last()
+        return self.base_offset if last is None else self.base_offset + last[0]
 
     def append(self, offset: int, position: int) -> None:
-        if self._entries:
-            rel, pos = self.entry(self._entries - 1)
+        last = self.last()
+        if last is not None:
+            rel, pos = last
             if offset - self.base_offset <= rel or position <= pos:
                 raise CorruptIndexError(
                     f"offset index entry ({offset}, {position}) is not above the last one "
@@ -214,15 +223,13 @@ class TimeIndex(_SparseIndex):
 
     @property
     def last_entry(self) -> tuple[int, int]:
-        if self._entries == 0:
-            return -1, self.base_offset
-        ts, rel = self.entry(self._entries - 1)
-        return ts, self.base_offset + rel
+        last = self.last()
+        return (-1, self.base_offset) if last is None else (last[0], self.base_offset + last[1])
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Append unless the timestamp does not grow (entries stay strictly increasing)."""
-        last_ts, last_offset = self.last_entry
-        if self._entries and (timestamp <= last_ts or offset <= last_offset):
+        last = self.last()
+        if last is not None and (timestamp <= last[0] or offset - self.base_offset <= last[1]):
             return
         self._append_entry(timestamp, offset - self.base_offset)
 

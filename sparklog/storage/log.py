@@ -33,6 +33,7 @@ import bisect
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,10 +45,8 @@ from sparklog.protocol.errors import (
 )
 from sparklog.storage.batch import (
     BatchHeader,
-    assign_offsets,
-    iter_batches,
-    parse_header,
-    set_log_append_time,
+    prepare_append,
+    split_batches,
 )
 from sparklog.storage.checkpoint import fsync_directory
 from sparklog.storage.config import LogConfig
@@ -66,6 +65,9 @@ log = logging.getLogger(__name__)
 CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"
 # Files left by an interrupted delete; removed at load (after interrupted swaps are settled).
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".tmp")
+
+# fsyncs of rolled segments, off the request path (one thread: flushes stay in roll order).
+_FLUSHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="segment-flusher")
 
 CrashPoint = Callable[[str], None]
 """Fault-injection hook: the cleaner calls it with a step name after each step of a clean
@@ -108,6 +110,7 @@ class PartitionLog:
         self.recovery_point = recovery_point
         self._unflushed = 0
         self._last_flush_ms = now_ms
+        self._pending_flushes: list[Future[None]] = []
         self._load(now_ms, clean_shutdown)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -224,7 +227,7 @@ class PartitionLog:
     def append(self, records: bytes | bytearray | memoryview, *, now_ms: int,
                leader_epoch: int = 0) -> AppendInfo:
         """Validate and append a producer's records blob (one or more batches)."""
-        headers = list(iter_batches(records, from_producer=True))
+        headers = split_batches(records, from_producer=True)
         if not headers:
             raise InvalidRecordError("produce request carries no record batch")
         for header in headers:
@@ -235,33 +238,26 @@ class PartitionLog:
                               self.log_start_offset, duplicate=True)
         for header in headers[1:]:
             self.producer_state.check(header)
-        if self.config.compact:
+        if self._compact:
             _require_keys(records, headers)
-        data = bytearray(records)
-        offset = self.log_end_offset
-        assigned: list[BatchHeader] = []
-        append_time = now_ms if self.config.log_append_time else -1
-        for header in headers:
-            assign_offsets(data, header, offset, leader_epoch)
-            if append_time >= 0:
-                set_log_append_time(data, header, append_time)
-            assigned.append(_reparse(data, header))
-            offset += header.last_offset_delta + 1
+        append_time = now_ms if self._log_append_time else -1
+        buffers, assigned = prepare_append(records, headers, self.log_end_offset, leader_epoch,
+                                           append_time)
         with self.lock:
-            self._maybe_roll(len(data), max(h.max_timestamp for h in assigned), assigned[-1],
+            self._maybe_roll(len(records), max(h.max_timestamp for h in assigned), assigned[-1],
                              now_ms)
-            self.active.append(data, assigned)
+            self.active.append(buffers, len(records), assigned)
             for header in assigned:
                 self.producer_state.update(header)
         self._unflushed += sum(h.record_count for h in assigned)
-        if self._unflushed >= self.config.flush_messages:
+        if self._unflushed >= self._flush_messages:
             self.flush(now_ms)
         return AppendInfo(assigned[0].base_offset, assigned[-1].last_offset, append_time,
                           self.log_start_offset)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> None:
         """Append batches whose offsets are already assigned (restores, tools, tests)."""
-        headers = list(iter_batches(records))
+        headers = split_batches(records)
         if headers and headers[0].base_offset < self.log_end_offset:
             raise InvalidRecordError(
                 f"batch offset {headers[0].base_offset} is below the log end {self.log_end_offset}"
@@ -269,23 +265,21 @@ class PartitionLog:
         with self.lock:
             self._maybe_roll(len(records), max(h.max_timestamp for h in headers), headers[-1],
                              now_ms)
-            self.active.append(records, headers)
+            self.active.append([records], len(records), headers)
             for header in headers:
                 self.producer_state.update(header)
 
     def _validate(self, header: BatchHeader, now_ms: int) -> None:
-        if header.size > self.config.max_message_bytes:
+        if header.size > self._max_message_bytes:
             raise MessageTooLargeError(
                 f"record batch of {header.size} bytes exceeds max.message.bytes "
-                f"{self.config.max_message_bytes}"
+                f"{self._max_message_bytes}"
             )
         if header.is_control:
             raise InvalidRecordError("producers may not send control batches")
-        if not self.config.log_append_time and header.max_timestamp >= 0:
+        if not self._log_append_time and header.max_timestamp >= 0:
             ahead = header.max_timestamp - now_ms
-            if ahead > self.config.get("message.timestamp.after.max.ms") or (
-                -ahead > self.config.get("message.timestamp.before.max.ms")
-            ):
+            if ahead > self._timestamp_after_ms or -ahead > self._timestamp_before_ms:
                 raise InvalidTimestampError(
                     f"timestamp {header.max_timestamp} is out of the allowed range around "
                     f"broker time {now_ms}"
@@ -305,13 +299,32 @@ class PartitionLog:
                 return self.active
             offset = self.log_end_offset
             old = self.active
-            old.close_for_append()
+            old.seal()
             new = LogSegment(self.directory, offset, self.config, now_ms)
             new.open_for_append()
             self.segments.append(new)
-            self.recovery_point = max(self.recovery_point, offset)
-            self.producer_state.write_snapshot(offset)
+            snapshot = self.producer_state.snapshot(offset)
+            self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
+            self._pending_flushes.append(
+                _FLUSHER.submit(self._flush_rolled, old, offset, snapshot))
             return new
+
+    def _flush_rolled(self, segment: LogSegment, offset: int, snapshot: bytes) -> None:
+        """On the flusher thread: fsync a rolled segment, write the producer snapshot taken
+        at the roll, then advance the recovery point (Kafka flushes rolled segments
+        asynchronously too, so a roll never stalls the request path on a large fsync)."""
+        try:
+            segment.flush()
+            self.producer_state.write_snapshot(offset, snapshot)
+        except OSError:  # closed meanwhile: deleted by retention, or the topic was deleted
+            return
+        self.recovery_point = max(self.recovery_point, offset)
+
+    def await_rolled_flushes(self) -> None:
+        """Wait until every rolled segment is fsynced (and its snapshot written)."""
+        for future in self._pending_flushes:
+            future.result()
+        self._pending_flushes = []
 
     def replace_segments(self, old: list[LogSegment], new: LogSegment,
                          crash_point: CrashPoint = no_crash) -> bool:
@@ -432,6 +445,8 @@ class PartitionLog:
 
     # -- durability ----------------------------------------------------------------------
     def flush(self, now_ms: int) -> None:
+        """fsync everything appended so far; the recovery point becomes the log end."""
+        self.await_rolled_flushes()
         self.active.flush()
         self.recovery_point = self.log_end_offset
         self._unflushed = 0
@@ -440,6 +455,21 @@ class PartitionLog:
     def flush_if_due(self, now_ms: int) -> None:
         if self._unflushed and now_ms - self._last_flush_ms >= self.config.flush_ms:
             self.flush(now_ms)
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """Set the config, caching what the append path reads on every request."""
+        self._config = config
+        self._compact = config.compact
+        self._log_append_time = config.log_append_time
+        self._max_message_bytes = config.max_message_bytes
+        self._flush_messages = config.flush_messages
+        self._timestamp_after_ms = config.get("message.timestamp.after.max.ms")
+        self._timestamp_before_ms = config.get("message.timestamp.before.max.ms")
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
@@ -469,10 +499,6 @@ def _segment_at(segments: list[LogSegment], offset: int) -> int:
     """Index of the segment that holds ``offset`` (the first one if it is below them all)."""
     bases = [s.base_offset for s in segments]
     return max(bisect.bisect_right(bases, offset) - 1, 0)
-
-
-def _reparse(data: bytearray, header: BatchHeader) -> BatchHeader:
-    return parse_header(data, header.position)
 
 
 def _require_keys(records: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:

@@ -106,15 +106,20 @@ class ProducerStateManager:
         return sorted(int(p.stem) for p in self.directory.glob(f"*{SNAPSHOT_SUFFIX}")
                       if p.stem.isdigit())
 
-    def write_snapshot(self, offset: int) -> None:
-        """Atomically write the state as of ``offset``; keep the two newest snapshots."""
+    def snapshot(self, offset: int) -> bytes:
+        """The state as of ``offset``, serialised (cheap; writing it is the slow part)."""
         state = {
             str(pid): {"epoch": e.epoch, "batches": [
                 [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
             for pid, e in self.producers.items()
         }
+        return json.dumps({"offset": offset, "producers": state}).encode()
+
+    def write_snapshot(self, offset: int, data: bytes | None = None) -> None:
+        """Atomically write the state as of ``offset`` (or ``data`` taken then by
+        ``snapshot``); keep the two newest snapshots."""
         path = self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
-        write_atomically(path, json.dumps({"offset": offset, "producers": state}).encode())
+        write_atomically(path, self.snapshot(offset) if data is None else data)
         for old in self.snapshot_offsets()[:-2]:
             (self.directory / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
 

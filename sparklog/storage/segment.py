@@ -23,7 +23,9 @@ from sparklog.protocol.errors import KafkaError
 from sparklog.storage.batch import (
     HEADER,
     HEADER_SIZE,
+    LOG_OVERHEAD,
     BatchHeader,
+    Buffer,
     check_header,
     crc_matches,
     parse_header,
@@ -176,7 +178,7 @@ class LogSegment:
         """Kafka's roll rule: size, age, a full index, or relative offsets about to overflow."""
         if self.size == 0:
             return False
-        if self.size + incoming_bytes > self.config.segment_bytes:
+        if self.size + incoming_bytes > self._segment_bytes:
             return True
         if self.offset_index.is_full or self.time_index.is_full:
             return True
@@ -185,39 +187,41 @@ class LogSegment:
             waited = incoming_max_timestamp - first
         else:
             waited = now_ms - self.created_ms
-        return waited > self.config.segment_ms - self.config.get("segment.jitter.ms")
+        return waited > self._roll_after_ms
 
     def can_hold_offsets(self, last_offset: int) -> bool:
         return last_offset - self.base_offset <= INT32_MAX
 
-    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
-        """Append validated, offset-assigned batches; header positions are relative to data."""
+    def append(self, buffers: list[Buffer], size: int, headers: list[BatchHeader]) -> None:
+        """Append validated, offset-assigned batches given as ``size`` bytes of ``buffers``
+        (one ``writev``); header positions are relative to the start of those bytes."""
         position = self.size
-        written = os.write(self.fd, data)
-        if written != len(data):
+        written = os.writev(self.fd, buffers)
+        if written != size:
             os.ftruncate(self.fd, position)
-            raise KafkaError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+            raise KafkaError(f"short write to {self.log_path}: {written} of {size} bytes")
         for header in headers:
             self._index_batch(header, position + header.position)
-        self.size = position + len(data)
+        self.size = position + size
 
     def _observe(self, header: BatchHeader) -> None:
-        self.next_offset = header.next_offset
+        last_offset = header.base_offset + header.last_offset_delta
+        self.next_offset = last_offset + 1
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
-            self.offset_of_max_timestamp = header.last_offset
+            self.offset_of_max_timestamp = last_offset
         if self._first_batch_timestamp is None:
             self._first_batch_timestamp = header.max_timestamp
 
     def _index_batch(self, header: BatchHeader, position: int) -> None:
         self._observe(header)
-        self._bytes_since_index_entry += header.size
-        if self._bytes_since_index_entry > self.config.index_interval_bytes:
+        self._bytes_since_index_entry += header.batch_length + LOG_OVERHEAD
+        if self._bytes_since_index_entry > self._index_interval_bytes:
             # A full index stays as it is (lookups scan on from its last entry): one request
             # of many batches, or a recovery under a smaller segment.index.bytes or
             # index.interval.bytes, can need more entries than the roll check left room for.
             if not self.offset_index.is_full:
-                self.offset_index.append(header.last_offset, position)
+                self.offset_index.append(self.next_offset - 1, position)
             if not self.time_index.is_full:
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index_entry = 0
@@ -305,6 +309,10 @@ class LogSegment:
     def close_for_append(self) -> None:
         """The segment stops being active: fsync it and turn its indexes read-only."""
         self.flush()
+        self.seal()
+
+    def seal(self) -> None:
+        """Turn the indexes read-only (written out, not fsynced: they are rebuilt if lost)."""
         self.offset_index.close()
         self.time_index.close()
 
@@ -334,6 +342,18 @@ class LogSegment:
         self.close()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             path.unlink(missing_ok=True)
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """Set the config, caching what every append reads."""
+        self._config = config
+        self._segment_bytes = config.segment_bytes
+        self._index_interval_bytes = config.index_interval_bytes
+        self._roll_after_ms = config.segment_ms - config.get("segment.jitter.ms")
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path.name}, size={self.size}, next={self.next_offset})"
