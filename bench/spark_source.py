@@ -1,0 +1,277 @@
+"""Spark source read throughput against the ceiling of the Python Data Source path.
+
+Usage: ``python bench/spark_source.py [--records N] [--partitions P] [--quick]``
+
+Starts its own broker (a child process on a scratch directory) and a ``local[2]`` Spark
+session, produces N records of 100 B (default 5,000,000; ``--quick`` 200,000) into a topic
+of P partitions (default 2) with confluent-kafka (linger.ms 20, batch.size 1 MB), then
+measures, in one run, two streaming queries with ``trigger(availableNow=True)`` into the
+``noop`` sink, each with P tasks:
+- ``readStream.format("sparklog")`` from earliest: Kafka Fetch + record decoding + Arrow;
+- the ceiling: a Python data source with the same schema and row count whose tasks yield
+  pre-built Arrow batches (what Spark itself costs on the Python Data Source path).
+Warm-up first: the source on a few records (Python workers start, modules import) and the
+ceiling on all N (the JVM's JIT compiles the Arrow-to-row path both queries share).
+Prints records/s of both, their ratio (ceiling seconds / source seconds), the CPU seconds
+each query cost the driver JVM, its Python workers and the broker (the machine has few
+cores: the ratio is about CPU, see there where it goes), and peak RSS (VmHWM) of the driver
+JVM, of the largest of its Python workers, of this Python driver process and of the broker.
+The last line is ``spark_source_ratio=<ratio>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from _common import Row, peak_rss_mib, print_table, scratch_dir  # bench/ is on sys.path
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+from sparklog.broker.process import BrokerProcess
+from sparklog.datasource.schema import arrow_source_schema, source_schema
+
+RECORD_BYTES = 100
+CHUNK_ROWS = 1 << 16
+WARM_UP = 10_000
+
+
+def vm_hwm_mib(pid: int | None) -> float:
+    """Peak resident set size of another process, from /proc/<pid>/status (VmHWM); NaN
+    when there is no such process (any more)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text() if pid is not None else ""
+    except OSError:
+        status = ""
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# -- the ceiling: pre-built Arrow batches through the same Python Data Source path ---------------
+
+
+class SyntheticDataSource(DataSource):
+    """``format("synthetic_kafka")``: option ``rows`` rows over ``tasks`` tasks, one batch."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "synthetic_kafka"
+
+    def schema(self) -> Any:
+        return source_schema(False)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return SyntheticStreamReader(int(self.options["rows"]), int(self.options["tasks"]))
+
+
+class SyntheticStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, rows: int, tasks: int) -> None:
+        self.rows = rows
+        self.tasks = tasks
+
+    def initialOffset(self) -> dict:
+        return {"rows": 0}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Everything is available from the start."""
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        return {"rows": self.rows}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        total = end["rows"] - start["rows"]
+        bounds = [start["rows"] + total * i // self.tasks for i in range(self.tasks + 1)]
+        return [InputPartition(pair) for pair in pairwise(bounds)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        low, high = partition.value
+        chunk = _chunk()
+        while low < high:
+            n = min(CHUNK_ROWS, high - low)
+            yield chunk.slice(0, n)
+            low += n
+
+
+def _chunk() -> pa.RecordBatch:
+    """One pre-built batch of CHUNK_ROWS records shaped like the Kafka source's output."""
+    n = CHUNK_ROWS
+    return pa.RecordBatch.from_arrays([
+        pa.nulls(n, pa.binary()),
+        pa.array([b"x" * RECORD_BYTES] * n, pa.binary()),
+        pa.array(["bench"] * n, pa.string()),
+        pa.array([0] * n, pa.int32()),
+        pa.array(range(n), pa.int64()),
+        pa.array([1_700_000_000_000_000] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array([0] * n, pa.int32()),
+    ], schema=arrow_source_schema(False))
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+def produce(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+    """Records/s of producing ``records`` 100 B values round-robin over the partitions."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000})
+    value = b"x" * RECORD_BYTES
+    started = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120):
+        raise RuntimeError("records still unsent after 120 s")
+    return records / (time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured query: wall seconds and CPU seconds spent by each kind of process."""
+
+    seconds: float
+    cpu: dict[str, float]
+
+
+def cpu_seconds(jvm_pid: int, broker_pid: int | None) -> dict[str, dict[int, float]]:
+    """CPU seconds so far, per process, of the driver JVM, of its Python workers (its
+    descendants: the planner, the source runner, the executor workers) and of the broker."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == jvm_pid:
+                return True
+        return False
+
+    return {"jvm": {jvm_pid: used.get(jvm_pid, 0.0)},
+            "python workers": {pid: t for pid, t in used.items() if descends(pid)},
+            "broker": {pid: t for pid, t in used.items() if pid == broker_pid}}
+
+
+def run_query(spark: Any, fmt: str, options: dict[str, str], expected: int,
+              checkpoint: Path, broker_pid: int | None) -> Run:
+    """An availableNow query from ``fmt`` into the noop sink, timed."""
+    jvm_pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+    before = cpu_seconds(jvm_pid, broker_pid)
+    started = time.perf_counter()
+    query = (spark.readStream.format(fmt).options(**options).load()
+             .writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    after = cpu_seconds(jvm_pid, broker_pid)
+    if query.exception() is not None:
+        raise RuntimeError(f"{fmt} query failed: {query.exception()}")
+    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    if rows != expected:
+        raise RuntimeError(f"{fmt} query read {rows} rows, expected {expected}")
+    # A process that ended before the query did is not counted: /proc forgets it.
+    return Run(seconds, {kind: sum(t - before[kind].get(pid, 0.0) for pid, t in pids.items())
+                         for kind, pids in after.items()})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=5_000_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="200,000 records")
+    args = parser.parse_args()
+    records = 200_000 if args.quick else args.records
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    from pyspark.sql import SparkSession
+
+    from sparklog.datasource import register
+
+    with scratch_dir(None, "sparklog-bench-source-") as scratch:
+        broker = BrokerProcess(scratch / "data").start()
+        try:
+            produce(broker.bootstrap, "warm", args.partitions, WARM_UP)
+            produce_rate = produce(broker.bootstrap, "bench", args.partitions, records)
+            spark = (SparkSession.builder.master("local[2]").appName("bench-spark-source")
+                     .config("spark.ui.enabled", "false")
+                     .config("spark.driver.memory", "2g").getOrCreate())
+            spark.sparkContext.setLogLevel("WARN")
+            register(spark)
+            spark.dataSource.register(SyntheticDataSource)
+
+            def source(topic: str) -> dict[str, str]:
+                return {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic,
+                        "startingOffsets": "earliest"}
+
+            def synthetic(rows: int) -> dict[str, str]:
+                return {"rows": str(rows), "tasks": str(args.partitions)}
+
+            pid = broker.pid
+            run_query(spark, "sparklog", source("warm"), WARM_UP, scratch / "ck-warm-source",
+                      pid)
+            # The JVM's Arrow-to-row path is the same for both queries: warm its JIT on the
+            # full row count first, or whichever query runs first pays the compilation.
+            run_query(spark, "synthetic_kafka", synthetic(records), records,
+                      scratch / "ck-warm-synth", pid)
+            ours = run_query(spark, "sparklog", source("bench"), records, scratch / "ck-source",
+                             pid)
+            ceiling = run_query(spark, "synthetic_kafka", synthetic(records), records,
+                                scratch / "ck-synth", pid)
+            jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
+            jvm_rss = vm_hwm_mib(int(jvm_pid))
+            workers_rss = max((rss for pid in cpu_seconds(int(jvm_pid), None)["python workers"]
+                               if (rss := vm_hwm_mib(pid)) == rss), default=float("nan"))
+            broker_rss = vm_hwm_mib(broker.pid)
+            spark.stop()
+        finally:
+            broker.stop()
+
+    ratio = ceiling.seconds / ours.seconds
+    print(f"{records:,} records of {RECORD_BYTES} B, {args.partitions} partitions = "
+          f"{args.partitions} Spark tasks, local[2]; produced at {produce_rate:,.0f} records/s")
+    kinds = list(ours.cpu)
+    print_table(("query (availableNow -> noop)", "s", "records/s", "ratio",
+                 *(f"CPU s {kind}" for kind in kinds)), [
+        Row("sparklog source (Kafka Fetch)", f"{ours.seconds:.2f}",
+            f"{records / ours.seconds:,.0f}", f"{ratio:.2f}",
+            *(f"{ours.cpu[kind]:.2f}" for kind in kinds)),
+        Row("synthetic Arrow source (ceiling)", f"{ceiling.seconds:.2f}",
+            f"{records / ceiling.seconds:,.0f}", "1.00",
+            *(f"{ceiling.cpu[kind]:.2f}" for kind in kinds)),
+    ])
+    print_table(("peak RSS (VmHWM)", "MiB"), [
+        Row("driver JVM", f"{jvm_rss:.0f}"),
+        Row("Python worker (largest)", f"{workers_rss:.0f}"),
+        Row("driver Python", f"{peak_rss_mib():.0f}"),
+        Row("broker", f"{broker_rss:.0f}"),
+    ])
+    print(f"spark_source_ratio={ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Raw Kafka record batches (as Fetch returns them) to Arrow record batches of the source schema.
+
+Decoding uses aiokafka's Cython record batch reader (every codec, CRC not re-checked: the
+broker validated it on append); columns are gathered per Kafka batch into plain lists with
+C-level ``map``/``extend`` and turned into Arrow arrays once per output chunk, so besides the
+objects the decoder returns, no Python object and no Python-level loop step is spent per
+record.
+
+Invariants:
+- ``ArrowRecordBuilder.add`` keeps exactly the records whose offset lies in
+  [``start``, ``until``): records below ``start`` (a fetch returns the whole batch holding
+  the fetch offset) and from ``until`` on are dropped. Control batches (transaction
+  markers) are skipped; offsets missing inside a batch (compaction) are simply absent.
+- A cut-short last batch (Fetch may truncate it) is ignored: ``next_position`` reports the
+  offset after the last complete batch, where the next fetch must start.
+- Every batch ``build`` returns has exactly ``arrow_source_schema(include_headers)``: the
+  schema pyspark requires of a Python data source's Arrow output. Timestamps are
+  microseconds, UTC; a tombstone has a null value.
+- Output chunks are bounded by ``MAX_ROWS`` rows and about ``MAX_BYTES`` of keys and values:
+  the row limit of a chunk is ``MAX_BYTES`` over the bytes per row measured so far (the
+  first Kafka batch is measured exactly, then each built chunk), checked after each Kafka
+  batch (at most a few MiB). No per-record size bookkeeping is done.
+"""
+
+from __future__ import annotations
+
+import gc
+import struct
+from collections.abc import Iterator
+from operator import attrgetter
+from typing import Any
+
+import pyarrow as pa
+from aiokafka.record.default_records import DefaultRecordBatch
+from aiokafka.record.memory_records import MemoryRecords
+
+from sparklog.datasource.schema import arrow_source_schema
+
+MAX_ROWS = 1 << 16
+MAX_BYTES = 8 << 20
+
+_BATCH_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LOG_OVERHEAD = 12
+_MAGIC_AT = 16
+_LAST_OFFSET_DELTA_AT = 23
+_V2_HEADER_SIZE = 61
+
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
+_OFFSET = attrgetter("offset")
+_TIMESTAMP = attrgetter("timestamp")
+_HEADERS = attrgetter("headers")
+
+_TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")
+_TIMESTAMP_US = pa.timestamp("us", tz="UTC")
+
+
+class UnsupportedRecordFormatError(ValueError):
+    """A batch uses message format v0/v1 (magic < 2), which the source does not read."""
+
+
+def next_position(records: bytes, position: int) -> int:
+    """The offset after the last complete batch in ``records`` (``position`` if none)."""
+    pos, size = 0, len(records)
+    while pos + _V2_HEADER_SIZE <= size:
+        base, length = _BATCH_HEAD.unpack_from(records, pos)
+        end = pos + _LOG_OVERHEAD + length
+        if end > size:
+            break
+        if records[pos + _MAGIC_AT] < 2:
+            raise _legacy_format(base)
+        (delta,) = _LAST_OFFSET_DELTA.unpack_from(records, pos + _LAST_OFFSET_DELTA_AT)
+        position = max(position, base + delta + 1)
+        pos = end
+    return position
+
+
+def first_batch_size(records: bytes) -> int | None:
+    """Bytes the first batch needs (header included), if its length prefix is complete."""
+    if len(records) < _LOG_OVERHEAD:
+        return None
+    return _LOG_OVERHEAD + _BATCH_HEAD.unpack_from(records)[1]
+
+
+def _legacy_format(offset: int) -> UnsupportedRecordFormatError:
+    return UnsupportedRecordFormatError(
+        f"the record batch at offset {offset} uses message format v0 or v1; the sparklog "
+        "source reads format v2 (Kafka 0.11 and later) only")
+
+
+class ArrowRecordBuilder:
+    """Accumulates the records of one topic-partition and builds bounded Arrow chunks."""
+
+    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.include_headers = include_headers
+        self.schema = arrow_source_schema(include_headers)
+        self._header_type = self.schema.field("headers").type if include_headers else None
+        self._row_limit: int | None = None  # None until the first batch was measured
+        self._reset()
+
+    def _reset(self) -> None:
+        self._keys: list[bytes | None] = []
+        self._values: list[bytes | None] = []
+        self._offsets: list[int] = []
+        self._timestamps: list[int] = []
+        self._type_runs: list[tuple[int, int]] = []  # (row count, timestamp type) per batch
+        self._headers: list[list[tuple[str, bytes | None]]] = []
+
+    @property
+    def rows(self) -> int:
+        return len(self._offsets)
+
+    @property
+    def full(self) -> bool:
+        return self._row_limit is not None and len(self._offsets) >= self._row_limit
+
+    def _set_row_limit(self, rows: int, nbytes: int) -> None:
+        self._row_limit = max(1, min(MAX_ROWS, MAX_BYTES * rows // max(1, nbytes)))
+
+    def add(self, records: bytes, start: int, until: int) -> Iterator[pa.RecordBatch]:
+        """Decode ``records``; yield a chunk each time one fills up (call ``build`` at end)."""
+        reader = MemoryRecords(records)
+        while reader.has_next():
+            batch = reader.next_batch()
+            if not isinstance(batch, DefaultRecordBatch):
+                raise _legacy_format(batch.next_offset - 1)
+            if batch.is_control_batch or batch.next_offset <= start:
+                continue
+            if batch.base_offset >= until:
+                break
+            added = self._add_batch(batch, start, until)
+            if added:
+                self._type_runs.append((added, batch.timestamp_type))
+            if self.full:
+                yield self.build()
+
+    def _add_batch(self, batch: Any, start: int, until: int) -> int:
+        """Append the batch's records in [start, until) to the columns; how many there were.
+
+        The cyclic garbage collector is paused meanwhile: the decoder makes one tracked
+        object per record and holding a batch's worth of them would trigger a collection
+        every 700; records form no cycles, so nothing is left for it to find.
+        """
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            whole = batch.base_offset >= start and batch.next_offset <= until
+            selected = list(batch) if whole else [r for r in batch if start <= r.offset < until]
+            keys, values = self._keys, self._values
+            before = len(keys)
+            keys += map(_KEY, selected)
+            values += map(_VALUE, selected)
+            if whole and len(selected) == batch.next_offset - batch.base_offset:  # no gaps
+                self._offsets += range(batch.base_offset, batch.next_offset)
+            else:
+                self._offsets += map(_OFFSET, selected)
+            self._timestamps += map(_TIMESTAMP, selected)
+            if self.include_headers:
+                self._headers += map(_HEADERS, selected)
+        finally:
+            if paused:
+                gc.enable()
+        if self._row_limit is None and selected:
+            self._set_row_limit(len(selected), sum(map(len, filter(None, values[before:])))
+                                + sum(map(len, filter(None, keys[before:]))))
+        return len(selected)
+
+    def build(self) -> pa.RecordBatch:
+        """The accumulated records as one Arrow batch (possibly empty); starts a new chunk."""
+        n = len(self._offsets)
+        keys = (pa.nulls(n, pa.binary()) if self._keys.count(None) == n
+                else pa.array(self._keys, pa.binary()))
+        values = pa.array(self._values, pa.binary())
+        if n:
+            self._set_row_limit(n, keys.nbytes + values.nbytes)
+        columns = [
+            keys,
+            values,
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            pa.array(self._offsets, pa.int64()),
+            pa.array(self._timestamps, pa.int64()).cast(_TIMESTAMP_MS).cast(_TIMESTAMP_US),
+            self._timestamp_types(),
+        ]
+        if self.include_headers:
+            columns.append(self._header_column())
+        self._reset()
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def _timestamp_types(self) -> pa.Array:
+        runs = self._type_runs
+        if len({kind for _, kind in runs}) <= 1:
+            kind = runs[0][1] if runs else 0
+            return pa.repeat(pa.scalar(kind, pa.int32()), len(self._offsets))
+        return pa.concat_arrays([pa.repeat(pa.scalar(kind, pa.int32()), count)
+                                 for count, kind in runs])
+
+    def _header_column(self) -> pa.Array:
+        assert self._header_type is not None
+        offsets = [0]
+        keys: list[str] = []
+        values: list[bytes | None] = []
+        for record_headers in self._headers:
+            for key, value in record_headers:
+                keys.append(key)
+                values.append(value)
+            offsets.append(len(keys))
+        element = self._header_type.value_type
+        entries = pa.StructArray.from_arrays(
+            [pa.array(keys, pa.string()), pa.array(values, pa.binary())],
+            fields=list(element))
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), entries,
+                                        type=self._header_type)

@@ -1,0 +1,288 @@
+"""The source's options, with the names and meaning of Spark's Kafka source, parsed once.
+
+Invariants:
+- ``parse_read_options`` either returns a complete, valid ``ReadOptions`` or raises
+  ``OptionError`` naming the option and what is allowed: unknown options, zero or several
+  of subscribe/subscribePattern/assign, bad JSON or numbers, ``latest`` as a batch start,
+  ``earliest`` as a batch end, and ending options on a stream are all refused. It is
+  called when the reader is built, so a bad option fails the query when it starts.
+- Precedence of starting (and ending) options is Spark's: ``startingTimestamp`` over
+  ``startingOffsetsByTimestamp`` over ``startingOffsets``.
+- Defaults are Spark's: streams start at latest, batches at earliest and end at latest;
+  ``failOnDataLoss`` true; ``maxTriggerDelay`` 15m; ``includeHeaders`` false.
+- ``ReadOptions`` is immutable and picklable (readers are pickled to executors).
+- ``groupIdPrefix`` and ``kafka.group.id`` are accepted and not used yet: the source commits
+  no offsets to a consumer group (Spark checkpoints them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparklog.datasource.client_config import ClientConfig, RetryPolicy
+from sparklog.datasource.offsets import (
+    EARLIEST,
+    LATEST,
+    PartitionOffsets,
+    TopicPartition,
+    parse_assign_option,
+    parse_offsets_option,
+    parse_timestamps_option,
+)
+from sparklog.datasource.options import (
+    OptionError,
+    check_known,
+    get_option,
+    kafka_params,
+    parse_bool,
+    parse_int,
+)
+
+if TYPE_CHECKING:
+    from sparklog.datasource.kafka_client import Cluster
+
+_SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
+_STARTING = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
+             "startingOffsetsByTimestampStrategy")
+_ENDING = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+_STREAMING = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+_COMMON = ("failOnDataLoss", "includeHeaders", "minPartitions", "maxRecordsPerPartition",
+           "groupIdPrefix", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
+           "fetchOffset.retryIntervalMs")
+SOURCE_OPTIONS = frozenset(_SUBSCRIPTIONS + _STARTING + _ENDING + _STREAMING + _COMMON)
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_DURATION_UNITS_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
+                     "d": 86400.0}
+
+
+# -- where to start and end ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EarliestOffsets:
+    pass
+
+
+@dataclass(frozen=True)
+class LatestOffsets:
+    pass
+
+
+@dataclass(frozen=True)
+class SpecificOffsets:
+    """Offsets per partition, -2 earliest, -1 latest; must name every partition read."""
+
+    option: str
+    offsets: PartitionOffsets
+
+
+@dataclass(frozen=True)
+class TimestampOffsets:
+    """The first offset at or after a timestamp: one for all partitions or one each.
+
+    ``latest_if_missing``: a partition with no such record starts (or ends) at latest;
+    otherwise the query fails (startingOffsetsByTimestampStrategy=error).
+    """
+
+    option: str
+    timestamp: int | None
+    per_partition: PartitionOffsets | None
+    latest_if_missing: bool
+
+
+OffsetSpec = EarliestOffsets | LatestOffsets | SpecificOffsets | TimestampOffsets
+
+
+# -- what to read ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Exactly one of: topic names, a topic regex (full match), or fixed partitions."""
+
+    option: str
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[TopicPartition, ...] = ()
+
+    def metadata_topics(self) -> list[str] | None:
+        """Topics to ask Metadata about (None: all of them, for a pattern)."""
+        if self.pattern is not None:
+            return None
+        return list(self.topics) if self.topics else sorted({tp.topic for tp in self.assigned})
+
+    def partitions(self, cluster: Cluster) -> list[TopicPartition]:
+        """The existing partitions this subscription reads, sorted."""
+        if self.pattern is not None:
+            regex = re.compile(self.pattern)
+            return cluster.partitions(t for t in cluster.topics
+                                      if t not in cluster.internal and regex.fullmatch(t))
+        if self.topics:
+            return cluster.partitions(self.topics)
+        return [tp for tp in self.assigned if tp.partition in cluster.topics.get(tp.topic, {})]
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """What every task of a query needs besides its offset range."""
+
+    client: ClientConfig
+    retry: RetryPolicy
+    fail_on_data_loss: bool
+    include_headers: bool
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    subscription: Subscription
+    client: ClientConfig
+    starting: OffsetSpec
+    ending: OffsetSpec
+    fail_on_data_loss: bool
+    include_headers: bool
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_s: float
+    driver_retry: RetryPolicy
+    executor_retry: RetryPolicy
+
+    @property
+    def task_settings(self) -> TaskSettings:
+        return TaskSettings(self.client, self.executor_retry, self.fail_on_data_loss,
+                            self.include_headers)
+
+
+def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
+    if streaming:
+        for name in _ENDING:
+            if get_option(options, name) is not None:
+                raise OptionError(f"option {name} is not valid in streaming queries; ending "
+                                  "offsets apply to batch reads (spark.read) only")
+    check_known(options, set(SOURCE_OPTIONS), "source")
+    client = ClientConfig.from_params(kafka_params(options))
+    poll_timeout_ms = _number(options, "kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
+    retries = _number(options, "fetchOffset.numRetries", 3, minimum=0)
+    retry_interval_ms = _number(options, "fetchOffset.retryIntervalMs", 1000, minimum=1)
+    return ReadOptions(
+        subscription=_subscription(options),
+        client=client,
+        starting=_starting(options, streaming),
+        ending=_ending(options) if not streaming else LatestOffsets(),
+        fail_on_data_loss=parse_bool(options, "failOnDataLoss", True),
+        include_headers=parse_bool(options, "includeHeaders", False),
+        min_partitions=_positive(options, "minPartitions"),
+        max_records_per_partition=_positive(options, "maxRecordsPerPartition"),
+        max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger"),
+        min_offsets_per_trigger=_positive(options, "minOffsetsPerTrigger"),
+        max_trigger_delay_s=_duration(options, "maxTriggerDelay", "15m"),
+        driver_retry=RetryPolicy(retries * retry_interval_ms / 1000, retry_interval_ms / 1000),
+        executor_retry=RetryPolicy(poll_timeout_ms / 1000, client.retry_backoff_s),
+    )
+
+
+def _subscription(options: Mapping[str, str]) -> Subscription:
+    given = [name for name in _SUBSCRIPTIONS if get_option(options, name) is not None]
+    if len(given) != 1:
+        verb = "must be" if not given else f"can be (got {', '.join(given)})"
+        raise OptionError(f"exactly one of the options subscribe, subscribePattern, assign "
+                          f"{verb} specified")
+    (name,) = given
+    raw = get_option(options, name) or ""
+    if name == "subscribe":
+        topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
+        if not topics:
+            raise OptionError(f"option subscribe: no topics to subscribe to in {raw!r}; "
+                              "expected a comma-separated list of topic names")
+        return Subscription(name, topics=topics)
+    if name == "subscribePattern":
+        if not raw.strip():
+            raise OptionError("option subscribePattern: the pattern is empty")
+        try:
+            re.compile(raw)
+        except re.error as exc:
+            raise OptionError(f"option subscribePattern: {raw!r} is not a valid regular "
+                              f"expression ({exc})") from None
+        return Subscription(name, pattern=raw)
+    return Subscription(name, assigned=tuple(parse_assign_option(raw)))
+
+
+def _starting(options: Mapping[str, str], streaming: bool) -> OffsetSpec:
+    strategy = (get_option(options, "startingOffsetsByTimestampStrategy") or "error").lower()
+    if strategy not in ("error", "latest"):
+        raise OptionError("option startingOffsetsByTimestampStrategy must be error or latest, "
+                          f"got {strategy!r}")
+    by_time = _by_timestamp(options, "startingTimestamp", "startingOffsetsByTimestamp",
+                            latest_if_missing=strategy == "latest")
+    if by_time is not None:
+        return by_time
+    spec = _offsets(options, "startingOffsets",
+                    LatestOffsets() if streaming else EarliestOffsets())
+    if not streaming and (isinstance(spec, LatestOffsets) or (
+            isinstance(spec, SpecificOffsets) and LATEST in spec.offsets.values())):
+        raise OptionError("option startingOffsets: latest (-1) is not a valid start for batch "
+                          "queries; allowed: earliest, or JSON offsets with -2 for earliest")
+    return spec
+
+
+def _ending(options: Mapping[str, str]) -> OffsetSpec:
+    by_time = _by_timestamp(options, "endingTimestamp", "endingOffsetsByTimestamp",
+                            latest_if_missing=True)
+    if by_time is not None:
+        return by_time
+    spec = _offsets(options, "endingOffsets", LatestOffsets())
+    if isinstance(spec, EarliestOffsets) or (
+            isinstance(spec, SpecificOffsets) and EARLIEST in spec.offsets.values()):
+        raise OptionError("option endingOffsets: earliest (-2) is not a valid end for batch "
+                          "queries; allowed: latest, or JSON offsets with -1 for latest")
+    return spec
+
+
+def _offsets(options: Mapping[str, str], name: str, default: OffsetSpec) -> OffsetSpec:
+    raw = get_option(options, name)
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word == "earliest":
+        return EarliestOffsets()
+    if word == "latest":
+        return LatestOffsets()
+    return SpecificOffsets(name, parse_offsets_option(name, raw))
+
+
+def _by_timestamp(options: Mapping[str, str], global_name: str, per_partition_name: str,
+                  latest_if_missing: bool) -> TimestampOffsets | None:
+    timestamp = parse_int(options, global_name, None, minimum=0)
+    if timestamp is not None:
+        return TimestampOffsets(global_name, timestamp, None, latest_if_missing)
+    raw = get_option(options, per_partition_name)
+    if raw is not None:
+        return TimestampOffsets(per_partition_name, None,
+                                parse_timestamps_option(per_partition_name, raw),
+                                latest_if_missing)
+    return None
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    """A positive integer option, or None when not given."""
+    return parse_int(options, name, None, minimum=1)
+
+
+def _number(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    value = parse_int(options, name, default, minimum=minimum)
+    assert value is not None
+    return value
+
+
+def _duration(options: Mapping[str, str], name: str, default: str) -> float:
+    raw = get_option(options, name) or default
+    match = _DURATION.match(raw)
+    if match is None:
+        raise OptionError(f"option {name} must be a duration like 15m, 30s or 500ms (units: "
+                          f"us, ms, s, m, min, h, d), got {raw!r}")
+    return int(match[1]) * _DURATION_UNITS_S[(match[2] or "ms").lower()]
