@@ -11,10 +11,13 @@ export PYSPARK_DRIVER_PYTHON := $(PY)
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	@# compat mode: a plain path entry, so pkgutil (and with it PySpark's auto-registration of
+	@# pyspark_sparklog in its Python workers) sees the top-level module from any directory
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+		--config-settings editable_mode=compat -e '.[dev]'
 	@touch $(STAMP)
 
 # Spark 4 needs Java 17 or newer; install OpenJDK 17 from the distribution when missing.

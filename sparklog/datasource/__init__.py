@@ -19,5 +19,10 @@ __all__ = ["SparklogDataSource", "register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``sparklog`` format on ``spark`` (auto-registration does this too)."""
+    """Register the ``sparklog`` format on ``spark`` (auto-registration does this too) and
+    install the listener that commits ``groupId`` streams' progress to their consumer group
+    (only code in the driver can do that, so call this once per session)."""
+    from sparklog.offsets.spark_listener import install
+
     spark.dataSource.register(SparklogDataSource)
+    install(spark)

@@ -11,8 +11,9 @@ Invariants:
 - Defaults are Spark's: streams start at latest, batches at earliest and end at latest;
   ``failOnDataLoss`` true; ``maxTriggerDelay`` 15m; ``includeHeaders`` false.
 - ``ReadOptions`` is immutable and picklable (readers are pickled to executors).
-- ``groupIdPrefix`` and ``kafka.group.id`` are accepted and not used yet: the source commits
-  no offsets to a consumer group (Spark checkpoints them).
+- ``groupId`` (or ``kafka.group.id``) names a consumer group that mirrors the stream's
+  progress; the commits are made by ``sparklog.offsets.spark_listener`` in the driver, from
+  these same options. ``groupIdPrefix`` is accepted for compatibility and unused.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ _STARTING = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp
 _ENDING = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 _STREAMING = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 _COMMON = ("failOnDataLoss", "includeHeaders", "minPartitions", "maxRecordsPerPartition",
-           "groupIdPrefix", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
+           "groupId", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
            "fetchOffset.retryIntervalMs")
 SOURCE_OPTIONS = frozenset(_SUBSCRIPTIONS + _STARTING + _ENDING + _STREAMING + _COMMON)
 

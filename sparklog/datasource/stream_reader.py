@@ -20,8 +20,10 @@ Invariants:
   returns ``start`` itself when a batch should not run yet.
 - Partitions that disappeared and partitions whose latest offset fell below the start are
   data loss (``failOnDataLoss``): fail, or log, drop or restart them at latest.
-- ``commit`` does nothing: offsets live in Spark's checkpoint; committing them to a Kafka
-  consumer group (groupIdPrefix, kafka.group.id) is not done yet.
+- ``commit`` does nothing: offsets live in Spark's checkpoint. With ``groupId`` (or
+  ``kafka.group.id``) the driver's ``GroupCommitListener`` (installed by
+  ``sparklog.datasource.register``) mirrors them into that consumer group, because Spark
+  never delivers the last batch's ``commit`` to a Python reader.
 """
 
 from __future__ import annotations

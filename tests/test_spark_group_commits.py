@@ -1,0 +1,109 @@
+"""A sparklog stream with ``groupId`` mirrors its progress into that consumer group: after the
+query stops, the group's committed offsets equal the last batch's end offsets, and
+``sparklog groups describe`` shows lag 0 once the stream has caught up.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sparklog.broker.process import BrokerProcess
+from sparklog.cli import main as cli
+from sparklog.datasource import register
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+PARTITIONS = 3
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    config = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3"}
+    with BrokerProcess(tmp_path_factory.mktemp("group-commits") / "data", config) as running:
+        yield running
+
+
+def _topic_with_records(broker: BrokerProcess, records: int) -> str:
+    name = f"stream-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(records):
+        producer.produce(name, value=f"v{i}".encode(), partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+    return name
+
+
+def _committed(broker: BrokerProcess, group: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], 30)
+        return {tp.partition: tp.offset for tp in found}
+    finally:
+        consumer.close()
+
+
+def _wait_committed(broker: BrokerProcess, group: str, topic: str,
+                    expected: dict[int, int]) -> dict[int, int]:
+    """The listener runs on Spark's listener bus, after awaitTermination returns."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = _committed(broker, group, topic)
+        if found == expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.3)
+
+
+def _stream(spark: object, broker: BrokerProcess, topic: str, group: str) -> object:
+    return (spark.readStream.format("sparklog")  # type: ignore[attr-defined]
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", topic).option("startingOffsets", "earliest")
+            .option("groupId", group))
+
+
+def test_available_now_commits_every_batch_and_the_last_one_synchronously(
+    spark: object, broker: BrokerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    register(spark)  # type: ignore[arg-type]
+    topic, group = _topic_with_records(broker, 300), f"stream-{uuid.uuid4().hex[:6]}"
+    query = (_stream(spark, broker, topic, group).option("maxOffsetsPerTrigger", 100).load()
+             .writeStream.format("noop").trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    query.awaitTermination(120)
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    assert len(batches) >= 3
+    last_end = json.loads(batches[-1]["sources"][0]["endOffset"])[topic]
+    expected = {int(p): o for p, o in last_end.items()}
+    assert sum(expected.values()) == 300
+    assert _wait_committed(broker, group, topic, expected) == expected
+
+    assert cli(["groups", "describe", "--bootstrap", broker.bootstrap, "--group", group]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+            if line.startswith(group) and topic in line]
+    assert len(rows) == PARTITIONS
+    assert all(row[5] == "0" for row in rows)  # GROUP TOPIC PARTITION CURRENT END LAG ...
+
+
+def test_stopping_a_running_query_commits_its_last_batch(
+    spark: object, broker: BrokerProcess, tmp_path: Path,
+) -> None:
+    register(spark)  # type: ignore[arg-type]
+    topic, group = _topic_with_records(broker, 90), f"stream-{uuid.uuid4().hex[:6]}"
+    query = (_stream(spark, broker, topic, group).load()
+             .writeStream.format("noop").trigger(processingTime="500 milliseconds")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and sum(
+        p["numInputRows"] for p in query.recentProgress) < 90:
+        time.sleep(0.5)
+    query.stop()
+    assert _wait_committed(broker, group, topic, {0: 30, 1: 30, 2: 30}) == {0: 30, 1: 30, 2: 30}
+
