@@ -23,6 +23,16 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def vm_hwm_mib(pid: int | None) -> float:
+    """Peak resident set size of another process, from /proc/<pid>/status (VmHWM), in MiB."""
+    if pid is None:
+        return float("nan")
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 class Stopwatch:
     """Adds up the wall-clock time spent inside ``with stopwatch:`` blocks."""
 

@@ -1,107 +1,110 @@
-"""``make demo``: sparklog end to end on this machine, printing what it does.
+"""``make demo``: a topic of JSON events streamed exactly once into a Delta table.
 
-1. The segment store alone: append a few thousand records to a partition log in a
-   temporary directory, read them back by offset and by timestamp, reopen it after an
-   unclean stop and show that everything acknowledged is still there.
-2. The broker: start ``sparklog broker`` on 127.0.0.1, produce with confluent-kafka (the
-   client a Kafka user already has), consume everything back, and stop it cleanly.
+1. Start ``sparklog broker`` on a temporary directory (127.0.0.1, any free port).
+2. Produce 10,000 JSON events to topic ``events`` (3 partitions) with confluent-kafka; every
+   50th one is malformed (truncated JSON, not an object, no id, a non-numeric amount).
+3. Run ``jobs/stream_to_delta.py --trigger availableNow`` as a child process: good events go
+   to a Delta table, malformed ones to the dead-letter topic ``events.dlq``.
+4. Print the counts (produced, rows in Delta, dead letters by error) and a few rows.
 
-Invariant: everything lives in a temporary directory that is removed at the end; the
-process exits non-zero if any record is missing or out of order.
+``python -m sparklog.demo produce --bootstrap HOST:PORT [--topic T] [--count N]`` only does
+step 2 against a running broker (docker-compose uses it).
+
+Invariant: everything lives in a temporary directory that is removed at the end; the process
+exits non-zero unless every good event is in the table once and every malformed one is in the
+dead-letter topic once.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from sparklog.broker.process import BrokerProcess
-from sparklog.protocol.records import build_batch, decode_records
-from sparklog.storage.batch import parse_header
-from sparklog.storage.log_manager import LogManager
+from sparklog.jobs_support import REPO, ensure_topics
+from sparklog.sample_events import SCHEMA, produce_events, read_topic
 
-RECORDS = 5000
-PER_BATCH = 50
-
-
-def _storage_demo(root: Path) -> None:
-    data_dir = root / "store"
-    logs = LogManager(data_dir, {"log.segment.bytes": str(64 * 1024)})
-    logs.create_topic("events", 1)
-    log = logs.get_log("events", 0)
-    now = int(time.time() * 1000)
-    for start in range(0, RECORDS, PER_BATCH):
-        batch = build_batch([
-            (f"user-{i % 97}".encode(), f'{{"n": {i}}}'.encode(), (), now + i)
-            for i in range(start, start + PER_BATCH)
-        ])
-        log.append(batch, now_ms=now + start)
-    print(f"appended {RECORDS} records in {RECORDS // PER_BATCH} batches to "
-          f"{log.directory}: {len(log.segments)} segments, offsets "
-          f"{log.log_start_offset}..{log.log_end_offset - 1}")
-    for name in sorted(os.listdir(log.directory))[:6]:
-        print(f"   {name}")
-    found = log.read(1234, 4096)
-    assert found is not None
-    data = found.read()
-    first = decode_records(data, parse_header(data))
-    record = next(r for r in first if r.offset == 1234)
-    print(f"read offset 1234 -> key={record.key!r} value={record.value!r}")
-    offset, _ = log.offset_for_timestamp(now + 4000) or (-1, -1)
-    print(f"first offset at or after timestamp now+4000 ms -> {offset}")
-    # Drop the log without closing it (as a crash would) and reopen: recovery runs.
-    logs.checkpoint()
-    del logs, log
-    reopened = LogManager(data_dir).get_log("events", 0)
-    print(f"reopened after an unclean stop: offsets {reopened.log_start_offset}.."
-          f"{reopened.log_end_offset - 1}, nothing lost")
-    if reopened.log_end_offset != RECORDS:
-        raise SystemExit(f"expected {RECORDS} records after recovery")
+EVENTS = 10_000
+BAD_EVERY = 50  # 2% malformed
 
 
-def _broker_demo(root: Path) -> None:
-    from confluent_kafka import Consumer, Producer, TopicPartition
-
-    with BrokerProcess(root / "broker") as broker:
-        print(f"broker listening on {broker.bootstrap}")
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
-                             "enable.idempotence": True, "compression.type": "zstd"})
-        for i in range(RECORDS):
-            producer.produce("clicks", key=f"user-{i % 13}".encode(), value=f"click {i}".encode())
-        if producer.flush(30):
-            raise SystemExit("some records were not delivered")
-        del producer
-        print(f"produced {RECORDS} records (idempotent, zstd) to topic clicks")
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "demo",
-                             "enable.auto.commit": False})
-        consumer.assign([TopicPartition("clicks", 0, 0)])
-        seen = 0
-        deadline = time.monotonic() + 30
-        while seen < RECORDS and time.monotonic() < deadline:
-            for message in consumer.consume(1000, 1.0):
-                if message.error():
-                    raise SystemExit(f"consume failed: {message.error()}")
-                if message.value() != f"click {seen}".encode():
-                    raise SystemExit(f"out of order at {seen}: {message.value()!r}")
-                seen += 1
-        consumer.close()
-        print(f"consumed {seen} records back in order with confluent-kafka")
-        if seen != RECORDS:
-            raise SystemExit(f"expected {RECORDS} records, got {seen}")
-    print("broker stopped cleanly (SIGTERM)")
+def _produce(bootstrap: str, topic: str, count: int) -> tuple[int, int]:
+    ensure_topics(bootstrap, {topic: 3})
+    started = time.monotonic()
+    produced = produce_events(bootstrap, topic, count, bad_every=BAD_EVERY)
+    print(f"produced {count} events to {topic} ({produced.bad} malformed) in "
+          f"{time.monotonic() - started:.1f}s")
+    return produced.good, produced.bad
 
 
-def main() -> int:
+def _stream(bootstrap: str, root: Path) -> None:
+    command = [sys.executable, str(REPO / "jobs" / "stream_to_delta.py"),
+               "--bootstrap", bootstrap, "--topic", "events", "--table", str(root / "table"),
+               "--checkpoint", str(root / "checkpoint"), "--schema", SCHEMA,
+               "--trigger", "availableNow"]
+    print("running jobs/stream_to_delta.py --topic events --trigger availableNow "
+          f"--schema '{SCHEMA}' (Spark starts in ~15 s)")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    started = time.monotonic()
+    output = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=env) as job:
+        assert job.stdout is not None
+        for line in job.stdout:
+            output.append(line)
+            if " sparklog." in line:  # the job's own log lines, not Spark's
+                print("   " + line.rstrip().split(" ", 2)[-1])
+    if job.returncode != 0:
+        raise SystemExit("the job failed:\n" + "".join(output[-40:]))
+    print(f"job finished in {time.monotonic() - started:.1f}s")
+
+
+def _report(bootstrap: str, root: Path, good: int, bad: int) -> None:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(root / "table")).to_pyarrow_table()
+    ids = table.column("id").to_pylist()
+    dead = read_topic(bootstrap, "events.dlq")
+    errors = Counter(dict(headers).get("dlq.error.class", b"?").decode()
+                     for *_, headers in dead)
+    print(f"Delta table: {len(ids)} rows, {len(set(ids))} distinct ids (expected {good})")
+    print(f"dead-letter topic events.dlq: {len(dead)} records (expected {bad}): "
+          + ", ".join(f"{name} {n}" for name, n in sorted(errors.items())))
+    rows = sorted(table.to_pylist(), key=lambda r: r["id"])[:5]
+    for row in rows:
+        print("   " + ", ".join(f"{k}={v}" for k, v in row.items()))
+    if len(ids) != good or len(set(ids)) != good or len(dead) != bad:
+        raise SystemExit("counts do not match")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    produce = sub.add_parser("produce", help="only produce sample events to a running broker")
+    produce.add_argument("--bootstrap", required=True)
+    produce.add_argument("--topic", default="events")
+    produce.add_argument("--count", type=int, default=EVENTS)
+    args = parser.parse_args(argv)
+    if args.command == "produce":
+        _produce(args.bootstrap, args.topic, args.count)
+        return 0
+
     root = Path(tempfile.mkdtemp(prefix="sparklog-demo-"))
     try:
-        print("== 1. segment store")
-        _storage_demo(root)
-        print("== 2. broker with a real Kafka client")
-        _broker_demo(root)
+        with BrokerProcess(root / "broker") as broker:
+            print(f"== broker listening on {broker.bootstrap} (data in {root / 'broker'})")
+            good, bad = _produce(broker.bootstrap, "events", EVENTS)
+            print("== streaming into Delta, exactly once")
+            _stream(broker.bootstrap, root)
+            print("== results")
+            _report(broker.bootstrap, root, good, bad)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print("demo finished")

@@ -1,0 +1,21 @@
+# One image for every service of docker-compose.yml: the sparklog broker, Spark's standalone
+# master and worker (pyspark's own spark-class) and the jobs. Java 17 for Spark.
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /opt/sparklog
+COPY pyproject.toml constraints.txt README.md pyspark_sparklog.py ./
+COPY sparklog ./sparklog
+RUN pip install --no-cache-dir -c constraints.txt .
+COPY jobs ./jobs
+COPY conf ./conf
+
+# Executors run the same interpreter (and so the same sparklog) as the driver.
+ENV PYSPARK_PYTHON=python3 \
+    PYSPARK_DRIVER_PYTHON=python3 \
+    SPARKLOG_CONF_DIR=/opt/sparklog/conf \
+    PYTHONUNBUFFERED=1

@@ -1,0 +1,181 @@
+"""Stream a topic of JSON records into a Delta table exactly once; bad records to a dead-letter
+topic.
+
+    python jobs/stream_to_delta.py --bootstrap HOST:PORT --topic T --table PATH \\
+        --checkpoint PATH --schema DDL [--dlq-topic T] [--trigger availableNow|processingTime=10s]
+        [--group-id G] [--conf-dir DIR] [--set key=value ...] [--master URL]
+
+Reads ``T`` with ``spark.readStream.format("sparklog")`` (from ``stream.startingOffsets``),
+parses each value with the DDL schema (``sparklog.dlq.parse``) and, per micro-batch
+(``foreachBatch``): sends the records that fail to parse to the dead-letter topic (``T.dlq``
+by default), then commits the good ones to the Delta table in one commit carrying the txn
+``(sparklog-stream:<query id>, batch id)``. Logs one line per batch.
+
+Invariants:
+- The app id is the query id Spark keeps in the checkpoint: a restart from the same
+  checkpoint replays the unfinished batch with the same id and offsets, which the table skips
+  if it was committed; a new checkpoint is a new query that shares no versions with the old.
+- Every record read ends up exactly once in the table or in the dead-letter topic (see
+  ``sparklog.dlq.producer`` for the dead-letter guarantee), whatever point the job dies at.
+- SIGTERM / Ctrl-C stop the query (an unfinished batch is replayed on the next start) and
+  exit 0; a failed query exits 1. ``--group-id`` is passed to the source as
+  ``kafka.group.id`` (offsets live in the checkpoint; the group is for lag tooling).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from sparklog.delta.sink import DeltaSink
+from sparklog.dlq.parse import ParseSpec
+from sparklog.dlq.producer import DeadLetterProducer
+from sparklog.jobs_support import (
+    JobSettings,
+    StopFlag,
+    build_spark,
+    dlq_state_dir,
+    ensure_topics,
+    job_parser,
+    partition_count,
+    route_batch,
+    setup_logging,
+    sparklog_reader,
+)
+
+if TYPE_CHECKING:
+    import argparse
+
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("sparklog.jobs.stream_to_delta")
+
+APP_PREFIX = "sparklog-stream:"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = job_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
+    parser.add_argument("--dlq-topic", help="dead-letter topic (default: TOPIC + dlq.topicSuffix)")
+    parser.add_argument("--trigger", help="availableNow or processingTime=<interval> "
+                                          "(default: stream.trigger)")
+    parser.add_argument("--group-id", help="consumer group, passed as kafka.group.id")
+    return parser.parse_args(argv)
+
+
+INTERVAL = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)\s*$")
+UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}
+
+
+def trigger(text: str) -> dict[str, object]:
+    """``availableNow``, or ``processingTime=<interval>`` (``10s``, ``500ms``, ``1 minute``)."""
+    if text == "availableNow":
+        return {"availableNow": True}
+    name, sep, interval = text.partition("=")
+    if name == "processingTime" and sep and interval:
+        short = INTERVAL.match(interval)
+        return {"processingTime": f"{short[1]} {UNITS[short[2]]}" if short else interval}
+    raise SystemExit(f"--trigger must be availableNow or processingTime=<interval>, got {text!r}")
+
+
+class BatchWriter:
+    """The ``foreachBatch`` function: one ``route_batch`` per micro-batch."""
+
+    def __init__(self, spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
+                 spec: ParseSpec, dlq_topic: str) -> None:
+        self.spark = spark
+        self.args = args
+        self.settings = settings
+        self.spec = spec
+        self.dlq_topic = dlq_topic
+        self._sink: DeltaSink | None = None
+        self._dlq: DeadLetterProducer | None = None
+
+    def _open(self) -> tuple[DeltaSink, DeadLetterProducer]:
+        if self._sink is None or self._dlq is None:
+            query_id = self.spark.sparkContext.getLocalProperty("sql.streaming.queryId")
+            app_id = APP_PREFIX + query_id
+            self._sink = DeltaSink(self.args.table, writer_id=app_id,
+                                   partition_by=self.settings.partition_by(),
+                                   schema_mode=self.settings.schema_mode())
+            self._dlq = DeadLetterProducer(self.args.bootstrap, writer_id=app_id,
+                                           state_dir=dlq_state_dir(self._sink),
+                                           destinations=[self.dlq_topic])
+            log.info("app id %s: %s -> %s, dead letters -> %s", app_id, self.args.topic,
+                     self.args.table, self.dlq_topic)
+        return self._sink, self._dlq
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        from deltalake import Transaction
+
+        started = time.monotonic()
+        sink, dlq = self._open()
+        outcome = route_batch(df, self.spec, sink, [Transaction(sink.writer_id, batch_id)], dlq,
+                              str(batch_id), lambda letter: self.dlq_topic)
+        log.info("batch %d: %s (%.2fs)", batch_id, outcome.describe(),
+                 time.monotonic() - started)
+
+    def close(self) -> None:
+        if self._dlq is not None:
+            self._dlq.close()
+
+
+def start(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
+          writer: BatchWriter) -> StreamingQuery:
+    reader = sparklog_reader(spark.readStream, settings, args.bootstrap, args.topic)
+    reader = reader.option("startingOffsets", settings["stream.startingOffsets"])
+    if settings["stream.maxOffsetsPerTrigger"]:
+        reader = reader.option("maxOffsetsPerTrigger", settings["stream.maxOffsetsPerTrigger"])
+    if args.group_id:
+        reader = reader.option("kafka.group.id", args.group_id)
+    return (reader.load().writeStream.queryName("stream_to_delta").foreachBatch(writer)
+            .option("checkpointLocation", args.checkpoint)
+            .trigger(**trigger(args.trigger or settings["stream.trigger"]))
+            .start())
+
+
+def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
+        stop: StopFlag) -> int:
+    """Run the query until it ends (availableNow), fails, or a signal stops it."""
+    from pyspark.errors import StreamingQueryException
+
+    dlq_topic = args.dlq_topic or args.topic + settings["dlq.topicSuffix"]
+    ensure_topics(args.bootstrap, {dlq_topic: partition_count(args.bootstrap, args.topic)})
+    writer = BatchWriter(spark, args, settings, ParseSpec.from_ddl(args.schema), dlq_topic)
+    query = start(spark, args, settings, writer)
+    try:
+        while query.isActive and not stop.stopped:
+            query.awaitTermination(1)
+    except StreamingQueryException:
+        pass  # reported below
+    finally:
+        if query.isActive:
+            query.stop()
+            log.info("query stopped by signal")
+        writer.close()
+    if query.exception() is not None:
+        log.error("query failed: %s", query.exception())
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_logging()
+    settings = JobSettings.load(args.conf_dir, args.set)
+    trigger(args.trigger or settings["stream.trigger"])  # refuse a bad trigger before Spark
+    stop = StopFlag().install()
+    spark = build_spark("stream_to_delta", settings, args.master)
+    try:
+        return run(spark, args, settings, stop)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

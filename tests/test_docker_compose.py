@@ -1,0 +1,209 @@
+"""The structure of docker-compose.yml and the Dockerfile (no Docker engine runs here).
+
+PyYAML is not a dependency, so the file is read with ``parse_compose``: a parser for the
+YAML subset the file is written in (block mappings, block sequences of scalars, flow
+sequences and empty flow mappings, possibly over several lines, quoted or plain scalars, ``#``
+comments). Anything outside that subset fails the test, which keeps the file in it. Scalars
+stay strings.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparklog.jobs_support import REPO, load_job
+
+COMPOSE = REPO / "docker-compose.yml"
+
+
+def _strip_comment(line: str) -> str:
+    quote = None
+    for i, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1] in " \t"):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+def _split_flow(body: str) -> list[str]:
+    items, depth, quote, current = [], 0, None, ""
+    for char in body:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+            continue
+        current += char
+    if current.strip():
+        items.append(current.strip())
+    return items
+
+
+def _scalar(text: str) -> Any:
+    text = text.strip()
+    if text.startswith("["):
+        assert text.endswith("]"), f"unterminated flow sequence: {text}"
+        return [_scalar(item) for item in _split_flow(text[1:-1])]
+    if text.startswith("{"):
+        assert text == "{}", f"only empty flow mappings are in the subset: {text}"
+        return {}
+    if text.startswith('"'):
+        return json.loads(text)
+    if text.startswith("'"):
+        assert text.endswith("'")
+        return text[1:-1].replace("''", "'")
+    assert not text.startswith(("&", "*", "!", "|", ">")), f"outside the subset: {text}"
+    return text
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    lines: list[tuple[int, str]] = []
+    pending = ""
+    for raw in text.splitlines():
+        assert "\t" not in raw, "tabs are not YAML indentation"
+        line = _strip_comment(raw)
+        if not line.strip():
+            continue
+        if pending:
+            pending += " " + line.strip()
+        else:
+            pending = line
+        if pending.count("[") == pending.count("]"):
+            lines.append((len(pending) - len(pending.lstrip()), pending.strip()))
+            pending = ""
+    assert not pending, f"unterminated: {pending}"
+    return lines
+
+
+def _block(lines: list[tuple[int, str]], i: int, indent: int) -> tuple[Any, int]:
+    if lines[i][1].startswith("- "):
+        items = []
+        while i < len(lines) and lines[i][0] == indent and lines[i][1].startswith("- "):
+            items.append(_scalar(lines[i][1][2:]))
+            i += 1
+        return items, i
+    mapping: dict[str, Any] = {}
+    while i < len(lines) and lines[i][0] == indent:
+        key, sep, rest = lines[i][1].partition(":")
+        assert sep and key.strip() and key.strip() not in mapping, f"bad line: {lines[i][1]}"
+        i += 1
+        if rest.strip():
+            mapping[key.strip()] = _scalar(rest)
+        elif i < len(lines) and lines[i][0] > indent:
+            mapping[key.strip()], i = _block(lines, i, lines[i][0])
+        else:
+            mapping[key.strip()] = None
+    assert i == len(lines) or lines[i][0] < indent, f"bad indentation at: {lines[i][1]}"
+    return mapping, i
+
+
+def parse_compose(text: str) -> dict[str, Any]:
+    lines = _logical_lines(text)
+    document, end = _block(lines, 0, 0)
+    assert end == len(lines)
+    return document
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return parse_compose(COMPOSE.read_text())
+
+
+def test_the_parser_reads_the_subset() -> None:
+    text = """
+a: 1  # comment
+b:
+  c: "x # not a comment"
+  d: [p, "q r", 's''t']
+  e:
+    - one
+    - two
+  f: {}
+g: ["x",
+    y]
+"""
+    assert parse_compose(text) == {"a": "1", "b": {"c": "x # not a comment",
+                                                 "d": ["p", "q r", "s't"],
+                                                 "e": ["one", "two"], "f": {}},
+                                   "g": ["x", "y"]}
+    with pytest.raises(AssertionError):
+        parse_compose("a: &anchor x\n")
+
+
+def test_services_of_the_default_setup(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    default = {name for name, s in services.items() if "profiles" not in s}
+    assert default == {"broker", "spark-master", "spark-worker", "sample-events", "stream-job"}
+    assert services["broker"]["command"][:2] == ["sparklog", "broker"]
+    assert "advertised.listeners=PLAINTEXT://broker:9092" in services["broker"]["command"]
+    assert "org.apache.spark.deploy.master.Master" in services["spark-master"]["command"]
+    assert "spark://spark-master:7077" in services["spark-worker"]["command"]
+    for name in default | {"sample-events-kafka", "stream-job-kafka"}:
+        assert services[name]["image"] == "sparklog:local"
+        assert services[name]["build"] == "."
+    for name, service in services.items():
+        needs = service.get("depends_on", [])
+        assert all(dep in services for dep in needs), f"{name} depends on an unknown service"
+
+
+@pytest.mark.parametrize(("job", "bootstrap", "table"), [
+    ("stream-job", "broker:9092", "/lake/events"),
+    ("stream-job-kafka", "kafka:9092", "/lake/events-kafka"),
+])
+def test_the_streaming_jobs_run_on_the_cluster(compose: dict[str, Any], job: str, bootstrap: str,
+                                               table: str) -> None:
+    services = compose["services"]
+    command = services[job]["command"]
+    assert command[:2] == ["python", "jobs/stream_to_delta.py"]
+    args = load_job("stream_to_delta").parse_args(command[2:])  # the job accepts them
+    assert args.bootstrap == bootstrap and args.table == table
+    assert args.master == "spark://spark-master:7077"
+    assert args.checkpoint.startswith("/lake/") and args.trigger == "processingTime=10s"
+    # the driver moves files the executors wrote: both mount the table's volume at one path
+    mounts = {tuple(v.split(":")[:2]) for v in services[job]["volumes"]}
+    assert mounts == {tuple(v.split(":")[:2]) for v in services["spark-worker"]["volumes"]}
+    assert any(table.startswith(path + "/") for _, path in mounts)
+    producer = services[job]["depends_on"]
+    assert any(producer[name]["condition"] == "service_completed_successfully"
+               for name in producer)
+    assert services[job]["hostname"] == job  # executors connect back to the driver
+
+
+def test_the_kafka_profile_uses_apache_kafka_in_kraft_mode(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    kafka_services = {name for name, s in services.items() if s.get("profiles") == ["kafka"]}
+    assert kafka_services == {"kafka", "sample-events-kafka", "stream-job-kafka"}
+    kafka = services["kafka"]
+    assert kafka["image"].startswith("apache/kafka:")
+    env = kafka["environment"]
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://kafka:9092"
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == "1@kafka:9093"
+    assert not any("ZOOKEEPER" in key for key in env)
+    assert "kafka:9092" in services["sample-events-kafka"]["command"]
+    assert set(compose["volumes"]) == {"broker-data", "kafka-data", "lake"}
+
+
+def test_the_dockerfile_ships_what_the_services_run() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text()
+    copied = {word for line in dockerfile.splitlines() if line.startswith("COPY")
+              for word in shlex.split(line)[1:-1]}
+    assert {"sparklog", "jobs", "conf", "pyproject.toml", "pyspark_sparklog.py"} <= copied
+    assert all((REPO / path).exists() for path in copied)
+    assert "openjdk-17" in dockerfile and "SPARKLOG_CONF_DIR" in dockerfile
+    assert Path(REPO / "conf" / "jobs.properties").is_file()

@@ -1,0 +1,245 @@
+"""The jobs in ``jobs/`` against a real broker: crash-safety of ``stream_to_delta``, idempotent
+backfills, dead-letter replay.
+
+The streaming job runs as a child process (its own SparkSession) that a fault point
+(``SPARKLOG_FAULT_POINT``) pauses at a named place; the test then SIGKILLs its whole process
+group (driver, JVM, Python workers) and starts it again. The batch jobs run in-process on the
+session's ``spark`` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from sparklog.broker.process import BrokerProcess
+from sparklog.datasource import register
+from sparklog.faults import MARKER_ENV, POINT_ENV
+from sparklog.jobs_support import REPO, JobSettings, StopFlag, ensure_topics, load_job
+from sparklog.sample_events import SCHEMA, event, produce_events, read_topic
+
+pytestmark = pytest.mark.spark
+
+JOB = REPO / "jobs" / "stream_to_delta.py"
+RUN_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with BrokerProcess(tmp_path_factory.mktemp("jobs-broker") / "data") as broker:
+        yield broker.bootstrap
+
+
+def _table_ids(table: Path) -> list[int]:
+    return DeltaTable(str(table)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+
+
+def _headers(record: tuple) -> dict[str, str]:
+    return {k: (v or b"").decode() for k, v in record[4]}
+
+
+def _group_gone(pgid: int, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+class JobRunner:
+    """Runs stream_to_delta as a child process group, optionally killing it at a fault point."""
+
+    def __init__(self, workdir: Path, args: list[str]) -> None:
+        self.workdir = workdir
+        self.args = args
+        self.runs = 0
+
+    def run(self, fault: str | None = None, *, stop_when: Callable[[], bool] | None = None,
+            extra: tuple[str, ...] = ()) -> tuple[str, str]:
+        """Run until it exits, is killed at ``fault``, or ``stop_when()`` (then SIGTERM)."""
+        self.runs += 1
+        log_path = self.workdir / f"run-{self.runs}.log"
+        marker = self.workdir / f"fault-{self.runs}"
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+        if fault:
+            env.update({POINT_ENV: fault, MARKER_ENV: str(marker)})
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([sys.executable, str(JOB), *self.args, *extra], stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                    start_new_session=True)
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        outcome = None
+        while outcome is None:
+            time.sleep(0.2)
+            if fault and marker.exists():
+                os.killpg(proc.pid, signal.SIGKILL)
+                outcome = "killed"
+            elif stop_when and stop_when():
+                proc.send_signal(signal.SIGTERM)
+                outcome = f"exit {proc.wait(60)} after SIGTERM"
+            elif proc.poll() is not None:
+                outcome = f"exit {proc.returncode}"
+            elif time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                pytest.fail(f"run {self.runs} timed out:\n{log_path.read_text()[-3000:]}")
+        proc.wait()
+        assert _group_gone(proc.pid), "the job left processes behind"
+        return outcome, log_path.read_text()
+
+
+@pytest.mark.timeout(900)  # four Spark starts in child processes on a shared machine
+def test_stream_to_delta_survives_kills_at_every_step(bootstrap: str, tmp_path: Path) -> None:
+    topic = "kill-events"
+    ensure_topics(bootstrap, {topic: 3})
+    produced = produce_events(bootstrap, topic, 5000, bad_every=50)
+    table = tmp_path / "table"
+    runner = JobRunner(tmp_path, [
+        "--bootstrap", bootstrap, "--topic", topic, "--table", str(table),
+        "--checkpoint", str(tmp_path / "checkpoint"), "--schema", SCHEMA,
+        "--set", "stream.maxOffsetsPerTrigger=1000"])  # 5 micro-batches: 0..4
+
+    # killed while publishing batch 0's files (its dead letters are out already)
+    outcome, log = runner.run("moving:0")
+    assert outcome == "killed", log
+    assert not DeltaTable.is_deltatable(str(table))
+    # batch 0 is replayed, its dead letters not sent twice; killed right before batch 1's
+    # Delta commit (files in place, not in the log)
+    outcome, log = runner.run("before_commit:1")
+    assert outcome == "killed", log
+    assert "batch 0: " in log and "sent by an earlier attempt" in log, log
+    assert 0 < len(_table_ids(table)) < produced.good
+    # killed after batch 2's Delta commit, before Spark recorded the batch as done
+    outcome, log = runner.run("after_commit:2")
+    assert outcome == "killed", log
+    # the rest, as a long-running query stopped by SIGTERM once every good record is in
+    outcome, log = runner.run(stop_when=lambda: len(_table_ids(table)) == produced.good,
+                              extra=("--trigger", "processingTime=1s"))
+    assert outcome == "exit 0 after SIGTERM", log
+    assert "batch 2: skipped" in log, log
+    assert "query stopped by signal" in log, log
+
+    ids = _table_ids(table)
+    assert len(ids) == len(set(ids)) == produced.good
+    assert set(ids) == {i for i in range(5000) if i % 50 != 49}
+    dead = read_topic(bootstrap, f"{topic}.dlq")
+    origins = Counter((h["dlq.original.topic"], h["dlq.original.partition"],
+                       h["dlq.original.offset"]) for h in map(_headers, dead))
+    assert len(dead) == len(origins) == produced.bad, origins.most_common(3)
+    classes = Counter(_headers(r)["dlq.error.class"] for r in dead)
+    assert classes == {"MalformedJson": 25, "NotAnObject": 25, "MissingRequiredField": 25,
+                       "SchemaMismatch": 25}
+    assert all(_headers(r)["dlq.attempt"] == "1" for r in dead)
+    source = {(p, o): v for p, o, _, v, _ in read_topic(bootstrap, topic)}
+    assert all(source[(int(h["dlq.original.partition"]), int(h["dlq.original.offset"]))] == r[3]
+               for r, h in zip(dead, map(_headers, dead), strict=True))
+
+
+def _settings() -> JobSettings:
+    return JobSettings.load()
+
+
+def test_backfill_of_the_same_range_twice_adds_nothing(spark, bootstrap: str,
+                                                      tmp_path: Path) -> None:
+    register(spark)
+    backfill = load_job("backfill")
+    topic = "backfill-events"
+    ensure_topics(bootstrap, {topic: 3})
+    produce_events(bootstrap, topic, 600, bad_every=50)
+    records = read_topic(bootstrap, topic)
+    ends = {p: max(o for q, o, *_ in records if q == p) // 2 for p in range(3)}
+    table = tmp_path / "table"
+    argv = ["--bootstrap", bootstrap, "--topic", topic, "--table", str(table), "--schema", SCHEMA,
+            "--from-offsets", json.dumps({topic: {str(p): -2 for p in range(3)}}),
+            "--to-offsets", json.dumps({topic: {str(p): e for p, e in ends.items()}})]
+    good_values = {event(i) for i in range(600) if i % 50 != 49}
+    in_range = [r for r in records if r[1] < ends[r[0]]]
+    expected = sorted(json.loads(r[3])["id"] for r in in_range if r[3] in good_values)
+
+    assert backfill.run(spark, backfill.parse_args(argv), _settings()) == 0
+    version = DeltaTable(str(table)).version()
+    assert sorted(_table_ids(table)) == expected
+    dead = read_topic(bootstrap, f"{topic}.dlq")
+    assert len(dead) == len(in_range) - len(expected)
+
+    assert backfill.run(spark, backfill.parse_args(argv), _settings()) == 0
+    assert DeltaTable(str(table)).version() == version
+    assert sorted(_table_ids(table)) == expected
+    assert len(read_topic(bootstrap, f"{topic}.dlq")) == len(dead)
+
+    # by time: everything produced so far, once
+    by_time = ["--bootstrap", bootstrap, "--topic", topic, "--table", str(tmp_path / "t2"),
+               "--schema", SCHEMA, "--from-time", "1970-01-01T00:00:00Z",
+               "--to-time", str(int(time.time() * 1000) + 3_600_000)]
+    for _ in range(2):
+        assert backfill.run(spark, backfill.parse_args(by_time), _settings()) == 0
+        assert sorted(_table_ids(tmp_path / "t2")) == sorted(
+            json.loads(r[3])["id"] for r in records if r[3] in good_values)
+
+
+def test_replay_dlq_moves_fixed_records_and_parks_hopeless_ones(spark, bootstrap: str,
+                                                               tmp_path: Path) -> None:
+    register(spark)
+    backfill, replay = load_job("backfill"), load_job("replay_dlq")
+    topic, table = "replay-events", tmp_path / "table"
+    ensure_topics(bootstrap, {topic: 2})
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    kinds = {}
+    for i in range(90):
+        kind = ("good", "fixable", "hopeless")[i % 3]
+        kinds[i] = kind
+        value = {"good": json.dumps({"id": i, "note": f"n{i}"}), "fixable": json.dumps({"id": i}),
+                 "hopeless": f'{{"id": {i}, "note": '}[kind]
+        producer.produce(topic, key=str(i).encode(), value=value.encode())
+    assert producer.flush(30) == 0
+    strict = "id BIGINT NOT NULL, note STRING NOT NULL"
+    relaxed = "id BIGINT NOT NULL, note STRING"
+    assert backfill.run(spark, backfill.parse_args([
+        "--bootstrap", bootstrap, "--topic", topic, "--table", str(table), "--schema", strict,
+        "--from-time", "0", "--to-time", str(int(time.time() * 1000) + 3_600_000)]),
+        _settings()) == 0
+
+    def ids_of(kind: str) -> list[int]:
+        return sorted(i for i, k in kinds.items() if k == kind)
+
+    assert sorted(_table_ids(table)) == ids_of("good")
+    dlq = f"{topic}.dlq"
+    assert len(read_topic(bootstrap, dlq)) == 60
+
+    argv = ["--bootstrap", bootstrap, "--dlq-topic", dlq, "--table", str(table),
+            "--schema", relaxed, "--max-attempts", "3"]
+    assert replay.run(spark, replay.parse_args(argv), _settings(), StopFlag()) == 0
+    assert sorted(_table_ids(table)) == sorted(ids_of("good") + ids_of("fixable"))
+    again = [h for h in map(_headers, read_topic(bootstrap, dlq)) if h["dlq.attempt"] != "1"]
+    assert len(again) == 30 and {h["dlq.attempt"] for h in again} == {"2"}
+    assert {h["dlq.error.class"] for h in again} == {"MalformedJson"}
+    assert read_topic(bootstrap, f"{dlq}.parking") == []
+
+    # the next run sees only the re-sent records: a third failure parks them
+    assert replay.run(spark, replay.parse_args(argv), _settings(), StopFlag()) == 0
+    parked = [_headers(r) for r in read_topic(bootstrap, f"{dlq}.parking")]
+    assert len(parked) == 30 and {h["dlq.attempt"] for h in parked} == {"3"}
+    assert {h["dlq.original.topic"] for h in parked} == {topic}
+    assert len({(h["dlq.original.partition"], h["dlq.original.offset"]) for h in parked}) == 30
+    assert len(read_topic(bootstrap, dlq)) == 90
+
+    # nothing left: a third run changes nothing
+    version = DeltaTable(str(table)).version()
+    assert replay.run(spark, replay.parse_args(argv), _settings(), StopFlag()) == 0
+    assert DeltaTable(str(table)).version() == version
+    assert len(read_topic(bootstrap, f"{dlq}.parking")) == 30
+    assert sorted(_table_ids(table)) == sorted(ids_of("good") + ids_of("fixable"))
