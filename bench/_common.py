@@ -24,10 +24,13 @@ def peak_rss_mib() -> float:
 
 
 def vm_hwm_mib(pid: int | None) -> float:
-    """Peak resident set size of another process, from /proc/<pid>/status (VmHWM), in MiB."""
-    if pid is None:
-        return float("nan")
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    """Peak resident set size of another process, from /proc/<pid>/status (VmHWM), in MiB;
+    NaN when there is no such process (any more)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text() if pid is not None else ""
+    except OSError:
+        status = ""
+    for line in status.splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")

@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import Row, peak_rss_mib, print_table  # bench/ is on sys.path when run
+from _common import Row, peak_rss_mib, print_table, vm_hwm_mib  # bench/ is on sys.path when run
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -150,15 +150,6 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float
     return samples[total // 10:]  # drop the warm-up tenth
 
 
-def broker_peak_rss_mib(pid: int | None) -> float:
-    if pid is None:
-        return float("nan")
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
@@ -184,12 +175,12 @@ def main() -> int:
             results[f"produce_{size}"] = count / elapsed
             rows.append(Row(f"produce {size} B", f"{count / elapsed:,.0f} rec/s",
                             f"{mbps:,.1f} MB/s", f"{mbps / ceiling:.2f}",
-                            f"{broker_peak_rss_mib(broker.pid if broker else None):.0f} MiB"))
+                            f"{vm_hwm_mib(broker.pid if broker else None):.0f} MiB"))
             elapsed, nbytes = consume(bootstrap, topic, count)
             mbps = nbytes / elapsed / MB
             rows.append(Row(f"consume {size} B", f"{count / elapsed:,.0f} rec/s",
                             f"{mbps:,.1f} MB/s", f"{mbps / ceiling:.2f}",
-                            f"{broker_peak_rss_mib(broker.pid if broker else None):.0f} MiB"))
+                            f"{vm_hwm_mib(broker.pid if broker else None):.0f} MiB"))
         topic = f"bench-latency-{int(time.time())}"
         create_topic(bootstrap, topic)
         samples = latency(bootstrap, topic, 1000, 10 * max(scale, 0.3))

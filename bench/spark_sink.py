@@ -22,10 +22,15 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from _common import Row, peak_rss_mib, print_table, scratch_dir  # bench/ is on sys.path
+from _common import (  # bench/ is on sys.path
+    Row,
+    peak_rss_mib,
+    print_table,
+    scratch_dir,
+    vm_hwm_mib,
+)
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -33,16 +38,6 @@ from sparklog.broker.process import BrokerProcess
 
 RECORD_BYTES = 100
 PARTITIONS = 2
-
-
-def vm_hwm_mib(pid: int | None) -> float:
-    """Peak resident set size of another process, from /proc/<pid>/status (VmHWM)."""
-    if pid is None:
-        return float("nan")
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def create_topic(bootstrap: str, name: str) -> str:

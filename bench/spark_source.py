@@ -32,7 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from _common import Row, peak_rss_mib, print_table, scratch_dir  # bench/ is on sys.path
+from _common import (  # bench/ is on sys.path
+    Row,
+    peak_rss_mib,
+    print_table,
+    scratch_dir,
+    vm_hwm_mib,
+)
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -44,19 +50,6 @@ from sparklog.datasource.schema import arrow_source_schema, source_schema
 RECORD_BYTES = 100
 CHUNK_ROWS = 1 << 16
 WARM_UP = 10_000
-
-
-def vm_hwm_mib(pid: int | None) -> float:
-    """Peak resident set size of another process, from /proc/<pid>/status (VmHWM); NaN
-    when there is no such process (any more)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text() if pid is not None else ""
-    except OSError:
-        status = ""
-    for line in status.splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 # -- the ceiling: pre-built Arrow batches through the same Python Data Source path ---------------

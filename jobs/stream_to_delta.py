@@ -19,7 +19,8 @@ Invariants:
   ``sparklog.dlq.producer`` for the dead-letter guarantee), whatever point the job dies at.
 - SIGTERM / Ctrl-C stop the query (an unfinished batch is replayed on the next start) and
   exit 0; a failed query exits 1. ``--group-id`` is passed to the source as
-  ``kafka.group.id`` (offsets live in the checkpoint; the group is for lag tooling).
+  ``groupId``: each batch's end offsets are committed to that group (offsets live in the
+  checkpoint; the group is for lag tooling such as ``sparklog groups describe``).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dlq-topic", help="dead-letter topic (default: TOPIC + dlq.topicSuffix)")
     parser.add_argument("--trigger", help="availableNow or processingTime=<interval> "
                                           "(default: stream.trigger)")
-    parser.add_argument("--group-id", help="consumer group, passed as kafka.group.id")
+    parser.add_argument("--group-id", help="consumer group mirroring the stream's progress")
     return parser.parse_args(argv)
 
 
@@ -132,7 +133,7 @@ def start(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
     if settings["stream.maxOffsetsPerTrigger"]:
         reader = reader.option("maxOffsetsPerTrigger", settings["stream.maxOffsetsPerTrigger"])
     if args.group_id:
-        reader = reader.option("kafka.group.id", args.group_id)
+        reader = reader.option("groupId", args.group_id)
     return (reader.load().writeStream.queryName("stream_to_delta").foreachBatch(writer)
             .option("checkpointLocation", args.checkpoint)
             .trigger(**trigger(args.trigger or settings["stream.trigger"]))

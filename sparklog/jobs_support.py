@@ -181,14 +181,8 @@ def build_spark(app_name: str, settings: JobSettings, master: str | None = None)
     if master:
         builder = builder.master(master)
     spark = builder.getOrCreate()
-    if not _format_known(spark, "sparklog"):
-        register(spark)  # not auto-registered: pyspark_sparklog is not on the import path
+    register(spark)  # the format, and the listener that mirrors --group-id commits
     return spark
-
-
-def _format_known(spark: SparkSession, name: str) -> bool:
-    manager = spark._jsparkSession.sessionState().dataSourceManager()  # type: ignore[attr-defined]
-    return bool(manager.dataSourceExists(name))
 
 
 def sparklog_reader(reader: DataFrameReader | DataStreamReader, settings: JobSettings,

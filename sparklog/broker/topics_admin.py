@@ -16,6 +16,7 @@ Behaviour:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sparklog.broker.registry import handles
@@ -46,23 +47,32 @@ def _added_partitions(broker: Broker, topic: Any) -> int:
     return max(topic.count - current.partitions, 0) if current is not None else 0
 
 
-@handles(ApiKey.CREATE_TOPICS)
-async def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    build = Build(header)
-    results = []
-    too_many = sum(_requested_partitions(broker, t) for t in request.topics) > (
-        MAX_PARTITIONS_PER_REQUEST)
-    for topic in request.topics:
-        code, message = ErrorCode.NONE, None
+def _each(items: Any, action: Callable[[Any], None], added_partitions: int = 0,
+          ) -> Iterator[tuple[Any, ErrorCode, str | None]]:
+    """Apply ``action`` to every item, yielding (item, error code, message): errors are per
+    topic, and a request adding too many partitions in all is refused whole."""
+    too_many = added_partitions > MAX_PARTITIONS_PER_REQUEST
+    for item in items:
         try:
             if too_many:
                 raise _TOO_MANY
-            _create(broker, topic, request.validate_only if header.api_version else False)
+            action(item)
         except KafkaError as exc:
-            code, message = exc.code, str(exc)
-        results.append(build("CreatableTopicResult", name=topic.name, error_code=code,
-                             error_message=message))
-    return build.response(topics=tuple(results))
+            yield item, exc.code, str(exc)
+        else:
+            yield item, ErrorCode.NONE, None
+
+
+@handles(ApiKey.CREATE_TOPICS)
+async def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    build = Build(header)
+    validate_only = request.validate_only if header.api_version else False
+    added = sum(_requested_partitions(broker, t) for t in request.topics)
+    return build.response(topics=tuple(
+        build("CreatableTopicResult", name=topic.name, error_code=code, error_message=message)
+        for topic, code, message in _each(
+            request.topics, lambda t: _create(broker, t, validate_only), added)
+    ))
 
 
 def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
@@ -85,34 +95,28 @@ def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
 @handles(ApiKey.DELETE_TOPICS)
 async def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
-    results = []
-    for name in request.topic_names:
-        code = ErrorCode.NONE
-        try:
-            if not broker.config.get_bool("delete.topic.enable"):
-                raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
-            broker.logs.delete_topic(name)
-        except KafkaError as exc:
-            code = exc.code
-        results.append(build("DeletableTopicResult", name=name, error_code=code))
-    return build.response(responses=tuple(results))
+
+    def delete(name: str) -> None:
+        if not broker.config.get_bool("delete.topic.enable"):
+            raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
+        broker.logs.delete_topic(name)
+
+    return build.response(responses=tuple(
+        build("DeletableTopicResult", name=name, error_code=code)
+        for name, code, _ in _each(request.topic_names, delete)
+    ))
 
 
 @handles(ApiKey.CREATE_PARTITIONS)
 async def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
-    results = []
-    too_many = sum(_added_partitions(broker, t) for t in request.topics) > (
-        MAX_PARTITIONS_PER_REQUEST)
-    for topic in request.topics:
-        code, message = ErrorCode.NONE, None
-        try:
-            if too_many:
-                raise _TOO_MANY
-            broker.logs.create_partitions(topic.name, topic.count,
-                                          validate_only=request.validate_only)
-        except KafkaError as exc:
-            code, message = exc.code, str(exc)
-        results.append(build("CreatePartitionsTopicResult", name=topic.name, error_code=code,
-                             error_message=message))
-    return build.response(results=tuple(results))
+    added = sum(_added_partitions(broker, t) for t in request.topics)
+    return build.response(results=tuple(
+        build("CreatePartitionsTopicResult", name=topic.name, error_code=code,
+              error_message=message)
+        for topic, code, message in _each(
+            request.topics,
+            lambda t: broker.logs.create_partitions(t.name, t.count,
+                                                    validate_only=request.validate_only),
+            added)
+    ))
