@@ -50,13 +50,12 @@ from sparklog.jobs_support import (
     BatchOutcome,
     JobSettings,
     StopFlag,
-    build_spark,
     dlq_state_dir,
     ensure_topics,
     job_parser,
     partition_count,
     route_batch,
-    setup_logging,
+    run_job,
 )
 from sparklog.offsets import OffsetCommitter
 
@@ -187,15 +186,7 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    setup_logging()
-    settings = JobSettings.load(args.conf_dir, args.set)
-    stop = StopFlag().install()
-    spark = build_spark("replay_dlq", settings, args.master)
-    try:
-        return run(spark, args, settings, stop)
-    finally:
-        spark.stop()
+    return run_job("replay_dlq", parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -37,13 +37,12 @@ from sparklog.dlq.producer import DeadLetterProducer
 from sparklog.jobs_support import (
     JobSettings,
     StopFlag,
-    build_spark,
     dlq_state_dir,
     ensure_topics,
     job_parser,
     partition_count,
     route_batch,
-    setup_logging,
+    run_job,
     sparklog_reader,
 )
 
@@ -167,15 +166,9 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    setup_logging()
-    settings = JobSettings.load(args.conf_dir, args.set)
-    trigger(args.trigger or settings["stream.trigger"])  # refuse a bad trigger before Spark
-    stop = StopFlag().install()
-    spark = build_spark("stream_to_delta", settings, args.master)
-    try:
-        return run(spark, args, settings, stop)
-    finally:
-        spark.stop()
+    # a bad trigger is refused before Spark starts
+    return run_job("stream_to_delta", args, run,
+                   check=lambda settings: trigger(args.trigger or settings["stream.trigger"]))
 
 
 if __name__ == "__main__":

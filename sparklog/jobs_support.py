@@ -302,3 +302,22 @@ def route_batch(df: DataFrame, spec: ParseSpec, sink: DeltaSink,
 def dlq_state_dir(sink: DeltaSink) -> Path:
     """Where a writer keeps its dead-letter intents: next to its staging area."""
     return sink.work_dir / "dlq" / sink.writer_key
+
+
+JobRun = Callable[["SparkSession", "argparse.Namespace", JobSettings, StopFlag], int]
+
+
+def run_job(app_name: str, args: argparse.Namespace, run: JobRun,
+            check: Callable[[JobSettings], object] | None = None) -> int:
+    """The long-running jobs' main: logging, settings (``check`` refuses bad ones before
+    Spark starts), a stop flag for SIGTERM / Ctrl-C, and a SparkSession stopped at the end."""
+    setup_logging()
+    settings = JobSettings.load(args.conf_dir, args.set)
+    if check is not None:
+        check(settings)
+    stop = StopFlag().install()
+    spark = build_spark(app_name, settings, args.master)
+    try:
+        return run(spark, args, settings, stop)
+    finally:
+        spark.stop()
