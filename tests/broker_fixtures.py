@@ -108,13 +108,22 @@ broker = module_broker()
 """One broker for the whole test module, with default settings."""
 
 
-@pytest.fixture
-def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A private broker for one test (for tests that stop, kill or restart it)."""
-    proc = start_broker(tmp_path)
-    yield proc
-    proc.stop()
-    assert internal_errors(proc) == [], proc.log_file.read_text()[-3000:]
+def private_broker(config: dict[str, str] | None = None) -> Any:
+    """A ``fresh_broker`` fixture: a broker of one test's own, started with ``config`` (for
+    tests that stop, kill or restart it)."""
+
+    @pytest.fixture(name="fresh_broker")
+    def fresh_broker_fixture(tmp_path: Path) -> Iterator[BrokerProcess]:
+        proc = start_broker(tmp_path, config)
+        yield proc
+        proc.stop()
+        assert internal_errors(proc) == [], proc.log_file.read_text()[-3000:]
+
+    return fresh_broker_fixture
+
+
+fresh_broker = private_broker()
+"""A private broker with default settings."""
 
 
 def unique_topic(hint: str) -> str:

@@ -17,8 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,10 +27,10 @@ from broker_fixtures import (
     TIMEOUT,
     Rec,
     create_topic,
-    internal_errors,
+    module_broker,
     numbered,
+    private_broker,
     produce_confluent,
-    start_broker,
     unique_topic,
 )
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -61,21 +60,8 @@ CONSUMER_CONFIG: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path_factory.mktemp("groups"), BROKER_CONFIG)
-    yield proc
-    alive, errors = proc.running, internal_errors(proc)
-    proc.stop()
-    assert alive and errors == [], proc.log_file.read_text()[-3000:]
-
-
-@pytest.fixture
-def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path, BROKER_CONFIG)
-    yield proc
-    proc.stop()
-    assert internal_errors(proc) == [], proc.log_file.read_text()[-3000:]
+broker = module_broker(BROKER_CONFIG)
+fresh_broker = private_broker(BROKER_CONFIG)
 
 
 @pytest.fixture

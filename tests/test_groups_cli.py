@@ -7,7 +7,6 @@ The tool runs in-process through ``sparklog.cli.main``; its stdout and stderr ar
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,9 +14,8 @@ from broker_fixtures import (
     TIMEOUT,
     Rec,
     create_topic,
-    internal_errors,
+    module_broker,
     produce_confluent,
-    start_broker,
     unique_topic,
 )
 from confluent_kafka import Consumer, TopicPartition
@@ -31,13 +29,7 @@ BROKER_CONFIG = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.par
 BASE_TIME_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path_factory.mktemp("groups-cli"), BROKER_CONFIG)
-    yield proc
-    alive, errors = proc.running, internal_errors(proc)
-    proc.stop()
-    assert alive and errors == [], proc.log_file.read_text()[-3000:]
+broker = module_broker(BROKER_CONFIG)
 
 
 @pytest.fixture
