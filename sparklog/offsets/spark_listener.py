@@ -93,11 +93,12 @@ def _client_config(options: Mapping[str, str], group_id: str) -> dict[str, Any]:
     return config
 
 
-def sparklog_sources(spark: SparkSession, query_id: str) -> list[dict[str, str]]:
-    """The options of each sparklog source of a running query, from its analyzed plan."""
+def sparklog_sources(spark: SparkSession, query_id: str) -> list[dict[str, str]] | None:
+    """The options of each sparklog source of an active query, from its analyzed plan; None
+    when the query is no longer active."""
     query = spark.streams.get(query_id)
     if query is None:
-        return []
+        return None
     plan = query._jsq.streamingQuery().analyzedPlan()
     found = []
     leaves = plan.collectLeaves().iterator()
@@ -126,17 +127,21 @@ class GroupCommitListener(StreamingQueryListener):
         self._targets: dict[str, list[GroupTarget]] = {}
 
     def _targets_of(self, query_id: str) -> list[GroupTarget]:
+        """The query's group targets, read from its plan while it is active. Events arrive
+        asynchronously, so a query may be gone by the time one is handled: a miss is not
+        cached, and ``onQueryStarted`` resolves early so that later events find it."""
         if query_id not in self._targets:
-            targets = []
-            for options in sparklog_sources(self._spark, query_id):
-                group = _group_of(options)
-                if group:
-                    targets.append(GroupTarget(group, options))
-            self._targets[query_id] = targets
+            sources = sparklog_sources(self._spark, query_id)
+            if sources is None:
+                log.warning("query %s ended before its sparklog options could be read: its "
+                            "progress is not committed to a consumer group", query_id)
+                return []
+            self._targets[query_id] = [GroupTarget(group, options) for options in sources
+                                       if (group := _group_of(options))]
         return self._targets[query_id]
 
     def onQueryStarted(self, event: Any) -> None:
-        pass
+        self._targets_of(str(event.id))
 
     def onQueryIdle(self, event: Any) -> None:
         pass
