@@ -4,8 +4,11 @@
 
 - append: ``PartitionLog.append`` of 1 KiB, 16 KiB and 1 MiB batches (uncompressed, random
   values, pre-built) against ``os.write`` of the same batches to an O_APPEND file in the same
-  directory. The two are interleaved in 8 MiB rounds so both meet the same page-cache state;
+  directory. They are interleaved in 8 MiB rounds so all meet the same page-cache state;
   the log rolls (and fsyncs the sealed segment, as ``roll`` does) every ``segment.bytes``.
+  Two reference rows against the same ``os.write``: the floor of any Python append (CRC check,
+  offset rewrite and one ``writev``; no indexes, producer state or rolls) and ``os.write``
+  into blocks reserved ahead as segments reserve them (what the kernel side gains).
 - read: the 16 KiB log fetched from offset 0 in 1 MiB ``PartitionLog.read`` slices sent with
   ``os.sendfile`` to /dev/null and to a loopback TCP socket drained by a thread, and the same
   slices copied through Python (``pread`` + ``write``) to that socket, against a plain
@@ -32,9 +35,11 @@ from pathlib import Path
 from _common import MiB, Row, Stopwatch, peak_rss_mib, print_table, scratch_dir
 
 from sparklog.protocol.records import build_batch
+from sparklog.storage.batch import prepare_append, validate_produced
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import LogManager
+from sparklog.storage.reservation import BlockReservation
 from sparklog.storage.segment import LOG_SUFFIX
 
 BATCH_SIZES = {"1KiB": 1 << 10, "16KiB": 16 << 10, "1MiB": 1 << 20}
@@ -95,16 +100,46 @@ def records_per_batch(batch: bytes) -> int:
     return max(1, len(batch) // RECORD_SIZE)
 
 
+class PlainFile:
+    """An O_APPEND file beside the log, for the baselines; optionally with blocks reserved
+    ahead the way segments reserve them."""
+
+    def __init__(self, path: Path, *, reserved: bool) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = 0
+        self.reservation = BlockReservation(self.fd) if reserved else None
+
+    def write(self, batch: bytes) -> None:
+        if self.reservation is not None:
+            self.reservation.ensure(self.size, self.size + len(batch))
+        self.size += os.write(self.fd, batch)
+
+    def validate_and_writev(self, batch: bytes) -> None:
+        """The least a Python append does: CRC-check, rewrite offsets, one writev."""
+        header = validate_produced(batch)
+        buffers, _ = prepare_append(batch, header, self.size, 0)
+        self.size += os.writev(self.fd, buffers)
+
+    def remove(self) -> None:
+        os.close(self.fd)
+        self.path.unlink()
+
+
 def bench_append(root: Path, label: str, pool: list[bytes], volume: int,
-                 segment_bytes: int) -> tuple[Result, PartitionLog]:
+                 segment_bytes: int) -> tuple[list[Result], PartitionLog]:
+    """``PartitionLog.append`` against ``os.write``, plus two reference points against the
+    same baseline: the floor of any Python append (validation and writev, no indexes, no
+    producer state, no rolls) and ``os.write`` into reserved blocks (the kernel's share)."""
     now_ms = int(time.time() * 1000)
     log = PartitionLog(root / f"{TOPIC}-{label}", LogConfig.of({"segment.bytes": segment_bytes}),
                        now_ms=now_ms)
-    plain_path = root / f"plain-{label}.bin"
-    plain = os.open(plain_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    plain = PlainFile(root / f"plain-{label}.bin", reserved=False)
+    floor = PlainFile(root / f"floor-{label}.bin", reserved=False)
+    reserved = PlainFile(root / f"reserved-{label}.bin", reserved=True)
     count = volume // len(pool[0])
     per_round = max(1, ROUND_BYTES // len(pool[0]))
-    appending, writing = Stopwatch(), Stopwatch()
+    appending, writing, flooring, reserving = Stopwatch(), Stopwatch(), Stopwatch(), Stopwatch()
     try:
         for start in range(0, count, per_round):
             batches = [pool[i % POOL] for i in range(start, min(count, start + per_round))]
@@ -113,14 +148,24 @@ def bench_append(root: Path, label: str, pool: list[bytes], volume: int,
                     log.append(batch, now_ms=now_ms)
             with writing:
                 for batch in batches:
-                    os.write(plain, batch)
+                    plain.write(batch)
+            with flooring:
+                for batch in batches:
+                    floor.validate_and_writev(batch)
+            with reserving:
+                for batch in batches:
+                    reserved.write(batch)
     finally:
-        os.close(plain)
-        plain_path.unlink()
+        for file in (plain, floor, reserved):
+            file.remove()
     assert log.log_end_offset == count * records_per_batch(pool[0])
-    result = Result(f"append {label} batches", count * len(pool[0]), appending.seconds,
-                    "os.write", writing.seconds, peak_rss_mib())
-    return result, log
+    nbytes, rss = count * len(pool[0]), peak_rss_mib()
+    return [Result(f"append {label} batches", nbytes, appending.seconds, "os.write",
+                   writing.seconds, rss),
+            Result(f"  floor: validate+writev {label}", nbytes, flooring.seconds, "os.write",
+                   writing.seconds, rss),
+            Result(f"  os.write {label}, reserved blocks", nbytes, reserving.seconds,
+                   "os.write", writing.seconds, rss)], log
 
 
 class Drain:
@@ -249,19 +294,20 @@ def main() -> None:
         (16 * MiB, 64 * MiB, 8 * MiB) if args.quick else (512 * MiB, 1024 * MiB, 256 * MiB))
     now_ms = int(time.time() * 1000)
     pools = {label: build_pool(size, now_ms) for label, size in BATCH_SIZES.items()}
-    appends: dict[str, Result] = {}
+    appends: dict[str, list[Result]] = {}
     reads: list[Result] = []
     with scratch_dir(args.dir, "sparklog-bench-storage-") as root:
         for label, pool in pools.items():
             appends[label], log = bench_append(root, label, pool, volume, segment_bytes)
-            print(f"{appends[label].name}: ratio {appends[label].ratio:.2f}", flush=True)
+            print(f"{appends[label][0].name}: ratio {appends[label][0].ratio:.2f}", flush=True)
             if label == "16KiB":
                 reads = bench_read(log, len(pool[0]), records_per_batch(pool[0]))
             log.close(now_ms)
         recovery = bench_recovery(root, pools["16KiB"], recovery_volume, segment_bytes)
     print()
-    print_table(HEADERS, [r.row() for r in (*appends.values(), *reads, recovery)])
-    print(f"append_ratio_16KiB={appends['16KiB'].ratio:.2f}")
+    rows = [r.row() for results in appends.values() for r in results]
+    print_table(HEADERS, rows + [r.row() for r in (*reads, recovery)])
+    print(f"append_ratio_16KiB={appends['16KiB'][0].ratio:.2f}")
 
 if __name__ == "__main__":
     main()

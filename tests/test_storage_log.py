@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from storage_support import (
@@ -27,6 +28,7 @@ from storage_support import (
     segment_files,
 )
 
+from sparklog.protocol.errors import InvalidRecordError
 from sparklog.protocol.records import build_batch
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import PartitionLog
@@ -138,12 +140,22 @@ def test_rolls_when_an_index_is_full(tmp_path: Path) -> None:
         assert stem.with_suffix(".timeindex").stat().st_size == 2 * 12
 
 
-def test_request_of_many_batches_fits_a_nearly_full_index(tmp_path: Path) -> None:
+def test_produce_request_of_many_batches_is_rejected_whole(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "topic-0", LogConfig.of(), now_ms=NOW)
+    with pytest.raises(InvalidRecordError, match="more than one record batch"):
+        log.append(make_batch() + make_batch(), now_ms=NOW)
+    assert (log.log_end_offset, log.active.size) == (0, 0)
+    append_all(log, [make_batch(2)])  # the log is untouched and goes on
+    assert log.log_end_offset == 2
+    log.close(NOW)
+
+
+def test_many_batches_at_once_fit_a_nearly_full_index(tmp_path: Path) -> None:
     config = LogConfig.of({"segment.index.bytes": 12, "index.interval.bytes": 0})
     log = PartitionLog(tmp_path / "topic-0", config, now_ms=NOW)
-    batches = [make_batch(timestamp=T0 + i) for i in range(4)]
-    info = log.append(b"".join(batches), now_ms=NOW)
-    assert (info.base_offset, info.last_offset) == (0, 3)
+    batches = [build_batch([(b"k", b"v", (), T0 + i)], base_offset=i) for i in range(4)]
+    log.append_as_follower(b"".join(batches), now_ms=NOW)
+    assert log.log_end_offset == 4
     check_log(log, [Stored(i, b) for i, b in enumerate(batches)])
     log.close(NOW)
 
@@ -172,3 +184,24 @@ def test_read_stops_at_max_offset(tmp_path: Path) -> None:
     assert (found.position, found.length) == (0, len(batches[0]) + len(batches[1]))
     assert log.read(5, 1 << 20, max_offset=5) is None
     log.close(NOW)
+
+
+def test_blocks_reserved_ahead_keep_file_sizes_exact_and_are_released_at_roll(
+    tmp_path: Path,
+) -> None:
+    log = PartitionLog(tmp_path / "topic-0", LogConfig.of({"segment.bytes": 1 << 20}),
+                       now_ms=NOW)
+    append_all(log, [make_batch(value_size=1000) for _ in range(1500)])
+    log.await_rolled_flushes()
+    sealed, active = log.segments[0], log.segments[-1]
+    assert len(log.segments) > 1
+    for segment in (sealed, active):
+        assert segment.log_path.stat().st_size == segment.size  # readers see only batches
+    if not active._reservation.enabled:
+        pytest.skip("this filesystem refuses fallocate: appends are plain writes")
+    allocated = active.log_path.stat().st_blocks * 512
+    assert allocated >= active._reservation.reserved_to > active.size
+    # Sealed: the blocks past the end went back (ext4, xfs and tmpfs round to 4 KiB pages).
+    assert sealed.log_path.stat().st_blocks * 512 < sealed.size + 4096
+    log.close(NOW)
+    assert active.log_path.stat().st_blocks * 512 < active.size + 4096

@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-import crc32c
+from crc32c import crc32c as _crc32c
 
 from sparklog.protocol.errors import CorruptRecordError, InvalidRecordError
 
@@ -116,9 +116,12 @@ class BatchHeader(NamedTuple):
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
+_new_tuple = tuple.__new__  # builds a BatchHeader without its Python-level __new__
+
+
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at ``pos``; the caller guarantees HEADER_SIZE bytes are there."""
-    return BatchHeader(*HEADER.unpack_from(buf, pos), position=pos)
+    return _new_tuple(BatchHeader, (*HEADER.unpack_from(buf, pos), pos))
 
 
 def check_header(header: BatchHeader, available: int, *, from_producer: bool) -> None:
@@ -147,8 +150,7 @@ def check_header(header: BatchHeader, available: int, *, from_producer: bool) ->
 
 def crc_matches(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
     start = header.position
-    end = start + header.batch_length + LOG_OVERHEAD
-    return crc32c.crc32c(memoryview(buf)[start + ATTRIBUTES_OFFSET : end]) == header.crc
+    return _crc32c(memoryview(buf)[start + ATTRIBUTES_OFFSET : start + header.size]) == header.crc
 
 
 def validate_batch(
@@ -159,24 +161,41 @@ def validate_batch(
     end = len(buf) if end is None else end
     if end - pos < HEADER_SIZE:
         raise CorruptRecordError(f"{end - pos} bytes left at position {pos}: not a batch header")
-    header = BatchHeader(*HEADER.unpack_from(buf, pos), pos)
-    check_header(header, end - pos, from_producer=from_producer)
-    if not crc_matches(buf, header):
+    header = parse_header(buf, pos)
+    length, delta = header[1], header[6]
+    # The common case in one expression (this runs on every produce); check_header names
+    # what is wrong otherwise, or accepts a compacted batch's smaller record count.
+    if not (header[3] == MAGIC_V2 and HEADER_SIZE - LOG_OVERHEAD <= length
+            and length + LOG_OVERHEAD <= end - pos and delta >= 0 and header[12] == delta + 1):
+        check_header(header, end - pos, from_producer=from_producer)
+    if _crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + length + LOG_OVERHEAD]) != header[4]:
         raise CorruptRecordError(f"record batch at position {pos} fails its CRC-32C check")
     return header
 
 
-def split_batches(
-    buf: bytes | bytearray | memoryview, *, from_producer: bool = False
-) -> list[BatchHeader]:
+def split_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
     """Validate every batch of a records blob; any trailing garbage is corrupt."""
     headers = []
     pos, end = 0, len(buf)
     while pos < end:
-        header = validate_batch(buf, pos, end, from_producer=from_producer)
+        header = validate_batch(buf, pos, end)
         headers.append(header)
         pos += header.batch_length + LOG_OVERHEAD
     return headers
+
+
+def validate_produced(records: bytes | bytearray | memoryview) -> BatchHeader:
+    """Validate the records a producer sent for one partition. As in Kafka, every batch must
+    be intact (CORRUPT_MESSAGE otherwise) and there must be exactly one (magic 2 produce
+    requests carry one batch per partition; INVALID_RECORD otherwise)."""
+    if not len(records):
+        raise InvalidRecordError("produce request carries no record batch")
+    header = validate_batch(records, from_producer=True)
+    if header.batch_length + LOG_OVERHEAD != len(records):
+        split_batches(records)  # trailing garbage or a corrupt batch is reported as such
+        raise InvalidRecordError("produce request carries more than one record batch for a "
+                                 "partition (magic 2 allows one)")
+    return header
 
 
 _PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: bytes 0-15
@@ -185,35 +204,25 @@ Buffer = bytes | bytearray | memoryview
 
 
 def prepare_append(
-    records: Buffer, headers: list[BatchHeader], base_offset: int, leader_epoch: int,
+    records: Buffer, header: BatchHeader, base_offset: int, leader_epoch: int,
     append_time: int = -1,
-) -> tuple[list[Buffer], list[BatchHeader]]:
-    """The buffers to write for ``headers`` with offsets from ``base_offset`` assigned, and the
-    rewritten headers (positions unchanged: the batches stay back to back).
+) -> tuple[list[Buffer], BatchHeader]:
+    """The buffers to write for the one batch ``records`` (validated as ``header``) with
+    offsets from ``base_offset`` assigned, and its rewritten header.
 
-    Without LogAppendTime nothing is copied: each batch becomes a new 16-byte prefix
+    Without LogAppendTime nothing is copied: the batch becomes a new 16-byte prefix
     (baseOffset, batchLength, leader epoch; all outside the CRC) and a view of the rest of the
-    producer's bytes, for ``os.writev``. With LogAppendTime (``append_time`` >= 0) the batches
-    are copied once, stamped and resealed (see ``set_log_append_time``).
+    producer's bytes, for ``os.writev``. With LogAppendTime (``append_time`` >= 0) the batch is
+    copied once, stamped and resealed (see ``set_log_append_time``).
     """
-    assigned: list[BatchHeader] = []
     if append_time < 0:
-        view = memoryview(records)
-        buffers: list[Buffer] = []
-        for header in headers:
-            pos = header.position
-            buffers.append(_PREFIX.pack(base_offset, header.batch_length, leader_epoch))
-            buffers.append(view[pos + LEADER_EPOCH_OFFSET + 4 : pos + header.size])
-            assigned.append(header._replace(base_offset=base_offset, leader_epoch=leader_epoch))
-            base_offset += header.last_offset_delta + 1
-        return buffers, assigned
+        prefix = _PREFIX.pack(base_offset, header[1], leader_epoch)
+        assigned = _new_tuple(BatchHeader, (base_offset, header[1], leader_epoch, *header[3:]))
+        return [prefix, memoryview(records)[LEADER_EPOCH_OFFSET + 4:]], assigned
     data = bytearray(records)
-    for header in headers:
-        _PREFIX.pack_into(data, header.position, base_offset, header.batch_length, leader_epoch)
-        set_log_append_time(data, header, append_time)
-        assigned.append(parse_header(data, header.position))
-        base_offset += header.last_offset_delta + 1
-    return [data], assigned
+    _PREFIX.pack_into(data, 0, base_offset, header.batch_length, leader_epoch)
+    set_log_append_time(data, header, append_time)
+    return [data], parse_header(data)
 
 
 def set_log_append_time(buf: bytearray, header: BatchHeader, now_ms: int) -> None:
@@ -222,5 +231,5 @@ def set_log_append_time(buf: bytearray, header: BatchHeader, now_ms: int) -> Non
     attributes = (header.attributes & ~TIMESTAMP_TYPE_MASK) | TIMESTAMP_TYPE_MASK
     struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, attributes)
     struct.pack_into(">q", buf, pos + MAX_TIMESTAMP_OFFSET, now_ms)
-    crc = crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + header.size])
+    crc = _crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + header.size])
     struct.pack_into(">I", buf, pos + CRC_OFFSET, crc)

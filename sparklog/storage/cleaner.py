@@ -430,7 +430,7 @@ class _SegmentWriter:
 
     def flush(self) -> None:
         if self.buffer:
-            self.segment.append([self.buffer], len(self.buffer), self.headers)
+            self.segment.append([self.buffer], self.headers)
             self.buffer, self.headers = bytearray(), []
 
 

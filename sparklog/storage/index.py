@@ -102,16 +102,16 @@ class _SparseIndex:
         return found
 
     # -- updates -------------------------------------------------------------------------
-    def _append_entry(self, *values: int) -> None:
+    def _append_entry(self, key: int, value: int) -> None:
         if self._active is None or self._file is None:
             raise RuntimeError(f"index {self.path} is not open for append")
-        if self.is_full:
+        if self._entries >= self.max_entries:
             raise CorruptIndexError(f"index {self.path} is full")
-        packed = self.ENTRY.pack(*values)
+        packed = self.ENTRY.pack(key, value)
         self._active += packed
         self._file.write(packed)
         self._entries += 1
-        self._last = values  # type: ignore[assignment]
+        self._last = (key, value)
 
     def truncate_entries(self, count: int) -> None:
         """Keep only the first ``count`` entries (recovery after a truncated log)."""
@@ -185,7 +185,7 @@ class OffsetIndex(_SparseIndex):
         return self.base_offset if last is None else self.base_offset + last[0]
 
     def append(self, offset: int, position: int) -> None:
-        last = self.last()
+        last = self._last or self.last()
         if last is not None:
             rel, pos = last
             if offset - self.base_offset <= rel or position <= pos:
@@ -228,7 +228,7 @@ class TimeIndex(_SparseIndex):
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Append unless the timestamp does not grow (entries stay strictly increasing)."""
-        last = self.last()
+        last = self._last or self.last()
         if last is not None and (timestamp <= last[0] or offset - self.base_offset <= last[1]):
             return
         self._append_entry(timestamp, offset - self.base_offset)

@@ -15,7 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from sparklog.storage.batch import (
 )
 from sparklog.storage.config import LogConfig
 from sparklog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from sparklog.storage.reservation import BlockReservation
 
 LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX = ".log", ".index", ".timeindex"
 DELETED_SUFFIX = ".deleted"
@@ -70,6 +71,7 @@ class LogSegment:
         self.log_path = self._path(LOG_SUFFIX, suffix)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self.fd).st_size
+        self._reservation = BlockReservation(self.fd)
         self.created_ms = now_ms
         self.offset_index = OffsetIndex(self._path(INDEX_SUFFIX, suffix), base_offset,
                                         config.segment_index_bytes)
@@ -174,28 +176,34 @@ class LogSegment:
         self.offset_index.open_for_append()
         self.time_index.open_for_append()
 
-    def should_roll(self, incoming_bytes: int, incoming_max_timestamp: int, now_ms: int) -> bool:
-        """Kafka's roll rule: size, age, a full index, or relative offsets about to overflow."""
-        if self.size == 0:
+    def must_roll(self, incoming_bytes: int, incoming_max_timestamp: int, last_offset: int,
+                  now_ms: int) -> bool:
+        """Kafka's roll rule, for a non-empty segment: size, relative offsets about to
+        overflow, a full index, or age (from the first batch's timestamp, else creation)."""
+        size = self.size
+        if size == 0:
             return False
-        if self.size + incoming_bytes > self._segment_bytes:
+        if (size + incoming_bytes > self._segment_bytes
+                or last_offset - self.base_offset > INT32_MAX
+                or self.offset_index.is_full or self.time_index.is_full):
             return True
-        if self.offset_index.is_full or self.time_index.is_full:
-            return True
-        first = self.first_batch_timestamp()
+        first = self._first_batch_timestamp
+        if first is None:
+            first = self.first_batch_timestamp()
         if first >= 0 and incoming_max_timestamp >= 0:
             waited = incoming_max_timestamp - first
         else:
             waited = now_ms - self.created_ms
         return waited > self._roll_after_ms
 
-    def can_hold_offsets(self, last_offset: int) -> bool:
-        return last_offset - self.base_offset <= INT32_MAX
-
-    def append(self, buffers: list[Buffer], size: int, headers: list[BatchHeader]) -> None:
-        """Append validated, offset-assigned batches given as ``size`` bytes of ``buffers``
-        (one ``writev``); header positions are relative to the start of those bytes."""
+    def append(self, buffers: list[Buffer], headers: Sequence[BatchHeader]) -> None:
+        """Append validated, offset-assigned batches, back to back, given as ``buffers`` (one
+        ``writev``); header positions are relative to the start of those bytes."""
         position = self.size
+        size = headers[-1].position + headers[-1].batch_length + LOG_OVERHEAD
+        reservation = self._reservation
+        if position + size > reservation.reserved_to:
+            reservation.ensure(position, position + size)
         written = os.writev(self.fd, buffers)
         if written != size:
             os.ftruncate(self.fd, position)
@@ -312,11 +320,14 @@ class LogSegment:
         self.seal()
 
     def seal(self) -> None:
-        """Turn the indexes read-only (written out, not fsynced: they are rebuilt if lost)."""
+        """Turn the indexes read-only (written out, not fsynced: they are rebuilt if lost)
+        and give back the disk blocks reserved past the end."""
+        self._reservation.release(self.size)
         self.offset_index.close()
         self.time_index.close()
 
     def close(self) -> None:
+        self._reservation.release(self.size)
         self.offset_index.close()
         self.time_index.close()
         os.close(self.fd)
