@@ -470,6 +470,28 @@ def test_decoder_on_raw_batches() -> None:
     assert set(got.to_pydict()["partition"]) == {4}
 
 
+def test_decoder_offsets_across_consecutive_and_compacted_batches() -> None:
+    """Consecutive batches form one run of offsets, a compacted batch keeps its gaps, and
+    every chunk built holds exactly its own records' offsets."""
+    now = int(time.time() * 1000)
+
+    def whole(base: int, count: int) -> bytes:
+        return build_batch([(b"k", b"v%d" % (base + i), (), now) for i in range(count)],
+                           base_offset=base)
+
+    compacted = build_batch([(b"k", b"v5", (), now), (b"k", b"v7", (), now)], base_offset=5,
+                            offset_deltas=[0, 2], last_offset_delta=2)
+    builder = ArrowRecordBuilder("t", 0, include_headers=False)
+    assert list(builder.add(whole(0, 3) + whole(3, 2) + compacted, 0, 100)) == []
+    first = builder.build()
+    assert list(builder.add(whole(8, 2) + whole(10, 2), 0, 11)) == []
+    second = builder.build()
+    assert first.column("offset").to_pylist() == [0, 1, 2, 3, 4, 5, 7]
+    assert first.column("value").to_pylist() == [b"v%d" % o for o in [0, 1, 2, 3, 4, 5, 7]]
+    assert second.column("offset").to_pylist() == [8, 9, 10]
+    assert builder.build().num_rows == 0
+
+
 def test_planning_and_offsets_json() -> None:
     tp0, tp1 = TopicPartition("b", 0), TopicPartition("a", 10)
     assert list(to_json({tp0: 1, tp1: 2, TopicPartition("a", 2): 3})) == ["a", "b"]

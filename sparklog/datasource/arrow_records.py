@@ -4,7 +4,7 @@ Decoding uses aiokafka's Cython record batch reader (every codec, CRC not re-che
 broker validated it on append); columns are gathered per Kafka batch into plain lists with
 C-level ``map``/``extend`` and turned into Arrow arrays once per output chunk, so besides the
 objects the decoder returns, no Python object and no Python-level loop step is spent per
-record.
+record. Offsets are kept as runs of consecutive offsets and computed in Arrow.
 
 Invariants:
 - ``ArrowRecordBuilder.add`` keeps exactly the records whose offset lies in
@@ -31,6 +31,7 @@ from operator import attrgetter
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 
@@ -104,18 +105,21 @@ class ArrowRecordBuilder:
     def _reset(self) -> None:
         self._keys: list[bytes | None] = []
         self._values: list[bytes | None] = []
-        self._offsets: list[int] = []
+        self._rows = 0
+        # Offsets as runs: a range per stretch of consecutive offsets (built in Arrow, no
+        # Python int per record), a list for a batch with gaps (compaction).
+        self._offsets: list[range | list[int]] = []
         self._timestamps: list[int] = []
         self._type_runs: list[tuple[int, int]] = []  # (row count, timestamp type) per batch
         self._headers: list[list[tuple[str, bytes | None]]] = []
 
     @property
     def rows(self) -> int:
-        return len(self._offsets)
+        return self._rows
 
     @property
     def full(self) -> bool:
-        return self._row_limit is not None and len(self._offsets) >= self._row_limit
+        return self._row_limit is not None and self._rows >= self._row_limit
 
     def _set_row_limit(self, rows: int, nbytes: int) -> None:
         self._row_limit = max(1, min(MAX_ROWS, MAX_BYTES * rows // max(1, nbytes)))
@@ -153,10 +157,16 @@ class ArrowRecordBuilder:
             before = len(keys)
             keys += map(_KEY, selected)
             values += map(_VALUE, selected)
+            offsets = self._offsets
             if whole and len(selected) == batch.next_offset - batch.base_offset:  # no gaps
-                self._offsets += range(batch.base_offset, batch.next_offset)
+                last = offsets[-1] if offsets else None
+                if isinstance(last, range) and last.stop == batch.base_offset:
+                    offsets[-1] = range(last.start, batch.next_offset)
+                else:
+                    offsets.append(range(batch.base_offset, batch.next_offset))
             else:
-                self._offsets += map(_OFFSET, selected)
+                offsets.append(list(map(_OFFSET, selected)))
+            self._rows += len(selected)
             self._timestamps += map(_TIMESTAMP, selected)
             if self.include_headers:
                 self._headers += map(_HEADERS, selected)
@@ -170,7 +180,7 @@ class ArrowRecordBuilder:
 
     def build(self) -> pa.RecordBatch:
         """The accumulated records as one Arrow batch (possibly empty); starts a new chunk."""
-        n = len(self._offsets)
+        n = self._rows
         keys = (pa.nulls(n, pa.binary()) if self._keys.count(None) == n
                 else pa.array(self._keys, pa.binary()))
         values = pa.array(self._values, pa.binary())
@@ -181,7 +191,7 @@ class ArrowRecordBuilder:
             values,
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
-            pa.array(self._offsets, pa.int64()),
+            self._offset_column(),
             pa.array(self._timestamps, pa.int64()).cast(_TIMESTAMP_MS).cast(_TIMESTAMP_US),
             self._timestamp_types(),
         ]
@@ -194,9 +204,14 @@ class ArrowRecordBuilder:
         runs = self._type_runs
         if len({kind for _, kind in runs}) <= 1:
             kind = runs[0][1] if runs else 0
-            return pa.repeat(pa.scalar(kind, pa.int32()), len(self._offsets))
+            return pa.repeat(pa.scalar(kind, pa.int32()), self._rows)
         return pa.concat_arrays([pa.repeat(pa.scalar(kind, pa.int32()), count)
                                  for count, kind in runs])
+
+    def _offset_column(self) -> pa.Array:
+        parts = [_arange(part.start, part.stop) if isinstance(part, range)
+                 else pa.array(part, pa.int64()) for part in self._offsets]
+        return pa.concat_arrays(parts) if parts else pa.array([], pa.int64())
 
     def _header_column(self) -> pa.Array:
         assert self._header_type is not None
@@ -214,3 +229,12 @@ class ArrowRecordBuilder:
             fields=list(element))
         return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), entries,
                                         type=self._header_type)
+
+
+_ONE = pa.scalar(1, pa.int64())
+
+
+def _arange(start: int, stop: int) -> pa.Array:
+    """int64 [start, stop) computed in Arrow: a running sum of ones, shifted."""
+    ones = pa.repeat(_ONE, stop - start)
+    return pc.add(pc.cumulative_sum(ones), pa.scalar(start - 1, pa.int64()))
