@@ -6,9 +6,12 @@
   values, pre-built) against ``os.write`` of the same batches to an O_APPEND file in the same
   directory. They are interleaved in 8 MiB rounds so all meet the same page-cache state;
   the log rolls (and fsyncs the sealed segment, as ``roll`` does) every ``segment.bytes``.
-  Two reference rows against the same ``os.write``: the floor of any Python append (CRC check,
+  Two reference rows, each interleaved with an ``os.write`` baseline of its own in passes of
+  their own (two writers at a time, like the first): the floor of any Python append (CRC check,
   offset rewrite and one ``writev``; no indexes, producer state or rolls) and ``os.write``
-  into blocks reserved ahead as segments reserve them (what the kernel side gains).
+  into blocks reserved ahead as segments reserve them (what the kernel side gains). Each
+  pair runs three passes of 256 MiB (one of 16 MiB with ``--quick``), each after a
+  ``sync``; the median pass (by ratio) is shown.
 - read: the 16 KiB log fetched from offset 0 in 1 MiB ``PartitionLog.read`` slices sent with
   ``os.sendfile`` to /dev/null and to a loopback TCP socket drained by a thread, and the same
   slices copied through Python (``pread`` + ``write``) to that socket, against a plain
@@ -29,6 +32,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +108,7 @@ class PlainFile:
     """An O_APPEND file beside the log, for the baselines; optionally with blocks reserved
     ahead the way segments reserve them."""
 
-    def __init__(self, path: Path, *, reserved: bool) -> None:
+    def __init__(self, path: Path, *, reserved: bool = False) -> None:
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = 0
@@ -126,46 +130,65 @@ class PlainFile:
         self.path.unlink()
 
 
+def interleaved(pool: list[bytes], volume: int, measured: Callable[[bytes], object],
+                plain: PlainFile) -> tuple[float, float]:
+    """Seconds of ``measured`` and of ``plain.write`` over ``volume`` bytes of the pool's
+    batches, alternating in ROUND_BYTES rounds so both meet the same page-cache state."""
+    count = volume // len(pool[0])
+    per_round = max(1, ROUND_BYTES // len(pool[0]))
+    measuring, writing = Stopwatch(), Stopwatch()
+    for start in range(0, count, per_round):
+        batches = [pool[i % POOL] for i in range(start, min(count, start + per_round))]
+        with measuring:
+            for batch in batches:
+                measured(batch)
+        with writing:
+            for batch in batches:
+                plain.write(batch)
+    return measuring.seconds, writing.seconds
+
+
 def bench_append(root: Path, label: str, pool: list[bytes], volume: int,
-                 segment_bytes: int) -> tuple[list[Result], PartitionLog]:
-    """``PartitionLog.append`` against ``os.write``, plus two reference points against the
-    same baseline: the floor of any Python append (validation and writev, no indexes, no
-    producer state, no rolls) and ``os.write`` into reserved blocks (the kernel's share)."""
+                 segment_bytes: int, passes: int) -> tuple[list[Result], PartitionLog]:
+    """``PartitionLog.append`` against ``os.write``, then two reference points, each against
+    an ``os.write`` of its own (two writers at a time, so the page cache and writeback meet
+    each pair alike): the floor of any Python append (validation and writev; no indexes,
+    producer state or rolls) and ``os.write`` into reserved blocks (what the kernel side
+    gains). Each pair runs ``passes`` times, after a ``sync``; the median pass counts (the
+    kernel's share of a write varies from pass to pass, and with it the ratio)."""
     now_ms = int(time.time() * 1000)
     log = PartitionLog(root / f"{TOPIC}-{label}", LogConfig.of({"segment.bytes": segment_bytes}),
                        now_ms=now_ms)
-    plain = PlainFile(root / f"plain-{label}.bin", reserved=False)
-    floor = PlainFile(root / f"floor-{label}.bin", reserved=False)
-    reserved = PlainFile(root / f"reserved-{label}.bin", reserved=True)
-    count = volume // len(pool[0])
-    per_round = max(1, ROUND_BYTES // len(pool[0]))
-    appending, writing, flooring, reserving = Stopwatch(), Stopwatch(), Stopwatch(), Stopwatch()
-    try:
-        for start in range(0, count, per_round):
-            batches = [pool[i % POOL] for i in range(start, min(count, start + per_round))]
-            with appending:
-                for batch in batches:
-                    log.append(batch, now_ms=now_ms)
-            with writing:
-                for batch in batches:
-                    plain.write(batch)
-            with flooring:
-                for batch in batches:
-                    floor.validate_and_writev(batch)
-            with reserving:
-                for batch in batches:
-                    reserved.write(batch)
-    finally:
-        for file in (plain, floor, reserved):
-            file.remove()
-    assert log.log_end_offset == count * records_per_batch(pool[0])
-    nbytes, rss = count * len(pool[0]), peak_rss_mib()
-    return [Result(f"append {label} batches", nbytes, appending.seconds, "os.write",
-                   writing.seconds, rss),
-            Result(f"  floor: validate+writev {label}", nbytes, flooring.seconds, "os.write",
-                   writing.seconds, rss),
-            Result(f"  os.write {label}, reserved blocks", nbytes, reserving.seconds,
-                   "os.write", writing.seconds, rss)], log
+    nbytes = volume // len(pool[0]) * len(pool[0])
+    results = []
+    for name, make in (
+        (f"append {label} batches", lambda: (lambda b: log.append(b, now_ms=now_ms), None)),
+        (f"  floor: validate+writev {label}", lambda: _file_writer(root, "floor", False)),
+        (f"  os.write {label}, reserved blocks", lambda: _file_writer(root, "reserved", True)),
+    ):
+        measured_passes = []
+        for _ in range(passes):
+            os.sync()  # no writeback backlog from an earlier pass throttles this one
+            measured, own = make()
+            plain = PlainFile(root / f"plain-{label}.bin")
+            try:
+                measured_passes.append(interleaved(pool, volume, measured, plain))
+            finally:
+                plain.remove()
+                if own is not None:
+                    own.remove()
+        seconds, plain_seconds = sorted(measured_passes, key=lambda p: p[1] / p[0])[passes // 2]
+        results.append(Result(name, nbytes, seconds, "os.write", plain_seconds, peak_rss_mib()))
+    assert log.log_end_offset == passes * (volume // len(pool[0])) * records_per_batch(pool[0])
+    return results, log
+
+
+def _file_writer(root: Path, name: str, reserved: bool) -> tuple[Callable[[bytes], None],
+                                                                  PlainFile]:
+    """A reference writer on a file of its own: plain writes into reserved blocks, or the
+    floor of a Python append (``validate_and_writev``)."""
+    target = PlainFile(root / f"{name}.bin", reserved=reserved)
+    return (target.write if reserved else target.validate_and_writev), target
 
 
 class Drain:
@@ -290,15 +313,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small volumes: seconds, not minutes")
     parser.add_argument("--dir", help="parent directory for the data (default: system temp)")
     args = parser.parse_args()
-    volume, recovery_volume, segment_bytes = (
-        (16 * MiB, 64 * MiB, 8 * MiB) if args.quick else (512 * MiB, 1024 * MiB, 256 * MiB))
+    volume, recovery_volume, segment_bytes, passes = (
+        (16 * MiB, 64 * MiB, 8 * MiB, 1) if args.quick else (256 * MiB, 1024 * MiB, 256 * MiB, 3))
     now_ms = int(time.time() * 1000)
     pools = {label: build_pool(size, now_ms) for label, size in BATCH_SIZES.items()}
     appends: dict[str, list[Result]] = {}
     reads: list[Result] = []
     with scratch_dir(args.dir, "sparklog-bench-storage-") as root:
         for label, pool in pools.items():
-            appends[label], log = bench_append(root, label, pool, volume, segment_bytes)
+            appends[label], log = bench_append(root, label, pool, volume, segment_bytes,
+                                               passes)
             print(f"{appends[label][0].name}: ratio {appends[label][0].ratio:.2f}", flush=True)
             if label == "16KiB":
                 reads = bench_read(log, len(pool[0]), records_per_batch(pool[0]))
