@@ -4,8 +4,9 @@
 
 - append: ``PartitionLog.append`` of 1 KiB, 16 KiB and 1 MiB batches (uncompressed, random
   values, pre-built) against ``os.write`` of the same batches to an O_APPEND file in the same
-  directory. They are interleaved in 8 MiB rounds so all meet the same page-cache state;
-  the log rolls (and fsyncs the sealed segment, as ``roll`` does) every ``segment.bytes``.
+  directory. They are interleaved in 8 MiB rounds so all meet the same page-cache state.
+  Each pass appends to a new log whose ``segment.bytes`` is half the pass, so every pass rolls
+  once (and fsyncs the sealed segment in the background, as ``roll`` does).
   Two reference rows, each interleaved with an ``os.write`` baseline of its own in passes of
   their own (two writers at a time, like the first): the floor of any Python append (CRC check,
   offset rewrite and one ``writev``; no indexes, producer state or rolls) and ``os.write``
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import threading
 import time
@@ -149,27 +151,38 @@ def interleaved(pool: list[bytes], volume: int, measured: Callable[[bytes], obje
 
 
 def bench_append(root: Path, label: str, pool: list[bytes], volume: int,
-                 segment_bytes: int, passes: int) -> tuple[list[Result], PartitionLog]:
+                 passes: int) -> tuple[list[Result], PartitionLog]:
     """``PartitionLog.append`` against ``os.write``, then two reference points, each against
     an ``os.write`` of its own (two writers at a time, so the page cache and writeback meet
     each pair alike): the floor of any Python append (validation and writev; no indexes,
     producer state or rolls) and ``os.write`` into reserved blocks (what the kernel side
     gains). Each pair runs ``passes`` times, after a ``sync``; the median pass counts (the
-    kernel's share of a write varies from pass to pass, and with it the ratio)."""
+    kernel's share of a write varies from pass to pass, and with it the ratio). Each append
+    pass writes a new log whose segments hold half a pass, so every pass meets one roll and
+    its background fsync; the last log is returned, open."""
     now_ms = int(time.time() * 1000)
-    log = PartitionLog(root / f"{TOPIC}-{label}", LogConfig.of({"segment.bytes": segment_bytes}),
-                       now_ms=now_ms)
+    config = LogConfig.of({"segment.bytes": volume // 2})
+    logs: list[PartitionLog] = []
+
+    def fresh_log() -> tuple[Callable[[bytes], object], None]:
+        if logs:  # the previous pass's log: closed (fsynced) and deleted outside the timing
+            logs[-1].close(now_ms)
+            shutil.rmtree(logs[-1].directory)
+        log = PartitionLog(root / f"{TOPIC}-{label}-{len(logs)}", config, now_ms=now_ms)
+        logs.append(log)
+        return (lambda batch: log.append(batch, now_ms=now_ms)), None
+
     nbytes = volume // len(pool[0]) * len(pool[0])
     results = []
     for name, make in (
-        (f"append {label} batches", lambda: (lambda b: log.append(b, now_ms=now_ms), None)),
+        (f"append {label} batches", fresh_log),
         (f"  floor: validate+writev {label}", lambda: _file_writer(root, "floor", False)),
         (f"  os.write {label}, reserved blocks", lambda: _file_writer(root, "reserved", True)),
     ):
         measured_passes = []
         for _ in range(passes):
-            os.sync()  # no writeback backlog from an earlier pass throttles this one
             measured, own = make()
+            os.sync()  # no writeback backlog from an earlier pass throttles this one
             plain = PlainFile(root / f"plain-{label}.bin")
             try:
                 measured_passes.append(interleaved(pool, volume, measured, plain))
@@ -179,8 +192,8 @@ def bench_append(root: Path, label: str, pool: list[bytes], volume: int,
                     own.remove()
         seconds, plain_seconds = sorted(measured_passes, key=lambda p: p[1] / p[0])[passes // 2]
         results.append(Result(name, nbytes, seconds, "os.write", plain_seconds, peak_rss_mib()))
-    assert log.log_end_offset == passes * (volume // len(pool[0])) * records_per_batch(pool[0])
-    return results, log
+    assert logs[-1].log_end_offset == volume // len(pool[0]) * records_per_batch(pool[0])
+    return results, logs[-1]
 
 
 def _file_writer(root: Path, name: str, reserved: bool) -> tuple[Callable[[bytes], None],
@@ -321,8 +334,7 @@ def main() -> None:
     reads: list[Result] = []
     with scratch_dir(args.dir, "sparklog-bench-storage-") as root:
         for label, pool in pools.items():
-            appends[label], log = bench_append(root, label, pool, volume, segment_bytes,
-                                               passes)
+            appends[label], log = bench_append(root, label, pool, volume, passes)
             print(f"{appends[label][0].name}: ratio {appends[label][0].ratio:.2f}", flush=True)
             if label == "16KiB":
                 reads = bench_read(log, len(pool[0]), records_per_batch(pool[0]))

@@ -4,9 +4,10 @@ Invariants:
 - Only the 61-byte header is parsed; the records section is never decoded here (the append
   path stays O(batches), not O(records)).
 - A batch is valid when magic is 2, batchLength covers at least the rest of the header and fits
-  in the buffer, and the CRC-32C of bytes [21, end) matches. A batch from a producer must also
-  hold ``lastOffsetDelta + 1`` records; a batch read back from disk may hold fewer (compaction
-  removes records but keeps lastOffsetDelta), or none (an empty batch kept for producer state).
+  in the buffer, and the CRC-32C of bytes [21, end) matches. A producer sends exactly one
+  batch per partition, holding ``lastOffsetDelta + 1`` records; a batch read back from disk
+  may hold fewer (compaction removes records but keeps lastOffsetDelta), or none (an empty
+  batch kept for producer state).
 - The broker only ever rewrites baseOffset (bytes 0-7) and partitionLeaderEpoch (12-15), both
   outside the CRC, so a batch is stored and served exactly as the producer sent it. The one
   exception is LogAppendTime, which rewrites attributes and maxTimestamp and recomputes the CRC.
@@ -162,13 +163,8 @@ def validate_batch(
     if end - pos < HEADER_SIZE:
         raise CorruptRecordError(f"{end - pos} bytes left at position {pos}: not a batch header")
     header = parse_header(buf, pos)
-    length, delta = header[1], header[6]
-    # The common case in one expression (this runs on every produce); check_header names
-    # what is wrong otherwise, or accepts a compacted batch's smaller record count.
-    if not (header[3] == MAGIC_V2 and HEADER_SIZE - LOG_OVERHEAD <= length
-            and length + LOG_OVERHEAD <= end - pos and delta >= 0 and header[12] == delta + 1):
-        check_header(header, end - pos, from_producer=from_producer)
-    if _crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + length + LOG_OVERHEAD]) != header[4]:
+    check_header(header, end - pos, from_producer=from_producer)
+    if not crc_matches(buf, header):
         raise CorruptRecordError(f"record batch at position {pos} fails its CRC-32C check")
     return header
 

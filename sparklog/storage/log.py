@@ -4,9 +4,10 @@ Invariants:
 - Segments are sorted by base offset and never overlap; only the last (active) one is
   appended to. ``log_start_offset <= log_end_offset`` always, and every offset below the log
   start offset is unreadable (OFFSET_OUT_OF_RANGE) even while its segment still exists.
-- ``append`` validates every batch (framing, CRC, record count, size, producer sequence)
-  before writing anything, so a request is stored whole or not at all; offsets are assigned
-  by rewriting baseOffset and the leader epoch, the batch bytes are otherwise kept as sent.
+- ``append`` takes the one batch a producer sent for the partition and validates it
+  (framing, CRC, record count, size, producer sequence) before writing anything, so it is
+  stored whole or not at all; offsets are assigned by rewriting baseOffset and the leader
+  epoch, the batch bytes are otherwise kept as sent.
 - The recovery point is the offset below which everything was fsynced. After an unclean
   shutdown every segment from the one holding the recovery point is re-validated, a torn or
   corrupt tail is truncated, and later segments are dropped; after a clean shutdown the

@@ -2,9 +2,11 @@
 
 Invariants:
 - The ``.log`` file holds whole, CRC-valid batches back to back, with offsets strictly
-  increasing; ``size`` is the byte length of that valid prefix. Appends are one ``os.write``
+  increasing; ``size`` is the byte length of that valid prefix. Appends are one ``writev``
   of already-validated batches, so a reader on the same thread never sees half a batch, and a
-  torn tail after a crash is found and cut by ``recover``.
+  torn tail after a crash is found and cut by ``recover``. Disk blocks may be reserved past
+  the end of the file (``reservation``): the file size stays exactly ``size``, and the blocks
+  are given back when the segment is sealed or closed.
 - An offset index entry (batch last offset, batch position) is added whenever more than
   ``index.interval.bytes`` were appended since the last entry; the time index gets
   (largest timestamp so far, its offset) at the same points. Both are rebuilt by ``recover``.
@@ -187,9 +189,7 @@ class LogSegment:
                 or last_offset - self.base_offset > INT32_MAX
                 or self.offset_index.is_full or self.time_index.is_full):
             return True
-        first = self._first_batch_timestamp
-        if first is None:
-            first = self.first_batch_timestamp()
+        first = self.first_batch_timestamp()
         if first >= 0 and incoming_max_timestamp >= 0:
             waited = incoming_max_timestamp - first
         else:
@@ -201,9 +201,7 @@ class LogSegment:
         ``writev``); header positions are relative to the start of those bytes."""
         position = self.size
         size = headers[-1].position + headers[-1].batch_length + LOG_OVERHEAD
-        reservation = self._reservation
-        if position + size > reservation.reserved_to:
-            reservation.ensure(position, position + size)
+        self._reservation.ensure(position, position + size)
         written = os.writev(self.fd, buffers)
         if written != size:
             os.ftruncate(self.fd, position)
