@@ -13,7 +13,8 @@ measures, in one run, two streaming queries with ``trigger(availableNow=True)`` 
 Warm-up first: the source on a few records (Python workers start, modules import), then
 each query once on all N (the JVM's JIT compiles each query's path: a first full run of
 either costs the JVM about 0.5 CPU-s more than the next); the measured runs read the same
-topic again from earliest.
+topic again from earliest. Each query is then measured three times, alternating, and the
+median run of each counts (single runs of either varied by up to 20%).
 Prints records/s of both, their ratio (ceiling seconds / source seconds), the CPU seconds
 each query cost the driver JVM, its Python workers and the broker (the machine has few
 cores: the ratio is about CPU, see there where it goes), and peak RSS (VmHWM) of the driver
@@ -52,6 +53,7 @@ from sparklog.datasource.schema import arrow_source_schema, source_schema
 RECORD_BYTES = 100
 CHUNK_ROWS = 1 << 16
 WARM_UP = 10_000
+PASSES = 3  # measured runs of each query; the median counts
 
 
 # -- the ceiling: pre-built Arrow batches through the same Python Data Source path ---------------
@@ -172,6 +174,10 @@ def cpu_seconds(jvm_pid: int, broker_pid: int | None) -> dict[str, dict[int, flo
             "broker": {pid: t for pid, t in used.items() if pid == broker_pid}}
 
 
+def median_run(runs: list[Run]) -> Run:
+    return sorted(runs, key=lambda run: run.seconds)[len(runs) // 2]
+
+
 def run_query(spark: Any, fmt: str, options: dict[str, str], expected: int,
               checkpoint: Path, broker_pid: int | None) -> Run:
     """An availableNow query from ``fmt`` into the noop sink, timed."""
@@ -236,10 +242,13 @@ def main() -> None:
                       pid)
             run_query(spark, "synthetic_kafka", synthetic(records), records,
                       scratch / "ck-warm-synth", pid)
-            ours = run_query(spark, "sparklog", source("bench"), records, scratch / "ck-source",
-                             pid)
-            ceiling = run_query(spark, "synthetic_kafka", synthetic(records), records,
-                                scratch / "ck-synth", pid)
+            ours_runs, ceiling_runs = [], []
+            for n in range(PASSES):  # alternating, so both meet the same machine state
+                ours_runs.append(run_query(spark, "sparklog", source("bench"), records,
+                                           scratch / f"ck-source-{n}", pid))
+                ceiling_runs.append(run_query(spark, "synthetic_kafka", synthetic(records),
+                                              records, scratch / f"ck-synth-{n}", pid))
+            ours, ceiling = median_run(ours_runs), median_run(ceiling_runs)
             jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
             jvm_rss = vm_hwm_mib(int(jvm_pid))
             workers_rss = max((rss for pid in cpu_seconds(int(jvm_pid), None)["python workers"]
@@ -262,6 +271,8 @@ def main() -> None:
             f"{records / ceiling.seconds:,.0f}", "1.00",
             *(f"{ceiling.cpu[kind]:.2f}" for kind in kinds)),
     ])
+    print("every run (s): sparklog " + " ".join(f"{r.seconds:.2f}" for r in ours_runs)
+          + "; ceiling " + " ".join(f"{r.seconds:.2f}" for r in ceiling_runs))
     print_table(("peak RSS (VmHWM)", "MiB"), [
         Row("driver JVM", f"{jvm_rss:.0f}"),
         Row("Python worker (largest)", f"{workers_rss:.0f}"),

@@ -38,7 +38,7 @@ from aiokafka.record.memory_records import MemoryRecords
 from sparklog.datasource.schema import arrow_source_schema
 
 MAX_ROWS = 1 << 16
-MAX_BYTES = 8 << 20
+MAX_BYTES = 2 << 20  # small enough that a chunk's values are still in cache when built
 
 _BATCH_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
 _LAST_OFFSET_DELTA = struct.Struct(">i")
