@@ -185,7 +185,7 @@ class OffsetIndex(_SparseIndex):
         return self.base_offset if last is None else self.base_offset + last[0]
 
     def append(self, offset: int, position: int) -> None:
-        last = self._last or self.last()
+        last = self.last()
         if last is not None:
             rel, pos = last
             if offset - self.base_offset <= rel or position <= pos:
@@ -228,7 +228,7 @@ class TimeIndex(_SparseIndex):
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Append unless the timestamp does not grow (entries stay strictly increasing)."""
-        last = self._last or self.last()
+        last = self.last()
         if last is not None and (timestamp <= last[0] or offset - self.base_offset <= last[1]):
             return
         self._append_entry(timestamp, offset - self.base_offset)
