@@ -27,7 +27,7 @@ from pathlib import Path
 
 from _common import MiB, Row, Stopwatch, peak_rss_mib, print_table, scratch_dir
 
-from sparklog.protocol.records import build_batch
+from sparklog.record.records import build_batch
 from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 from sparklog.storage.log_manager import LogManager
 from sparklog.storage.segment import LOG_SUFFIX

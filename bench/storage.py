@@ -40,8 +40,8 @@ from pathlib import Path
 
 from _common import MiB, Row, Stopwatch, peak_rss_mib, print_table, scratch_dir
 
-from sparklog.protocol.records import build_batch
-from sparklog.storage.batch import prepare_append, validate_produced
+from sparklog.record.batch import prepare_append, validate_produced
+from sparklog.record.records import build_batch
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import LogManager

@@ -52,7 +52,7 @@ from kafka.protocol.producer import (
 )
 
 from sparklog.broker.process import BrokerProcess
-from sparklog.storage.batch import BatchHeader, split_batches
+from sparklog.record.batch import BatchHeader, split_batches
 
 TIMEOUT = 20.0
 """Seconds any single client operation may take before a test gives up."""

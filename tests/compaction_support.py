@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparklog.protocol.records import Record, decode_records
-from sparklog.storage.batch import BatchHeader, split_batches
+from sparklog.record.batch import BatchHeader, split_batches
+from sparklog.record.records import Record, decode_records
 from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 from sparklog.storage.log import CrashPoint, PartitionLog, no_crash
 from sparklog.storage.log_manager import LogManager

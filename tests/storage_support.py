@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.protocol.errors import OffsetOutOfRangeError
-from sparklog.protocol.records import build_batch, decode_records
-from sparklog.storage.batch import LEADER_EPOCH_OFFSET, BatchHeader, parse_header, validate_batch
+from sparklog.errors import OffsetOutOfRangeError
+from sparklog.record.batch import LEADER_EPOCH_OFFSET, BatchHeader, parse_header, validate_batch
+from sparklog.record.records import build_batch, decode_records
 from sparklog.storage.log import AppendInfo, PartitionLog
 from sparklog.storage.log_manager import LogManager
 from sparklog.storage.segment import LogSegment

@@ -55,8 +55,8 @@ from kafka.admin import ConfigResource as KpConfigResource
 from kafka.errors import KafkaError as KpKafkaError
 
 from sparklog.broker.process import BrokerProcess
-from sparklog.protocol.errors import ErrorCode
-from sparklog.protocol.records import build_batch
+from sparklog.errors import ErrorCode
+from sparklog.record.records import build_batch
 
 __all__ = ["broker", "topic"]  # fixtures, imported for pytest
 

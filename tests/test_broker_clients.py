@@ -67,8 +67,8 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
 from sparklog.broker.process import BrokerProcess
-from sparklog.protocol.errors import ErrorCode
-from sparklog.protocol.records import build_batch
+from sparklog.errors import ErrorCode
+from sparklog.record.records import build_batch
 
 __all__ = ["broker", "topic"]  # fixtures, imported for pytest
 

@@ -66,9 +66,9 @@ from kafka.protocol.producer import InitProducerIdRequest
 
 from sparklog.broker.config import BROKER_DEFAULTS
 from sparklog.broker.process import BrokerProcess
-from sparklog.protocol.errors import ErrorCode
-from sparklog.protocol.records import build_batch
-from sparklog.storage.batch import CRC_OFFSET, HEADER_SIZE
+from sparklog.errors import ErrorCode
+from sparklog.record.batch import CRC_OFFSET, HEADER_SIZE
+from sparklog.record.records import build_batch
 
 __all__ = ["broker", "fresh_broker", "topic"]  # fixtures, imported for pytest
 

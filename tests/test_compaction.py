@@ -35,9 +35,9 @@ from hypothesis import strategies as st
 from storage_support import NOW, Clock, check_indexes, restart
 
 from sparklog.broker.config import BrokerConfig
-from sparklog.protocol.errors import InvalidRecordError, OutOfOrderSequenceError
-from sparklog.protocol.records import build_batch
-from sparklog.storage.batch import BatchHeader, parse_header
+from sparklog.errors import InvalidRecordError, OutOfOrderSequenceError
+from sparklog.record.batch import BatchHeader, parse_header
+from sparklog.record.records import build_batch
 from sparklog.storage.checkpoint import read_checkpoint
 from sparklog.storage.cleaner import (
     CLEANER_CHECKPOINT,

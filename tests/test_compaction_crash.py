@@ -20,7 +20,7 @@ import pytest
 from compaction_support import TP, cleaner_for, compacted_manager, records_of
 from storage_support import Clock, check_indexes
 
-from sparklog.protocol.records import build_batch
+from sparklog.record.records import build_batch
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import LogManager
 

@@ -38,7 +38,7 @@ from sparklog.coordinator.offsets_store import (
     offset_value,
     partition_for,
 )
-from sparklog.protocol.errors import ErrorCode
+from sparklog.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(60)
 

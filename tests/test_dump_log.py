@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from sparklog.cli import main
-from sparklog.protocol.records import build_batch
-from sparklog.storage.batch import HEADER_SIZE, parse_header
+from sparklog.record.batch import HEADER_SIZE, parse_header
+from sparklog.record.records import build_batch
 
 FIRST = build_batch(
     [(b"k1", b"hello", [("trace", b"1"), ("span", None)], 1_000), (None, b"w\norld", [], 1_005)],

@@ -34,15 +34,13 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from sparklog.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
 from sparklog.protocol.codec import (
-    InvalidRequestError,
-    UnsupportedVersionError,
     decode_request,
     encode_api_versions_error,
     encode_response,
     response_class,
 )
-from sparklog.protocol.errors import ErrorCode
 from sparklog.protocol.fetch_response import FetchPartition, FileRegion, encode_fetch_response
 from sparklog.protocol.framing import (
     FrameError,

@@ -21,10 +21,8 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder as KafkaPythonBuilder
 
-from sparklog.protocol.compression import CODECS, compress, decompress
-from sparklog.protocol.errors import CorruptRecordError
-from sparklog.protocol.records import Record, build_batch, decode_records
-from sparklog.storage.batch import (
+from sparklog.errors import CorruptRecordError
+from sparklog.record.batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CRC_OFFSET,
@@ -36,6 +34,8 @@ from sparklog.storage.batch import (
     set_log_append_time,
     validate_batch,
 )
+from sparklog.record.compression import CODECS, compress, decompress
+from sparklog.record.records import Record, build_batch, decode_records
 
 
 def test_kafka_python_has_every_codec() -> None:

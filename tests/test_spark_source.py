@@ -44,7 +44,7 @@ from sparklog.datasource.planning import plan, rate_limit
 from sparklog.datasource.read_options import parse_read_options
 from sparklog.datasource.schema import source_schema
 from sparklog.datasource.stream_reader import SparklogStreamReader
-from sparklog.protocol.records import build_batch
+from sparklog.record.records import build_batch
 from sparklog.storage.checkpoint import read_checkpoint
 from sparklog.storage.cleaner import CLEANER_CHECKPOINT
 

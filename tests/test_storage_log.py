@@ -28,8 +28,8 @@ from storage_support import (
     segment_files,
 )
 
-from sparklog.protocol.errors import InvalidRecordError
-from sparklog.protocol.records import build_batch
+from sparklog.errors import InvalidRecordError
+from sparklog.record.records import build_batch
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.segment import LogSegment, segment_name

@@ -31,7 +31,7 @@ from storage_support import (
     restart,
 )
 
-from sparklog.protocol.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from sparklog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from sparklog.storage.segment import segment_name

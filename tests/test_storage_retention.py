@@ -28,7 +28,7 @@ from storage_support import (
     without_assigned_fields,
 )
 
-from sparklog.protocol.errors import (
+from sparklog.errors import (
     CorruptRecordError,
     InvalidConfigError,
     InvalidPartitionsError,
@@ -39,8 +39,7 @@ from sparklog.protocol.errors import (
     OffsetOutOfRangeError,
     TopicExistsError,
 )
-from sparklog.protocol.records import decode_records
-from sparklog.storage.batch import (
+from sparklog.record.batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     LOG_APPEND_TIME,
@@ -50,6 +49,7 @@ from sparklog.storage.batch import (
     parse_header,
     validate_batch,
 )
+from sparklog.record.records import decode_records
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import LogManager
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from sparklog.protocol.errors import InvalidConfigError
+from sparklog.errors import InvalidConfigError
 from sparklog.storage.config import CONFIG_KEYS, broker_defaults
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import Build
 from sparklog.broker.state import Broker
-from sparklog.protocol.errors import ErrorCode, InvalidConfigError, KafkaError
+from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 from sparklog.storage.config import CONFIG_KEYS, LogConfig, render

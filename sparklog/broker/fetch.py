@@ -22,7 +22,7 @@ from typing import Any
 
 from sparklog.broker.registry import Parts, handles
 from sparklog.broker.state import LEADER_EPOCH, Broker
-from sparklog.protocol.errors import ErrorCode, KafkaError
+from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.fetch_response import FetchPartition, FileRegion, encode_fetch_response
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey

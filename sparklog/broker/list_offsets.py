@@ -14,7 +14,7 @@ from typing import Any
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import Build, per_partition
 from sparklog.broker.state import LEADER_EPOCH, Broker
-from sparklog.protocol.errors import ErrorCode, KafkaError
+from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 

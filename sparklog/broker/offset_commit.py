@@ -23,7 +23,7 @@ from sparklog.broker.responses import Build
 from sparklog.broker.state import Broker
 from sparklog.coordinator.coordinator import NO_GENERATION, OffsetCommit
 from sparklog.coordinator.offsets_store import OffsetAndMetadata, TopicPartition
-from sparklog.protocol.errors import ErrorCode
+from sparklog.errors import ErrorCode
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 

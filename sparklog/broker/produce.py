@@ -22,7 +22,7 @@ from typing import Any
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import Build, timestamp_ms
 from sparklog.broker.state import LEADER_EPOCH, Broker
-from sparklog.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
+from sparklog.errors import CorruptRecordError, ErrorCode, KafkaError
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 

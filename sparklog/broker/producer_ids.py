@@ -14,7 +14,7 @@ from typing import Any
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import Build
 from sparklog.broker.state import Broker
-from sparklog.protocol.errors import ErrorCode
+from sparklog.errors import ErrorCode
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 

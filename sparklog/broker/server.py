@@ -21,8 +21,8 @@ from kio.serial.errors import DecodeError
 
 from sparklog.broker.registry import CLIENT_HOST, HANDLERS, Parts
 from sparklog.broker.state import Broker
+from sparklog.errors import KafkaError
 from sparklog.protocol.codec import decode_request, encode_api_versions_error, encode_response
-from sparklog.protocol.errors import KafkaError
 from sparklog.protocol.fetch_response import FileRegion
 from sparklog.protocol.framing import FrameError, RequestHeader, parse_request_header, read_frame
 from sparklog.protocol.versions import ApiKey, is_supported

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.coordinator.coordinator import GroupCoordinator
-from sparklog.protocol.errors import UnknownTopicOrPartitionError
+from sparklog.errors import UnknownTopicOrPartitionError
 from sparklog.storage.checkpoint import write_atomically
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import LogManager, TopicMetadata

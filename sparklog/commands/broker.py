@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.runner import parse_listen, run
-from sparklog.protocol.errors import InvalidConfigError
+from sparklog.errors import InvalidConfigError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -27,9 +27,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from sparklog.protocol.errors import CorruptRecordError
-from sparklog.protocol.records import Record, decode_records
-from sparklog.storage.batch import (
+from sparklog.errors import CorruptRecordError
+from sparklog.record.batch import (
     HEADER_SIZE,
     LOG_APPEND_TIME,
     BatchHeader,
@@ -37,6 +36,8 @@ from sparklog.storage.batch import (
     crc_matches,
     parse_header,
 )
+from sparklog.record.control import decode_marker
+from sparklog.record.records import Record, decode_records
 from sparklog.storage.index import OffsetIndex, TimeIndex
 from sparklog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
 
@@ -44,9 +45,6 @@ OK, CORRUPT, USAGE = 0, 1, 2
 
 _BASE_OFFSET_STEM = re.compile(r"[0-9]{20}")
 _ENTRIES_PER_READ = 4096
-_CONTROL_KEY = struct.Struct(">hh")  # version, type (0 abort, 1 commit)
-_CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
-_CONTROL_TYPES = ("ABORT", "COMMIT")
 # C0 control characters would break the one-line-per-record output: show them escaped.
 _ESCAPE_CONTROLS = {code: f"\\x{code:02x}" for code in range(0x20)}
 
@@ -190,12 +188,10 @@ def _show(data: bytes) -> str:
 
 def _control_marker(record: Record) -> str | None:
     """Kafka's text for a transaction marker record, or None if it is not one."""
-    if _size(record.key) != _CONTROL_KEY.size or _size(record.value) != _CONTROL_VALUE.size:
+    marker = decode_marker(record.key, record.value)
+    if marker is None:
         return None
-    _, kind = _CONTROL_KEY.unpack(record.key)
-    _, coordinator_epoch = _CONTROL_VALUE.unpack(record.value)
-    marker = _CONTROL_TYPES[kind] if kind in (0, 1) else f"UNKNOWN({kind})"
-    return f" endTxnMarker: {marker} coordinatorEpoch: {coordinator_epoch}"
+    return f" endTxnMarker: {marker.name} coordinatorEpoch: {marker.coordinator_epoch}"
 
 
 def _data_text(header: BatchHeader, record: Record) -> str:

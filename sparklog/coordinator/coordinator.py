@@ -70,7 +70,7 @@ from sparklog.coordinator.offsets_store import (
     offset_key,
     offset_value,
 )
-from sparklog.protocol.errors import ErrorCode, KafkaError
+from sparklog.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from sparklog.broker.state import Broker

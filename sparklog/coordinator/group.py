@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from sparklog.coordinator.offsets_store import OffsetAndMetadata, TopicPartition
-from sparklog.protocol.errors import ErrorCode
+from sparklog.errors import ErrorCode
 
 Protocols = tuple[tuple[str, bytes], ...]
 """A member's (protocol name, metadata) list in its order of preference."""

@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sparklog.coordinator.binary import Reader, Writer
-from sparklog.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
-from sparklog.protocol.records import build_batch, decode_records
-from sparklog.storage.batch import HEADER_SIZE, parse_header
+from sparklog.errors import CorruptRecordError, ErrorCode, KafkaError
+from sparklog.record.batch import HEADER_SIZE, parse_header
+from sparklog.record.records import build_batch, decode_records
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import LogManager
 

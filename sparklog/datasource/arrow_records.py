@@ -25,7 +25,6 @@ Invariants:
 from __future__ import annotations
 
 import gc
-import struct
 from collections.abc import Iterator
 from operator import attrgetter
 from typing import Any
@@ -36,16 +35,10 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 
 from sparklog.datasource.schema import arrow_source_schema
+from sparklog.record.batch import HEADER_SIZE, MAGIC_V2, batch_size, parse_header
 
 MAX_ROWS = 1 << 16
 MAX_BYTES = 2 << 20  # small enough that a chunk's values are still in cache when built
-
-_BATCH_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_LOG_OVERHEAD = 12
-_MAGIC_AT = 16
-_LAST_OFFSET_DELTA_AT = 23
-_V2_HEADER_SIZE = 61
 
 _KEY = attrgetter("key")
 _VALUE = attrgetter("value")
@@ -64,24 +57,21 @@ class UnsupportedRecordFormatError(ValueError):
 def next_position(records: bytes, position: int) -> int:
     """The offset after the last complete batch in ``records`` (``position`` if none)."""
     pos, size = 0, len(records)
-    while pos + _V2_HEADER_SIZE <= size:
-        base, length = _BATCH_HEAD.unpack_from(records, pos)
-        end = pos + _LOG_OVERHEAD + length
+    while pos + HEADER_SIZE <= size:
+        header = parse_header(records, pos)
+        end = pos + header.size
         if end > size:
             break
-        if records[pos + _MAGIC_AT] < 2:
-            raise _legacy_format(base)
-        (delta,) = _LAST_OFFSET_DELTA.unpack_from(records, pos + _LAST_OFFSET_DELTA_AT)
-        position = max(position, base + delta + 1)
+        if header.magic < MAGIC_V2:
+            raise _legacy_format(header.base_offset)
+        position = max(position, header.next_offset)
         pos = end
     return position
 
 
 def first_batch_size(records: bytes) -> int | None:
     """Bytes the first batch needs (header included), if its length prefix is complete."""
-    if len(records) < _LOG_OVERHEAD:
-        return None
-    return _LOG_OVERHEAD + _BATCH_HEAD.unpack_from(records)[1]
+    return batch_size(records)
 
 
 def _legacy_format(offset: int) -> UnsupportedRecordFormatError:

@@ -35,7 +35,7 @@ How kio 0.6.5 represents values (decoded requests, and what responses must carry
   (Produce ``log_append_time``) are aware ``datetime`` or None for -1.
 - Error codes decode as ``kio.schema.errors.ErrorCode`` (an IntEnum, lower-case names). The
   writer calls ``.value``, so a response needs an enum member (kio's ``ErrorCode`` or
-  ``sparklog.protocol.errors.ErrorCode``), not a bare int.
+  ``sparklog.errors.ErrorCode``), not a bare int.
 - A reader is ``entity_reader(T)(buffer, offset) -> (entity, bytes consumed)``; it accepts
   ``bytes`` or ``memoryview`` and refuses writable buffers such as ``bytearray``. A writer is
   ``entity_writer(T)(io, entity)`` (pure Python, many small ``io.write`` calls).
@@ -59,7 +59,7 @@ from kio.serial.readers import Reader
 from kio.static.primitive import i32, i64
 from kio.static.protocol import RequestPayload, ResponsePayload
 
-from sparklog.protocol.errors import ErrorCode, KafkaError
+from sparklog.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ADVERTISED, is_supported, response_header_version
 
@@ -69,14 +69,6 @@ Derive = Mapping[str, Callable[[Any], object]]
 _I32 = struct.Struct(">i")
 _SIZE_AND_CORRELATION = struct.Struct(">ii")
 _CONFIG_SOURCE_DEFAULT = 5  # Kafka's ConfigSource.DEFAULT_CONFIG
-
-
-class UnsupportedVersionError(KafkaError):
-    code = ErrorCode.UNSUPPORTED_VERSION
-
-
-class InvalidRequestError(KafkaError):
-    code = ErrorCode.INVALID_REQUEST
 
 
 def decode_request(header: RequestHeader, frame: bytes, body_offset: int) -> RequestPayload:

@@ -62,9 +62,8 @@ from dataclasses import dataclass
 
 import crc32c
 
-from sparklog.protocol.errors import CorruptRecordError
-from sparklog.protocol.records import Record, build_batch, decode_records
-from sparklog.storage.batch import (
+from sparklog.errors import CorruptRecordError
+from sparklog.record.batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CRC_OFFSET,
@@ -77,6 +76,7 @@ from sparklog.storage.batch import (
     parse_header,
     validate_batch,
 )
+from sparklog.record.records import Record, build_batch, decode_records
 from sparklog.storage.checkpoint import read_checkpoint, write_checkpoint
 from sparklog.storage.index import OffsetIndex, TimeIndex
 from sparklog.storage.log import CLEANED_SUFFIX, CrashPoint, PartitionLog, no_crash

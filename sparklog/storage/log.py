@@ -38,19 +38,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from sparklog.protocol.errors import (
+from sparklog.errors import (
     InvalidRecordError,
     InvalidTimestampError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
-from sparklog.storage.batch import (
+from sparklog.record.batch import (
     LOG_OVERHEAD,
     BatchHeader,
     prepare_append,
     split_batches,
     validate_produced,
 )
+from sparklog.record.records import decode_records
 from sparklog.storage.checkpoint import fsync_directory
 from sparklog.storage.config import LogConfig
 from sparklog.storage.producer_state import ProducerStateManager
@@ -496,7 +497,5 @@ def _segment_at(segments: list[LogSegment], offset: int) -> int:
 
 def _require_keys(records: bytes | bytearray | memoryview, header: BatchHeader) -> None:
     """Compacted topics reject records without a key (INVALID_RECORD), as Kafka does."""
-    from sparklog.protocol.records import decode_records
-
     if any(r.key is None for r in decode_records(records, header)):
         raise InvalidRecordError("compacted topic rejects a record with a null key")

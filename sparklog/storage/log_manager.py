@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparklog.protocol.errors import (
+from sparklog.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
     TopicExistsError,

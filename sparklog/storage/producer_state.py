@@ -19,8 +19,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparklog.protocol.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from sparklog.storage.batch import BatchHeader
+from sparklog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from sparklog.record.batch import BatchHeader
 from sparklog.storage.checkpoint import write_atomically
 
 SNAPSHOT_SUFFIX = ".snapshot"

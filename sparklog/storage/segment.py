@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparklog.protocol.errors import KafkaError
-from sparklog.storage.batch import (
+from sparklog.errors import KafkaError
+from sparklog.record.batch import (
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -32,6 +32,7 @@ from sparklog.storage.batch import (
     crc_matches,
     parse_header,
 )
+from sparklog.record.records import decode_records
 from sparklog.storage.config import LogConfig
 from sparklog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from sparklog.storage.reservation import BlockReservation
@@ -295,8 +296,6 @@ class LogSegment:
             return None
         _, index_offset = self.time_index.lookup(timestamp)
         _, position = self.offset_index.lookup(max(index_offset, min_offset))
-        from sparklog.protocol.records import decode_records
-
         for header in self.iter_headers(position):
             if header.max_timestamp < timestamp or header.last_offset < min_offset:
                 continue

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c as _crc32c
 
-from sparklog.protocol.errors import CorruptRecordError, InvalidRecordError
+from sparklog.errors import CorruptRecordError, InvalidRecordError
 
 HEADER = struct.Struct(">qiiBIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -117,12 +117,21 @@ class BatchHeader(NamedTuple):
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
+_LENGTH = struct.Struct(">i")
 _new_tuple = tuple.__new__  # builds a BatchHeader without its Python-level __new__
 
 
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at ``pos``; the caller guarantees HEADER_SIZE bytes are there."""
     return _new_tuple(BatchHeader, (*HEADER.unpack_from(buf, pos), pos))
+
+
+def batch_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | None:
+    """Bytes the batch at ``pos`` occupies (header included), once its length prefix is in
+    ``buf``; None before that."""
+    if len(buf) - pos < LOG_OVERHEAD:
+        return None
+    return _LENGTH.unpack_from(buf, pos + LENGTH_OFFSET)[0] + LOG_OVERHEAD
 
 
 def check_header(header: BatchHeader, available: int, *, from_producer: bool) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import cramjam
 
-from sparklog.protocol.errors import CorruptRecordError
+from sparklog.errors import CorruptRecordError
 
 Buffer = bytes | bytearray | memoryview
 

@@ -1,8 +1,11 @@
 """Kafka error codes, and exceptions that carry one.
 
-Invariant: every error a request handler can answer with is a ``KafkaError`` subclass whose
-``code`` is the number Apache Kafka uses on the wire, so handlers turn exceptions into
-responses in one place and storage code can raise without knowing about the protocol.
+Invariants:
+- This is the one home of errors for every layer (record format, storage, protocol,
+  coordinators, broker); it imports nothing of sparklog.
+- Every error a request handler can answer with is a ``KafkaError`` subclass whose ``code``
+  is the number Apache Kafka uses on the wire, so handlers turn exceptions into responses in
+  one place and storage code can raise without knowing about the protocol.
 """
 
 from __future__ import annotations
@@ -145,5 +148,9 @@ class InvalidProducerEpochError(KafkaError):
     code = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
-class StorageError(KafkaError):
-    code = ErrorCode.KAFKA_STORAGE_ERROR
+class UnsupportedVersionError(KafkaError):
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class InvalidRequestError(KafkaError):
+    code = ErrorCode.INVALID_REQUEST

@@ -6,7 +6,7 @@ Invariants:
   ``[0, lastOffsetDelta]``, and the records section must hold exactly ``recordCount`` records
   and nothing after them. Any violation raises ``CorruptRecordError``, never another error.
 - It checks the batch framing (``check_header``) but not the CRC: callers validate batches
-  with ``sparklog.storage.batch.validate_batch`` before decoding them.
+  with ``sparklog.record.batch.validate_batch`` before decoding them.
 - Offsets are absolute (baseOffset + offsetDelta). Timestamps are baseTimestamp + delta, except
   in a LogAppendTime batch, where every record carries the batch maxTimestamp.
 - ``build_batch`` returns a complete batch that ``validate_batch`` accepts: exact batchLength,
@@ -25,9 +25,8 @@ from itertools import pairwise
 
 import crc32c
 
-from sparklog.protocol.compression import CODECS, compress, decompress
-from sparklog.protocol.errors import CorruptRecordError
-from sparklog.storage.batch import (
+from sparklog.errors import CorruptRecordError
+from sparklog.record.batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_MASK,
     CRC_OFFSET,
@@ -43,6 +42,7 @@ from sparklog.storage.batch import (
     BatchHeader,
     check_header,
 )
+from sparklog.record.compression import CODECS, compress, decompress
 
 Buffer = bytes | bytearray | memoryview
 Header = tuple[str, bytes | None]
@@ -257,7 +257,7 @@ def build_batch(
     ``offset_deltas`` keeps gaps (a compacted batch); ``last_offset_delta`` may then exceed the
     last of them, and must be given for an empty batch. With ``timestamp_type=1``
     (LogAppendTime) maxTimestamp is still the largest record timestamp: the broker stamps its
-    own time with ``sparklog.storage.batch.set_log_append_time``. A ``delete_horizon_ms`` >= 0
+    own time with ``sparklog.record.batch.set_log_append_time``. A ``delete_horizon_ms`` >= 0
     (the log cleaner's, KIP-534) sets attribute bit 6 and becomes baseTimestamp; record
     timestamps stay exact, their deltas are taken from it.
     """
