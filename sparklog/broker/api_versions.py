@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from sparklog.broker.registry import HANDLERS, handles
-from sparklog.broker.responses import Build
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode
+from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ADVERTISED, ApiKey
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from sparklog.broker.registry import handles
-from sparklog.broker.responses import Build
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
+from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 from sparklog.storage.config import CONFIG_KEYS, LogConfig, render

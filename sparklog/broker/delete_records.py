@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from sparklog.broker.registry import handles
-from sparklog.broker.responses import Build, per_partition
+from sparklog.broker.responses import per_partition
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
+from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 

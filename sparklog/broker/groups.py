@@ -24,9 +24,9 @@ from datetime import timedelta
 from typing import Any
 
 from sparklog.broker.registry import CLIENT_HOST, handles
-from sparklog.broker.responses import Build
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode
+from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 

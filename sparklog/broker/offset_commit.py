@@ -19,11 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 from sparklog.broker.registry import handles
-from sparklog.broker.responses import Build
 from sparklog.broker.state import Broker
 from sparklog.coordinator.coordinator import NO_GENERATION, OffsetCommit
 from sparklog.coordinator.offsets_store import OffsetAndMetadata, TopicPartition
 from sparklog.errors import ErrorCode
+from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from sparklog.broker.registry import handles
-from sparklog.broker.responses import Build, timestamp_ms
 from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.errors import CorruptRecordError, ErrorCode, KafkaError
+from sparklog.protocol.entities import Build, timestamp_ms
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 

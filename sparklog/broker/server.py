@@ -17,8 +17,6 @@ import asyncio
 import logging
 import os
 
-from kio.serial.errors import DecodeError
-
 from sparklog.broker.registry import CLIENT_HOST, HANDLERS, Parts
 from sparklog.broker.state import Broker
 from sparklog.errors import KafkaError
@@ -95,7 +93,7 @@ class BrokerServer:
                 parts = await self._dispatch(frame)
                 if parts:
                     await self._write(writer, parts)
-        except (FrameError, DecodeError, KafkaError) as exc:
+        except (FrameError, KafkaError) as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except (ConnectionError, asyncio.CancelledError):
             pass

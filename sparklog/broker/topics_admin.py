@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from sparklog.broker.registry import handles
-from sparklog.broker.responses import Build
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
+from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparklog.datasource import kio_import  # noqa: F401  (first: kio without hypothesis)
 from sparklog.datasource.source import SparklogDataSource
 
 if TYPE_CHECKING:

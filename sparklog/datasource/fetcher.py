@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterator
 
 import pyarrow as pa
-from kio.schema.errors import ErrorCode
 
 from sparklog.datasource.arrow_records import ArrowRecordBuilder, first_batch_size, next_position
 from sparklog.datasource.data_loss import report_data_loss
@@ -32,6 +31,7 @@ from sparklog.datasource.kafka_client import (
 )
 from sparklog.datasource.offsets import TopicPartition
 from sparklog.datasource.planning import KafkaInputPartition
+from sparklog.errors import ErrorCode
 
 
 def read_partition(task: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
@@ -58,11 +58,11 @@ def fetch_records(client: KafkaClient, tp: TopicPartition, start: int, until: in
     fetch_bytes = client.config.fetch_max_bytes
     while position < until:
         fetched = client.fetch(tp, position, fetch_bytes)
-        if fetched.error_code == ErrorCode.offset_out_of_range:
+        if fetched.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             position = first = _after_out_of_range(client, tp, position, until,
                                                    fail_on_data_loss)
             continue
-        if fetched.error_code != ErrorCode.none:
+        if fetched.error_code != ErrorCode.NONE:
             raise KafkaClientError(f"Fetch for {tp} at offset {position} failed: "
                                    f"{error_name(fetched.error_code)}")
         following = next_position(fetched.records, position)

@@ -21,24 +21,21 @@ Invariants:
 
 from __future__ import annotations
 
-import io
 import logging
 import socket
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import timedelta
-from functools import cache
-from types import TracebackType, UnionType
-from typing import Any, TypeVar, get_args, get_origin
-
-from kio.index import load_request_schema, load_response_schema
-from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
+from types import TracebackType
+from typing import Any, TypeVar
 
 from sparklog.datasource.client_config import Address, ClientConfig, RetryPolicy
 from sparklog.datasource.offsets import TopicPartition
+from sparklog.errors import ErrorCode
+from sparklog.protocol.codec import decode_response, encode_request, request_class
+from sparklog.protocol.entities import build
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +49,13 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 
 _RETRIABLE = frozenset({
-    ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available,
-    ErrorCode.not_leader_or_follower, ErrorCode.request_timed_out, ErrorCode.network_exception,
-    ErrorCode.kafka_storage_error, ErrorCode.fenced_leader_epoch,
-    ErrorCode.unknown_leader_epoch, ErrorCode.offset_not_available,
-    ErrorCode.replica_not_available,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_NOT_AVAILABLE,
+    ErrorCode.REPLICA_NOT_AVAILABLE,
 })
 
-_REQUEST_HEAD = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, id length
 _SIZE = struct.Struct(">i")
 
 class KafkaClientError(RuntimeError):
@@ -68,51 +64,6 @@ class KafkaClientError(RuntimeError):
 
 class _RetriableError(Exception):
     """A failure worth retrying after a metadata refresh (wrapped for the retry loop)."""
-
-
-# -- kio request building and response reading ----------------------------------------------
-
-
-def _build(cls: type[T], values: Mapping[str, Any]) -> T:
-    """An instance of the kio entity ``cls`` from a dict; keys the version lacks are dropped.
-
-    Nested arrays of entities are given as lists of dicts. This lets one request description
-    serve every version of an API.
-    """
-    kwargs: dict[str, Any] = {}
-    for f in _fields(cls):
-        if f.name not in values:
-            continue
-        value = values[f.name]
-        entity = _entity_in(f.type)
-        if entity is not None and value is not None:
-            value = tuple(_build(entity, item) for item in value)
-        kwargs[f.name] = value
-    return cls(**kwargs)
-
-
-@cache
-def _fields(cls: type) -> tuple[Any, ...]:
-    return fields(cls)  # type: ignore[arg-type]
-
-
-@cache
-def _entity_in(annotation: Any) -> type | None:
-    """The entity class of ``tuple[Entity, ...]`` (or ``... | None``), else None."""
-    if get_origin(annotation) is UnionType:
-        annotation = next(a for a in get_args(annotation) if a is not type(None))
-    if get_origin(annotation) is tuple:
-        inner = get_args(annotation)[0]
-        if hasattr(inner, "__dataclass_fields__"):
-            return inner  # type: ignore[no-any-return]
-    return None
-
-
-@cache
-def _codec(api_key: int, version: int) -> tuple[type, Callable[..., None], type, Any]:
-    request_cls = load_request_schema(api_key, version)
-    response_cls = load_response_schema(api_key, version)
-    return request_cls, entity_writer(request_cls), response_cls, entity_reader(response_cls)
 
 
 # -- one connection -------------------------------------------------------------------------
@@ -127,12 +78,12 @@ class BrokerConnection:
         self._sock = socket.create_connection((host, port), timeout=config.request_timeout_s)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation = 0
-        self._pending: list[tuple[int, Any]] = []  # (correlation id, reader) in send order
+        self._pending: list[tuple[int, int, int]] = []  # (correlation id, api key, version)
         self.versions = self._negotiate()
 
     def _negotiate(self) -> dict[int, int]:
         answer = self.request(API_VERSIONS, 0, {})
-        if answer.error_code != ErrorCode.none:
+        if answer.error_code != ErrorCode.NONE:
             raise KafkaClientError(f"broker {self.address}: ApiVersions failed with error "
                                    f"{error_name(answer.error_code)}")
         offered = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
@@ -148,32 +99,22 @@ class BrokerConnection:
         return versions
 
     def send(self, api_key: int, version: int, body: Mapping[str, Any]) -> None:
-        request_cls, write, _, read = _codec(api_key, version)
         self._correlation += 1
-        out = io.BytesIO()
-        out.write(_REQUEST_HEAD.pack(0, api_key, version, self._correlation,
-                                     len(self._client_id)))
-        out.write(self._client_id)
-        write(out, _build(request_cls, body))
-        frame = out.getbuffer()
-        _SIZE.pack_into(frame, 0, len(frame) - 4)
-        try:
-            self._sock.sendall(frame)
-        finally:
-            frame.release()
-        self._pending.append((self._correlation, read))
+        request = build(request_class(api_key, version), body)
+        self._sock.sendall(encode_request(api_key, version, self._correlation, self._client_id,
+                                          request))
+        self._pending.append((self._correlation, api_key, version))
 
     def receive(self) -> Any:
         """The answer to the oldest request sent and not yet received."""
-        correlation, read = self._pending.pop(0)
+        correlation, api_key, version = self._pending.pop(0)
         (size,) = _SIZE.unpack(self._read_exactly(4))
         frame = self._read_exactly(size)
         (got,) = _SIZE.unpack_from(frame)
         if got != correlation:
             raise ConnectionError(f"broker {self.address} answered correlation id {got}, "
                                   f"expected {correlation}")
-        response, _ = read(frame, 4)
-        return response
+        return decode_response(api_key, version, frame)
 
     def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
         """Send and read the answer; answers to earlier requests still unread are dropped."""
@@ -266,12 +207,12 @@ class KafkaClient:
         partitions: dict[str, dict[int, int]] = {}
         internal = set()
         for topic in answer.topics:
-            if topic.error_code == ErrorCode.unknown_topic_or_partition:
+            if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 continue
             if topic.error_code in _RETRIABLE:
                 raise _RetriableError(f"Metadata for {topic.name}: "
                                       f"{error_name(topic.error_code)}")
-            if topic.error_code != ErrorCode.none:
+            if topic.error_code != ErrorCode.NONE:
                 raise KafkaClientError(f"Metadata for topic {topic.name} failed: "
                                        f"{error_name(topic.error_code)}")
             partitions[topic.name] = {p.partition_index: p.leader_id for p in topic.partitions}
@@ -314,7 +255,7 @@ class KafkaClient:
                 for topic in answer.topics:
                     for p in topic.partitions:
                         tp = TopicPartition(topic.name, p.partition_index)
-                        if p.error_code == ErrorCode.none:
+                        if p.error_code == ErrorCode.NONE:
                             found[tp] = p.offset
                         elif p.error_code in _RETRIABLE:
                             self._leaders.pop(tp, None)
@@ -391,8 +332,8 @@ class KafkaClient:
         except OSError as exc:
             self._drop(connection, tp)
             raise _RetriableError(f"Fetch from {connection.address}: {exc}") from exc
-        top_error = getattr(answer, "error_code", ErrorCode.none)  # v7+
-        if top_error != ErrorCode.none:
+        top_error = getattr(answer, "error_code", ErrorCode.NONE)  # v7+
+        if top_error != ErrorCode.NONE:
             raise KafkaClientError(f"Fetch for {tp} failed: {error_name(top_error)}")
         for topic in answer.responses:
             for p in topic.partitions:

@@ -60,14 +60,20 @@ from kio.static.primitive import i32, i64
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from sparklog.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
-from sparklog.protocol.framing import RequestHeader
-from sparklog.protocol.versions import ADVERTISED, is_supported, response_header_version
+from sparklog.protocol.framing import RequestHeader, skip_tagged_fields
+from sparklog.protocol.versions import (
+    ADVERTISED,
+    is_supported,
+    request_header_version,
+    response_header_version,
+)
 
 Writer = Callable[[IO[bytes], Any], None]
 Derive = Mapping[str, Callable[[Any], object]]
 
 _I32 = struct.Struct(">i")
 _SIZE_AND_CORRELATION = struct.Struct(">ii")
+_REQUEST_HEAD = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, id length
 _CONFIG_SOURCE_DEFAULT = 5  # Kafka's ConfigSource.DEFAULT_CONFIG
 
 
@@ -157,6 +163,57 @@ def _api_versions_error_body() -> bytes:
     out = io.BytesIO()
     entity_writer(ApiVersionsResponse)(out, response)
     return out.getvalue()
+
+
+# --- the client side: requests out, responses in ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _ClientCodec:
+    request_cls: type[RequestPayload]
+    write: Writer
+    read: Reader[ResponsePayload]
+    header_tail: bytes  # request header v2: an empty tagged-field section; v1: nothing
+    tagged_response_header: bool  # response header v1: tagged fields after the correlation id
+
+
+@cache
+def _client_codec(api_key: int, version: int) -> _ClientCodec:
+    request_cls = load_request_schema(api_key, version)
+    response_cls = load_response_schema(api_key, version)
+    flexible = request_header_version(api_key, version) == 2
+    return _ClientCodec(request_cls, entity_writer(request_cls), entity_reader(response_cls),
+                        b"\x00" if flexible else b"",
+                        response_header_version(api_key, version) == 1)
+
+
+def request_class(api_key: int, version: int) -> type[RequestPayload]:
+    """The kio dataclass a client builds to send ``version`` of ``api_key``."""
+    return _client_codec(api_key, version).request_cls
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: bytes,
+                   request: RequestPayload) -> bytes:
+    """The framed request: int32 size, request header (v1, or v2 for flexible versions),
+    body. The versions are kio's (a client speaks the versions a broker offers it)."""
+    codec = _client_codec(api_key, version)
+    out = io.BytesIO()
+    out.write(_REQUEST_HEAD.pack(0, api_key, version, correlation_id, len(client_id)))
+    out.write(client_id)
+    out.write(codec.header_tail)
+    codec.write(out, request)
+    with out.getbuffer() as view:
+        _I32.pack_into(view, 0, len(view) - 4)
+    return out.getvalue()
+
+
+def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> ResponsePayload:
+    """The response in ``frame`` (a frame's bytes after its size: the correlation id first,
+    which the caller checks); raises ``DecodeError`` for bytes that do not decode."""
+    codec = _client_codec(api_key, version)
+    offset = skip_tagged_fields(frame, 4) if codec.tagged_response_header else 4
+    response, _ = codec.read(frame, offset)
+    return response
 
 
 # --- versions kio lacks ------------------------------------------------------------------

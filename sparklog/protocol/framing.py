@@ -72,11 +72,12 @@ def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
             raise FrameError("client_id is not valid UTF-8") from exc
         offset = end
     if request_header_version(api_key, api_version) == 2:
-        offset = _skip_tagged_fields(frame, offset)
+        offset = skip_tagged_fields(frame, offset)
     return RequestHeader(api_key, api_version, correlation_id, client_id), offset
 
 
-def _skip_tagged_fields(frame: bytes, offset: int) -> int:
+def skip_tagged_fields(frame: bytes | memoryview, offset: int) -> int:
+    """The position after the tagged-field section at ``offset`` (KIP-482)."""
     count, offset = _read_uvarint(frame, offset)
     for _ in range(count):
         _tag, offset = _read_uvarint(frame, offset)
@@ -87,7 +88,7 @@ def _skip_tagged_fields(frame: bytes, offset: int) -> int:
     return offset
 
 
-def _read_uvarint(frame: bytes, offset: int) -> tuple[int, int]:
+def _read_uvarint(frame: bytes | memoryview, offset: int) -> tuple[int, int]:
     value = 0
     for shift in range(0, 35, 7):
         if offset >= len(frame):
