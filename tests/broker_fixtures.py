@@ -6,6 +6,9 @@ real clients; nothing is mocked.
 - ``broker``: one running broker per test module (module scope); at teardown it must still
   be alive and its log must hold no internal error (an unhandled exception in a handler).
   ``fresh_broker`` starts a private one for tests that stop, kill or restart it.
+- ``embedded``: a broker on a thread of the test process (``EmbeddedBroker``, module scope)
+  whose fault hooks a test arms (``embedded.faults.add(Fault(...))``); faults left by a test
+  are cleared after it. Same real TCP and clients, no process start.
 - ``topic``: a unique topic name per test, so tests sharing a broker never see each other.
 - ``Rec`` is one record as every client sees it; ``PRODUCERS`` and ``CONSUMERS`` map a client
   name (``confluent``, ``kafka-python``, ``aiokafka``) to a function producing or consuming
@@ -23,6 +26,9 @@ topic``): ``tests/conftest.py`` belongs to other suites.
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib
+import pkgutil
 import re
 import socket
 import struct
@@ -34,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import kafka.protocol
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition as AioTopicPartition
@@ -51,6 +58,7 @@ from kafka.protocol.producer import (
     ProduceResponse,
 )
 
+from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.process import BrokerProcess
 from sparklog.record.batch import BatchHeader, split_batches
 
@@ -124,6 +132,20 @@ def private_broker(config: dict[str, str] | None = None) -> Any:
 
 fresh_broker = private_broker()
 """A private broker with default settings."""
+
+
+@pytest.fixture(scope="module")
+def embedded_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(tmp_path_factory.mktemp("embedded") / "data") as proc:
+        yield proc
+
+
+@pytest.fixture
+def embedded(embedded_module: EmbeddedBroker) -> Iterator[EmbeddedBroker]:
+    """The module's in-process broker, with no fault armed when the test starts or ends."""
+    embedded_module.faults.clear()
+    yield embedded_module
+    embedded_module.faults.clear()
 
 
 def unique_topic(hint: str) -> str:
@@ -493,6 +515,22 @@ class RawConnection:
         except TimeoutError:
             return None
         return None
+
+
+@functools.cache
+def _kp_requests() -> dict[int, type[ApiMessage]]:
+    found: dict[int, type[ApiMessage]] = {}
+    for module in pkgutil.walk_packages(kafka.protocol.__path__, "kafka.protocol."):
+        for name, cls in vars(importlib.import_module(module.name)).items():
+            if (isinstance(cls, type) and issubclass(cls, ApiMessage)
+                    and name.endswith("Request") and hasattr(cls, "API_KEY")):
+                found[cls.API_KEY] = cls
+    return found
+
+
+def kp_request(api_key: int) -> type[ApiMessage]:
+    """kafka-python's request class of ``api_key``: an encoder independent of ours."""
+    return _kp_requests()[api_key]
 
 
 def produce_request(topic: str, partition: int, records: bytes, *, acks: int = -1,

@@ -32,7 +32,7 @@ _TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-@handles(ApiKey.DESCRIBE_CONFIGS)
+@handles(ApiKey.DESCRIBE_CONFIGS, versions=(0, 3))
 async def describe_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     synonyms = getattr(request, "include_synonyms", False)
@@ -96,7 +96,8 @@ def _broker_entries(build: Build, broker: Broker) -> list[Any]:
     ]
 
 
-@handles(ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
+@handles(ApiKey.ALTER_CONFIGS, versions=(0, 1))
+@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, versions=(0, 0))
 async def alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     incremental = header.api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS

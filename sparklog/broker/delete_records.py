@@ -22,7 +22,7 @@ from sparklog.protocol.versions import ApiKey
 HIGH_WATERMARK = -1
 
 
-@handles(ApiKey.DELETE_RECORDS)
+@handles(ApiKey.DELETE_RECORDS, versions=(0, 1))
 async def delete_records(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     topics = per_partition(build, request.topics, "DeleteRecordsTopicResult",

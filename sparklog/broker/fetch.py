@@ -20,16 +20,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sparklog.broker.registry import Parts, handles
+from sparklog.broker.registry import handles
 from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.errors import ErrorCode, KafkaError
-from sparklog.protocol.fetch_response import FetchPartition, FileRegion, encode_fetch_response
+from sparklog.protocol.fetch_response import FetchPartition, FetchResponse, FetchTopic, FileRegion
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
 
-@handles(ApiKey.FETCH)
-async def fetch(broker: Broker, header: RequestHeader, request: Any) -> Parts:
+@handles(ApiKey.FETCH, versions=(0, 11))
+async def fetch(broker: Broker, header: RequestHeader, request: Any) -> FetchResponse:
     deadline = time.monotonic() + request.max_wait.total_seconds()
     wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
     while True:
@@ -38,12 +38,10 @@ async def fetch(broker: Broker, header: RequestHeader, request: Any) -> Parts:
         if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
             break
         await broker.wait_for_append(wanted, remaining)
-    return encode_fetch_response(header.correlation_id, header.api_version, 0,
-                                 ErrorCode.NONE, 0, topics)
+    return FetchResponse(topics)
 
 
-def _read(broker: Broker, request: Any) -> tuple[list[tuple[str, list[FetchPartition]]], int,
-                                                 bool]:
+def _read(broker: Broker, request: Any) -> tuple[list[FetchTopic], int, bool]:
     budget = request.max_bytes
     total, errors = 0, False
     topics = []
@@ -57,7 +55,7 @@ def _read(broker: Broker, request: Any) -> tuple[list[tuple[str, list[FetchParti
             elif isinstance(result.records, FileRegion):
                 total += result.records.length
                 budget -= result.records.length
-        topics.append((topic.topic, partitions))
+        topics.append(FetchTopic(topic.topic, partitions))
     return topics, total, errors
 
 

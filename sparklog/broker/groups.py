@@ -40,7 +40,7 @@ def _ms(duration: timedelta) -> int:
     return round(duration.total_seconds() * 1000)
 
 
-@handles(ApiKey.FIND_COORDINATOR)
+@handles(ApiKey.FIND_COORDINATOR, versions=(0, 2))
 async def find_coordinator(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     key_type = getattr(request, "key_type", GROUP_KEY)
@@ -59,7 +59,7 @@ async def find_coordinator(broker: Broker, header: RequestHeader, request: Any) 
                           node_id=broker.node_id, host=broker.host, port=broker.port)
 
 
-@handles(ApiKey.JOIN_GROUP)
+@handles(ApiKey.JOIN_GROUP, versions=(0, 5))
 async def join_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     instance_id = getattr(request, "group_instance_id", None)
@@ -80,7 +80,7 @@ async def join_group(broker: Broker, header: RequestHeader, request: Any) -> Any
                           member_id=result.member_id, members=members)
 
 
-@handles(ApiKey.SYNC_GROUP)
+@handles(ApiKey.SYNC_GROUP, versions=(0, 3))
 async def sync_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
     result = await broker.coordinator.sync(
         request.group_id, request.generation_id, request.member_id,
@@ -89,7 +89,7 @@ async def sync_group(broker: Broker, header: RequestHeader, request: Any) -> Any
     return Build(header).response(error_code=result.error, assignment=result.assignment)
 
 
-@handles(ApiKey.HEARTBEAT)
+@handles(ApiKey.HEARTBEAT, versions=(0, 3))
 async def heartbeat(broker: Broker, header: RequestHeader, request: Any) -> Any:
     error = broker.coordinator.heartbeat(request.group_id, request.member_id,
                                          getattr(request, "group_instance_id", None),
@@ -97,7 +97,7 @@ async def heartbeat(broker: Broker, header: RequestHeader, request: Any) -> Any:
     return Build(header).response(error_code=error)
 
 
-@handles(ApiKey.LEAVE_GROUP)
+@handles(ApiKey.LEAVE_GROUP, versions=(0, 3))
 async def leave_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     if header.api_version < 3:
@@ -112,7 +112,7 @@ async def leave_group(broker: Broker, header: RequestHeader, request: Any) -> An
     return build.response(error_code=error, members=members)
 
 
-@handles(ApiKey.LIST_GROUPS)
+@handles(ApiKey.LIST_GROUPS, versions=(0, 2))
 async def list_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     error, groups = broker.coordinator.list_groups()
@@ -121,7 +121,7 @@ async def list_groups(broker: Broker, header: RequestHeader, request: Any) -> An
         for group_id, protocol_type in groups))
 
 
-@handles(ApiKey.DESCRIBE_GROUPS)
+@handles(ApiKey.DESCRIBE_GROUPS, versions=(0, 4))
 async def describe_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     operations = (_GROUP_OPERATIONS if getattr(request, "include_authorized_operations", False)
@@ -142,7 +142,7 @@ async def describe_groups(broker: Broker, header: RequestHeader, request: Any) -
     return build.response(groups=tuple(described))
 
 
-@handles(ApiKey.DELETE_GROUPS)
+@handles(ApiKey.DELETE_GROUPS, versions=(0, 1))
 async def delete_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     return build.response(results=tuple(

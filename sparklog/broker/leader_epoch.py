@@ -21,7 +21,7 @@ from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
 
-@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, versions=(0, 3))
 async def offset_for_leader_epoch(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     return build.response(topics=per_partition(

@@ -22,7 +22,7 @@ from sparklog.protocol.versions import ApiKey
 EARLIEST, LATEST = -2, -1
 
 
-@handles(ApiKey.LIST_OFFSETS)
+@handles(ApiKey.LIST_OFFSETS, versions=(0, 5))
 async def list_offsets(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     return build.response(topics=per_partition(

@@ -21,7 +21,7 @@ from sparklog.protocol.versions import ApiKey
 from sparklog.storage.log_manager import TopicMetadata
 
 
-@handles(ApiKey.METADATA)
+@handles(ApiKey.METADATA, versions=(0, 8))
 async def metadata(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     version = header.api_version
@@ -51,11 +51,13 @@ async def metadata(broker: Broker, header: RequestHeader, request: Any) -> Any:
 
 def _describe(build: Build, broker: Broker, topic: TopicMetadata) -> Any:
     node = (broker.node_id,)
-    partitions = tuple(
-        build("MetadataResponsePartition", error_code=ErrorCode.NONE, partition_index=p,
-              leader_id=broker.node_id, leader_epoch=LEADER_EPOCH, replica_nodes=node,
-              isr_nodes=node, offline_replicas=())
-        for p in range(topic.partitions)
-    )
+    partitions = []
+    for p in range(topic.partitions):
+        refused = broker.refused(topic.name, p)
+        partitions.append(build(
+            "MetadataResponsePartition", error_code=refused or ErrorCode.NONE,
+            partition_index=p, leader_id=-1 if refused else broker.node_id,
+            leader_epoch=LEADER_EPOCH, replica_nodes=node, isr_nodes=node,
+            offline_replicas=()))
     return build("MetadataResponseTopic", error_code=ErrorCode.NONE, name=topic.name,
-                 is_internal=topic.internal, partitions=partitions)
+                 is_internal=topic.internal, partitions=tuple(partitions))

@@ -31,7 +31,7 @@ NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
 
 
-@handles(ApiKey.OFFSET_COMMIT)
+@handles(ApiKey.OFFSET_COMMIT, versions=(0, 7))
 async def offset_commit(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     generation = request.generation_id_or_member_epoch if header.api_version >= 1 \
@@ -53,7 +53,7 @@ async def offset_commit(broker: Broker, header: RequestHeader, request: Any) -> 
         for topic in request.topics))
 
 
-@handles(ApiKey.OFFSET_FETCH)
+@handles(ApiKey.OFFSET_FETCH, versions=(0, 5))
 async def offset_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     wanted = None if request.topics is None else [

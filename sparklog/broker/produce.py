@@ -29,7 +29,7 @@ from sparklog.protocol.versions import ApiKey
 VALID_ACKS = (-1, 0, 1)
 
 
-@handles(ApiKey.PRODUCE)
+@handles(ApiKey.PRODUCE, versions=(0, 8))
 async def produce(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     now = broker.now_ms()

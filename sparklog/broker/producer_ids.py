@@ -19,7 +19,7 @@ from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
 
-@handles(ApiKey.INIT_PRODUCER_ID)
+@handles(ApiKey.INIT_PRODUCER_ID, versions=(0, 1))
 async def init_producer_id(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     if request.transactional_id is not None:

@@ -1,44 +1,40 @@
-"""Running a broker: load the handlers, serve, run maintenance, stop cleanly on a signal.
+"""Running a broker: its state, server, cleaner and maintenance on one event loop.
+
+``BrokerService`` is a broker's whole life on a running event loop (``start``/``stop``);
+``run`` serves one in the foreground until SIGTERM or Ctrl-C (``sparklog broker``), and
+``sparklog.broker.embedded`` runs one on a thread of a test process.
 
 Invariants:
-- The listen address is printed (``sparklog broker listening on HOST:PORT``) only once the
-  socket accepts connections; with port 0 it names the port the OS chose.
+- ``start`` returns once the socket accepts connections; ``host``/``port`` then name the
+  advertised address (with port 0, the port the OS chose). ``run`` prints
+  ``sparklog broker listening on HOST:PORT`` only then.
 - The advertised host is 127.0.0.1 when listening on loopback, on all interfaces or on
   ``localhost`` (librdkafka may resolve ``localhost`` to ::1), unless
   ``advertised.listeners`` says otherwise.
-- SIGTERM and SIGINT stop accepting, close connections, then flush and close every log and
-  write the clean-shutdown marker; the process exits 0.
+- ``stop`` stops accepting, closes connections, stops the cleaner, then flushes and closes
+  every log and writes the clean-shutdown marker. SIGTERM and SIGINT stop ``run``, which
+  then exits 0.
 - Maintenance (time-based flushes, retention, checkpoints) runs on the event loop at the
   intervals Kafka's settings name; log compaction runs in the ``LogCleaner`` threads
-  (``log.cleaner.*``), stopped before the logs are closed.
+  (``log.cleaner.*``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import signal
 from collections.abc import Callable
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
+from sparklog.broker.registry import load_handlers
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
 from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 
 log = logging.getLogger(__name__)
-
-HANDLER_MODULES = (
-    "api_versions", "metadata", "produce", "fetch", "list_offsets", "producer_ids",
-    "leader_epoch", "delete_records", "topics_admin", "configs", "groups", "offset_commit",
-)
-
-
-def load_handlers() -> None:
-    for name in HANDLER_MODULES:
-        importlib.import_module(f"sparklog.broker.{name}")
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -67,38 +63,72 @@ async def _every(interval_ms: int, action: Callable[[], None]) -> None:
             log.exception("maintenance task failed")
 
 
+class BrokerService:
+    """One broker on the running event loop (see the module invariants)."""
+
+    def __init__(self, config: BrokerConfig, data_dir: Path, listen: str) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.listen_host, self.listen_port = parse_listen(listen)
+        self.broker: Broker | None = None
+        self._server: BrokerServer | None = None
+        self._cleaner: LogCleaner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def host(self) -> str:
+        assert self.broker is not None, "the broker is not started"
+        return self.broker.host
+
+    @property
+    def port(self) -> int:
+        assert self.broker is not None, "the broker is not started"
+        return self.broker.port
+
+    async def start(self) -> None:
+        load_handlers()
+        config = self.config
+        broker = self.broker = Broker(config, self.data_dir)
+        broker.start()
+        self._server = BrokerServer(broker, self.listen_host, self.listen_port)
+        _, broker.port = await self._server.start()
+        broker.host = advertised_host(config, self.listen_host)
+        self._cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
+        if self._cleaner.config.enable:
+            self._cleaner.start()
+        self._tasks = [
+            asyncio.create_task(_every(config.get_int(interval), action))
+            for interval, action in (
+                ("log.flush.scheduler.interval.ms", broker.logs.flush_due),
+                ("log.retention.check.interval.ms", broker.logs.apply_retention),
+                ("log.flush.offset.checkpoint.interval.ms", broker.logs.checkpoint),
+            )
+        ]
+        log.info("serving %s:%d (data in %s)", self.listen_host, broker.port, self.data_dir)
+
+    async def stop(self) -> None:
+        log.info("shutting down")
+        for task in self._tasks:
+            task.cancel()
+        if self._server is not None:
+            await self._server.stop()
+        if self._cleaner is not None:
+            self._cleaner.stop()
+        if self.broker is not None:
+            self.broker.close()
+        log.info("stopped cleanly")
+
+
 async def serve(config: BrokerConfig, data_dir: Path, listen: str,
                 stop: asyncio.Event) -> None:
-    load_handlers()
-    host, port = parse_listen(listen)
-    broker = Broker(config, data_dir)
-    broker.start()
-    server = BrokerServer(broker, host, port)
-    _, broker.port = await server.start()
-    broker.host = advertised_host(config, host)
-    cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
-    if cleaner.config.enable:
-        cleaner.start()
-    tasks = [
-        asyncio.create_task(_every(config.get_int("log.flush.scheduler.interval.ms"),
-                                   broker.logs.flush_due)),
-        asyncio.create_task(_every(config.get_int("log.retention.check.interval.ms"),
-                                   broker.logs.apply_retention)),
-        asyncio.create_task(_every(config.get_int("log.flush.offset.checkpoint.interval.ms"),
-                                   broker.logs.checkpoint)),
-    ]
-    print(f"sparklog broker listening on {broker.host}:{broker.port}", flush=True)
-    log.info("serving %s (data in %s)", f"{host}:{broker.port}", data_dir)
+    """Serve until ``stop`` is set."""
+    service = BrokerService(config, data_dir, listen)
+    await service.start()
+    print(f"sparklog broker listening on {service.host}:{service.port}", flush=True)
     try:
         await stop.wait()
     finally:
-        log.info("shutting down")
-        for task in tasks:
-            task.cancel()
-        await server.stop()
-        cleaner.stop()
-        broker.close()
-        log.info("stopped cleanly")
+        await service.stop()
 
 
 def run(config: BrokerConfig, data_dir: Path, listen: str) -> int:

@@ -3,10 +3,13 @@
 Invariants:
 - Requests on one connection are handled one at a time and answered in order (clients rely
   on it, and Kafka does the same); connections are independent of each other.
-- A malformed, oversized or undecodable frame, or a request for an API or version we do not
-  serve, closes that connection only (ApiVersions at an unknown version is answered with
-  UNSUPPORTED_VERSION and our version table, as the protocol says). Nothing acknowledged is
-  affected: a response is only written after the log append it reports.
+- A malformed, oversized or undecodable frame, or a request for an API or version no handler
+  serves (``registry.serves``), closes that connection only (ApiVersions at an unknown
+  version is answered with UNSUPPORTED_VERSION and the served versions, as the protocol
+  says). Nothing acknowledged is affected: a response is only written after the log append
+  it reports.
+- Fault hooks (``Broker.faults``, tests only) are consulted after a request is decoded and
+  before it is handled; with none added they cost one attribute test.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
   record data goes from the page cache to the socket without entering Python.
 """
@@ -17,13 +20,20 @@ import asyncio
 import logging
 import os
 
-from sparklog.broker.registry import CLIENT_HOST, HANDLERS, Parts
+from sparklog.broker.faults import ACTIVE
+from sparklog.broker.registry import CLIENT_HOST, HANDLERS, served, serves
 from sparklog.broker.state import Broker
 from sparklog.errors import KafkaError
 from sparklog.protocol.codec import decode_request, encode_api_versions_error, encode_response
-from sparklog.protocol.fetch_response import FileRegion
+from sparklog.protocol.fetch_response import FetchResponse, FileRegion, encode_fetch_response
 from sparklog.protocol.framing import FrameError, RequestHeader, parse_request_header, read_frame
-from sparklog.protocol.versions import ApiKey, is_supported
+from sparklog.protocol.versions import ApiKey
+
+Parts = list[bytes | FileRegion]
+
+
+class DroppedByFault(Exception):
+    """A fault hook asked for the connection to be closed without an answer."""
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +105,8 @@ class BrokerServer:
                     await self._write(writer, parts)
         except (FrameError, KafkaError) as exc:
             log.warning("closing connection from %s: %s", peer, exc)
+        except DroppedByFault:
+            log.info("closing connection from %s: dropped by a fault hook", peer)
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:
@@ -105,16 +117,27 @@ class BrokerServer:
 
     async def _dispatch(self, frame: bytes) -> Parts:
         header, body_offset = parse_request_header(frame)
-        if not is_supported(header.api_key, header.api_version):
+        if not serves(header.api_key, header.api_version):
             if header.api_key == ApiKey.API_VERSIONS:
-                return [encode_api_versions_error(header.correlation_id)]
+                return [encode_api_versions_error(header.correlation_id, served())]
             raise FrameError(f"unsupported API {header.api_key} version {header.api_version}")
-        handler = HANDLERS.get(header.api_key)
-        if handler is None:
-            raise FrameError(f"API {header.api_key} is advertised but has no handler")
         request = decode_request(header, frame, body_offset)
-        result = await handler(self.broker, header, request)
-        return _to_parts(header, result)
+        fault = self.broker.faults.take(header.api_key, request) if self.broker.faults.armed \
+            else None
+        if fault is not None:
+            if fault.delay_s:
+                await asyncio.sleep(fault.delay_s)
+            if fault.drop:
+                raise DroppedByFault
+        handler = HANDLERS[header.api_key].handler
+        if fault is None:
+            return _to_parts(header, await handler(self.broker, header, request))
+        token = ACTIVE.set(fault)
+        try:
+            result = await handler(self.broker, header, request)
+        finally:
+            ACTIVE.reset(token)
+        return _to_parts(header, fault.rewrite(result))
 
     @staticmethod
     async def _write(writer: asyncio.StreamWriter, parts: Parts) -> None:
@@ -132,6 +155,6 @@ class BrokerServer:
 def _to_parts(header: RequestHeader, result: object) -> Parts:
     if result is None:
         return []
-    if isinstance(result, list):
-        return result
+    if isinstance(result, FetchResponse):
+        return encode_fetch_response(header.correlation_id, header.api_version, result)
     return [encode_response(header, result)]  # type: ignore[arg-type]

@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
+from sparklog.broker.faults import ACTIVE, Faults
 from sparklog.coordinator.coordinator import GroupCoordinator
-from sparklog.errors import UnknownTopicOrPartitionError
+from sparklog.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
 from sparklog.storage.checkpoint import write_atomically
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import LogManager, TopicMetadata
@@ -67,6 +68,7 @@ class Broker:
         self.host = "127.0.0.1"
         self.port = 9092
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = defaultdict(set)
+        self.faults = Faults()
         self.coordinator = GroupCoordinator(self, LEADER_EPOCH)
 
     @property
@@ -78,7 +80,20 @@ class Broker:
 
     # -- topics --------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> PartitionLog:
+        """The log of a partition this broker serves to clients (a fault hook may refuse
+        it: see ``faults``)."""
+        refused = self.refused(topic, partition)
+        if refused is not None:
+            raise KafkaError(f"{topic}-{partition} refused by a fault hook", refused)
         return self.logs.get_log(topic, partition)
+
+    @staticmethod
+    def refused(topic: str, partition: int) -> ErrorCode | None:
+        """The error a fault hook makes this partition fail with in the current request."""
+        fault = ACTIVE.get()
+        if fault is not None and fault.refuses(topic, partition):
+            return fault.error
+        return None
 
     def topic(self, name: str, *, auto_create: bool = False) -> TopicMetadata:
         """The topic, auto-created (num.partitions) when allowed and asked for."""

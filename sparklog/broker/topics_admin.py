@@ -63,7 +63,7 @@ def _each(items: Any, action: Callable[[Any], None], added_partitions: int = 0,
             yield item, ErrorCode.NONE, None
 
 
-@handles(ApiKey.CREATE_TOPICS)
+@handles(ApiKey.CREATE_TOPICS, versions=(0, 4))
 async def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     validate_only = request.validate_only if header.api_version else False
@@ -92,7 +92,7 @@ def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
     broker.logs.create_topic(topic.name, partitions, configs, validate_only=validate_only)
 
 
-@handles(ApiKey.DELETE_TOPICS)
+@handles(ApiKey.DELETE_TOPICS, versions=(0, 3))
 async def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
 
@@ -107,7 +107,7 @@ async def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> 
     ))
 
 
-@handles(ApiKey.CREATE_PARTITIONS)
+@handles(ApiKey.CREATE_PARTITIONS, versions=(0, 1))
 async def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> Any:
     build = Build(header)
     added = sum(_added_partitions(broker, t) for t in request.topics)

@@ -1,9 +1,9 @@
 """Request decoding and response encoding with kio (0.6.5) dataclasses.
 
 Invariants:
-- The codec serves exactly the versions in ``versions.ADVERTISED``; any other (key, version)
-  raises ``UnsupportedVersionError`` (ApiVersions answers those with
-  ``encode_api_versions_error``).
+- The codec reads and writes any (key, version) kio has a schema for, and the old versions
+  listed below; any other raises ``UnsupportedVersionError``. Which of them the broker
+  serves is the handlers' decision (``sparklog.broker.registry``), checked before decoding.
 - Bytes left over after a request body are ignored, never rejected (librdkafka sends 3
   extra bytes with Metadata v9+ "all topics"). A body that does not decode raises
   ``InvalidRequestError`` and nothing else; so does a null (length -1) array where the schema
@@ -51,7 +51,7 @@ from functools import cache
 from types import NoneType, UnionType
 from typing import IO, Any, get_args, get_origin
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
@@ -61,12 +61,7 @@ from kio.static.protocol import RequestPayload, ResponsePayload
 
 from sparklog.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
 from sparklog.protocol.framing import RequestHeader, skip_tagged_fields
-from sparklog.protocol.versions import (
-    ADVERTISED,
-    is_supported,
-    request_header_version,
-    response_header_version,
-)
+from sparklog.protocol.versions import request_header_version, response_header_version
 
 Writer = Callable[[IO[bytes], Any], None]
 Derive = Mapping[str, Callable[[Any], object]]
@@ -145,23 +140,22 @@ def encode_response(header: RequestHeader, response: ResponsePayload) -> bytes:
     return out.getvalue()
 
 
-def encode_api_versions_error(correlation_id: int) -> bytes:
-    """ApiVersions v0 answer to an unsupported ApiVersions version: error 35 + our ranges."""
-    body = _api_versions_error_body()
-    return _SIZE_AND_CORRELATION.pack(len(body) + 4, correlation_id) + body
-
-
-@cache
-def _api_versions_error_body() -> bytes:
+def encode_api_versions_error(correlation_id: int,
+                              served: Mapping[int, tuple[int, int]]) -> bytes:
+    """ApiVersions v0 answer to an unsupported ApiVersions version: error 35 + the ``served``
+    (min, max) version of each api key."""
     response = ApiVersionsResponse(
         error_code=ErrorCode.UNSUPPORTED_VERSION,  # type: ignore[arg-type]
         api_keys=tuple(
             ApiVersion(api_key=key, min_version=low, max_version=high)
-            for key, (low, high) in ADVERTISED.items()
+            for key, (low, high) in served.items()
         ),
     )
     out = io.BytesIO()
+    out.write(_SIZE_AND_CORRELATION.pack(0, correlation_id))
     entity_writer(ApiVersionsResponse)(out, response)
+    with out.getbuffer() as view:
+        _I32.pack_into(view, 0, len(view) - 4)
     return out.getvalue()
 
 
@@ -371,17 +365,18 @@ _LEGACY_RESPONSES: dict[tuple[int, int], _Legacy] = {
 # --- cached readers and writers ------------------------------------------------------------
 
 
-def _check_supported(api_key: int, version: int) -> None:
-    if not is_supported(api_key, version):
-        raise UnsupportedVersionError(f"api {api_key} v{version} is not supported")
+def _schema(load: Callable[[int, int], type], api_key: int, version: int) -> type:
+    try:
+        return load(api_key, version)
+    except (UnknownAPIKey, UnknownEntity):
+        raise UnsupportedVersionError(f"api {api_key} v{version} has no codec") from None
 
 
 @cache
 def _request_reader(api_key: int, version: int) -> Reader[RequestPayload]:
-    _check_supported(api_key, version)
     legacy = _LEGACY_REQUESTS.get((api_key, version))
     if legacy is None:
-        return entity_reader(load_request_schema(api_key, version))
+        return entity_reader(_schema(load_request_schema, api_key, version))
     canonical = load_request_schema(api_key, legacy.base)
     if legacy.same_wire_format:
         return entity_reader(canonical)
@@ -403,7 +398,6 @@ class _ResponseCodec:
 
 @cache
 def _response_codec(api_key: int, version: int) -> _ResponseCodec:
-    _check_supported(api_key, version)
     cls, write = _response_writer(api_key, version)
     header_tail = b"\x00" if response_header_version(api_key, version) == 1 else b""
     return _ResponseCodec(cls, write, header_tail)
@@ -412,7 +406,7 @@ def _response_codec(api_key: int, version: int) -> _ResponseCodec:
 def _response_writer(api_key: int, version: int) -> tuple[type[ResponsePayload], Writer]:
     legacy = _LEGACY_RESPONSES.get((api_key, version))
     if legacy is None:
-        cls = load_response_schema(api_key, version)
+        cls = _schema(load_response_schema, api_key, version)
         return cls, entity_writer(cls)
     canonical = load_response_schema(api_key, legacy.base)
     if legacy.same_wire_format:

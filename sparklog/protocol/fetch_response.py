@@ -55,18 +55,28 @@ class FetchPartition:
     aborted_transactions: Sequence[tuple[int, int]] = ()  # (producer_id, first_offset)
 
 
-FetchTopic = tuple[str, Sequence[FetchPartition]]
+@dataclass(frozen=True, slots=True)
+class FetchTopic:
+    topic: str
+    partitions: Sequence[FetchPartition]
 
 
-def encode_fetch_response(
-    correlation_id: int,
-    version: int,
-    throttle_ms: int,
-    error_code: int,
-    session_id: int,
-    topics: Sequence[FetchTopic],
-) -> list[bytes | FileRegion]:
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    """A Fetch answer before encoding: what the Fetch handler returns (the broker's fault
+    hooks may rewrite it like any response entity)."""
+
+    topics: Sequence[FetchTopic]
+    error_code: int = 0
+    session_id: int = 0
+    throttle_ms: int = 0
+
+
+def encode_fetch_response(correlation_id: int, version: int,
+                          response: FetchResponse) -> list[bytes | FileRegion]:
     """The framed Fetch response as parts to send in order (see the module invariants)."""
+    topics, throttle_ms = response.topics, response.throttle_ms
+    error_code, session_id = response.error_code, response.session_id
     if not 0 <= version <= MAX_VERSION:
         raise ValueError(f"Fetch v{version} is not encoded here (v0-v{MAX_VERSION})")
     chunk = bytearray(8)  # frame size (patched at the end), correlation id
@@ -77,8 +87,9 @@ def encode_fetch_response(
         chunk += _ERROR_AND_SESSION.pack(error_code, session_id)
     chunk += _I32.pack(len(topics))
     parts: list[bytearray | bytes | FileRegion] = [chunk]
-    for name, partitions in topics:
-        encoded_name = name.encode()
+    for fetch_topic in topics:
+        partitions = fetch_topic.partitions
+        encoded_name = fetch_topic.topic.encode()
         chunk += _I16.pack(len(encoded_name))
         chunk += encoded_name
         chunk += _I32.pack(len(partitions))

@@ -1,30 +1,36 @@
-"""The APIs and version ranges the broker advertises, and which header versions they use.
+"""API keys, and which header versions a request or response of a (key, version) uses.
+
+Which APIs and versions the broker serves is not decided here: each handler declares it
+(``sparklog.broker.registry``). This module only knows protocol facts.
 
 Invariants:
-- ``ADVERTISED`` is the one source of truth for what ApiVersions announces and for what the
-  codec accepts; it holds the last non-flexible version of each API (the table in
-  ``kafka-wire.md``), so every advertised version uses request header v1 and response
-  header v0.
-- The header functions answer for any (key, version), also ones we do not advertise: a key
-  we do not know is treated as non-flexible (request header v1), so a broker can still parse
-  its header and answer it.
+- The header functions answer for any (key, version), also ones nobody serves: whether a
+  version is flexible (KIP-482: compact strings and arrays, tagged fields) is read from
+  Kafka's message schemas as kio carries them; versions kio has no schema for (the oldest
+  ones, removed in Kafka 4) and unknown keys are non-flexible (request header v1), so a
+  broker can still parse their header and answer them.
 - ApiVersions responses always use response header v0, whatever the version.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from enum import IntEnum
-from types import MappingProxyType
+from functools import cache
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 
 
 class ApiKey(IntEnum):
-    """Kafka's API keys, named as in Apache Kafka's ``ApiKeys`` (only those we advertise)."""
+    """Kafka's API keys, named as in Apache Kafka's ``ApiKeys``."""
 
     PRODUCE = 0
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
+    CONTROLLED_SHUTDOWN = 7
     OFFSET_COMMIT = 8
     OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
@@ -44,74 +50,38 @@ class ApiKey(IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    ALTER_PARTITION = 56
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
-# key -> (min advertised, max advertised, first flexible version or None if never flexible)
-_TABLE: dict[int, tuple[int, int, int | None]] = {
-    ApiKey.PRODUCE: (0, 8, 9),
-    ApiKey.FETCH: (0, 11, 12),
-    ApiKey.LIST_OFFSETS: (0, 5, 6),
-    ApiKey.METADATA: (0, 8, 9),
-    ApiKey.OFFSET_COMMIT: (0, 7, 8),
-    ApiKey.OFFSET_FETCH: (0, 5, 6),
-    ApiKey.FIND_COORDINATOR: (0, 2, 3),
-    ApiKey.JOIN_GROUP: (0, 5, 6),
-    ApiKey.HEARTBEAT: (0, 3, 4),
-    ApiKey.LEAVE_GROUP: (0, 3, 4),
-    ApiKey.SYNC_GROUP: (0, 3, 4),
-    ApiKey.DESCRIBE_GROUPS: (0, 4, 5),
-    ApiKey.LIST_GROUPS: (0, 2, 3),
-    ApiKey.SASL_HANDSHAKE: (0, 1, None),
-    ApiKey.API_VERSIONS: (0, 2, 3),
-    ApiKey.CREATE_TOPICS: (0, 4, 5),
-    ApiKey.DELETE_TOPICS: (0, 3, 4),
-    ApiKey.DELETE_RECORDS: (0, 1, 2),
-    ApiKey.INIT_PRODUCER_ID: (0, 1, 2),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 3, 4),
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 2, 3),
-    ApiKey.ADD_OFFSETS_TO_TXN: (0, 2, 3),
-    ApiKey.END_TXN: (0, 2, 3),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 2, 3),
-    ApiKey.DESCRIBE_CONFIGS: (0, 3, 4),
-    ApiKey.ALTER_CONFIGS: (0, 1, 2),
-    ApiKey.SASL_AUTHENTICATE: (0, 1, 2),
-    ApiKey.CREATE_PARTITIONS: (0, 1, 2),
-    ApiKey.DELETE_GROUPS: (0, 1, 2),
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 0, 1),
-}
-
-ADVERTISED: Mapping[int, tuple[int, int]] = MappingProxyType(
-    {key: (low, high) for key, (low, high, _) in _TABLE.items()}
-)
-"""api key -> (min, max) version, in api key order: the ApiVersions response body."""
-
-_FIRST_FLEXIBLE: dict[int, int] = {
-    key: first for key, (_, _, first) in _TABLE.items() if first is not None
-}
-
-
-def supported(api_key: int) -> tuple[int, int] | None:
-    """The advertised (min, max) versions of ``api_key``, or None if we do not serve it."""
-    return ADVERTISED.get(api_key)
-
-
-def is_supported(api_key: int, version: int) -> bool:
-    """Whether ``version`` of ``api_key`` lies inside the advertised range."""
-    bounds = ADVERTISED.get(api_key)
-    return bounds is not None and bounds[0] <= version <= bounds[1]
-
-
+@cache
 def is_flexible(api_key: int, version: int) -> bool:
     """Whether the version uses compact strings/arrays and tagged fields (KIP-482)."""
-    first = _FIRST_FLEXIBLE.get(api_key)
-    return first is not None and version >= first
+    try:
+        return bool(load_request_schema(api_key, version).__flexible__)
+    except (UnknownAPIKey, UnknownEntity):  # no schema: not flexible
+        return False
 
 
 def request_header_version(api_key: int, version: int) -> int:

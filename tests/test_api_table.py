@@ -1,0 +1,80 @@
+"""The broker's API table: what the handlers register is exactly what is advertised and
+served, checked end to end with an independent encoder (kafka-python's protocol classes)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from broker_fixtures import (
+    RawConnection,
+    kp_request,
+    parse_api_versions_v0,
+    request_frame,
+)
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
+
+from sparklog.broker.embedded import EmbeddedBroker
+from sparklog.broker.registry import DuplicateHandlerError, handles, load_handlers, served
+from sparklog.errors import ErrorCode
+from sparklog.protocol.versions import ApiKey
+
+load_handlers()
+SERVED = served()
+
+
+def _every_served_version() -> list[tuple[int, int]]:
+    return [(key, version) for key, (low, high) in SERVED.items()
+            for version in range(low, high + 1)]
+
+
+def test_api_versions_advertises_exactly_the_served_table(embedded: EmbeddedBroker) -> None:
+    with RawConnection(embedded.bootstrap) as conn:
+        response = conn.call(ApiVersionsRequest(version=2), ApiVersionsResponse)
+    assert response.error_code == 0
+    assert {k.api_key: (k.min_version, k.max_version) for k in response.api_keys} == SERVED
+
+
+@pytest.mark.parametrize(("api_key", "version"), _every_served_version())
+def test_every_advertised_version_is_answered(embedded: EmbeddedBroker, api_key: int,
+                                              version: int) -> None:
+    """A request (kafka-python's defaults: empty topics, ids and groups) gets a response
+    that kafka-python decodes at the same version, on a connection that stays open."""
+    request_class = kp_request(api_key)
+    extra = {"acks": 1} if api_key == ApiKey.PRODUCE else {}
+    request: ApiMessage = request_class(version=version, **extra)
+    module = importlib.import_module(request_class.__module__)
+    response_class = getattr(module, request_class.__name__.removesuffix("Request") + "Response")
+    with RawConnection(embedded.bootstrap) as conn:
+        response = conn.call(request, response_class)
+        assert response.header.correlation_id == 1
+        again = conn.call(ApiVersionsRequest(version=0), ApiVersionsResponse)
+        assert again.error_code == 0  # the connection still serves
+
+
+def test_a_version_no_handler_serves_closes_the_connection(embedded: EmbeddedBroker) -> None:
+    high = SERVED[ApiKey.METADATA][1]
+    with RawConnection(embedded.bootstrap) as conn:
+        conn.send(request_frame(ApiKey.METADATA, high + 1, 1, b"\x00\x00"))
+        assert conn.read_until_closed() == b""
+    with RawConnection(embedded.bootstrap) as conn:  # ApiVersions answers instead
+        error, versions = parse_api_versions_v0(conn.request(ApiKey.API_VERSIONS, 99, b""))
+    assert error == ErrorCode.UNSUPPORTED_VERSION
+    assert versions == SERVED
+
+
+def test_an_api_without_a_handler_is_not_advertised_and_closes(embedded: EmbeddedBroker) -> None:
+    assert ApiKey.SASL_HANDSHAKE not in SERVED
+    with RawConnection(embedded.bootstrap) as conn:
+        conn.send(request_frame(ApiKey.SASL_HANDSHAKE, 1, 1, b"\x00\x05PLAIN"))
+        assert conn.read_until_closed() == b""
+
+
+def test_a_second_handler_for_a_key_is_refused_at_import() -> None:
+    async def impostor(*args: object) -> None:
+        return None
+
+    with pytest.raises(DuplicateHandlerError, match=r"sparklog\.broker\.produce\.produce"):
+        handles(ApiKey.PRODUCE, versions=(0, 8))(impostor)
+    assert served() == SERVED  # the first registration stands
