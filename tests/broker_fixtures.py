@@ -539,7 +539,7 @@ def produce_request(topic: str, partition: int, records: bytes, *, acks: int = -
     return produce_request_to(topic, {partition: records}, acks=acks, version=version)
 
 
-def produce_request_to(topic: str, blobs: Mapping[int, bytes], *, acks: int = -1,
+def produce_request_to(topic: str, blobs: Mapping[int, bytes | None], *, acks: int = -1,
                        version: int = 3) -> ProduceRequest:
     """A Produce request carrying a records blob for each of several partitions."""
     topic_data = ProduceRequest.TopicProduceData
@@ -555,7 +555,7 @@ class ProduceResult(NamedTuple):
 
 
 def raw_produce_to(conn: RawConnection, topic: str,
-                   blobs: Mapping[int, bytes]) -> dict[int, ProduceResult]:
+                   blobs: Mapping[int, bytes | None]) -> dict[int, ProduceResult]:
     """Produce (acks=-1) to several partitions in one request: partition -> result."""
     response = conn.call(produce_request_to(topic, blobs), ProduceResponse)
     (topic_response,) = response.responses
@@ -563,7 +563,8 @@ def raw_produce_to(conn: RawConnection, topic: str,
             for a in topic_response.partition_responses}
 
 
-def raw_produce(conn: RawConnection, topic: str, partition: int, records: bytes) -> ProduceResult:
+def raw_produce(conn: RawConnection, topic: str, partition: int,
+                records: bytes | None) -> ProduceResult:
     return raw_produce_to(conn, topic, {partition: records})[partition]
 
 

@@ -8,6 +8,8 @@ import importlib
 import pytest
 from broker_fixtures import (
     RawConnection,
+    embedded,
+    embedded_module,
     kp_request,
     parse_api_versions_v0,
     request_frame,
@@ -19,6 +21,8 @@ from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.registry import DuplicateHandlerError, handles, load_handlers, served
 from sparklog.errors import ErrorCode
 from sparklog.protocol.versions import ApiKey
+
+__all__ = ["embedded", "embedded_module"]  # fixtures, imported for pytest
 
 load_handlers()
 SERVED = served()

@@ -210,6 +210,17 @@ def test_bad_crc_is_corrupt_message_and_appends_nothing(broker: BrokerProcess,
     _still_serving(broker, background)
 
 
+def test_no_batch_or_two_batches_are_invalid_record(broker: BrokerProcess) -> None:
+    """Magic 2 produce requests carry exactly one intact batch per partition (Kafka's rule)."""
+    name = create_topic(broker.bootstrap, unique_topic("count"))
+    batch = build_batch([(b"k", b"v", (), _now_ms())])
+    with RawConnection(broker.bootstrap) as conn:
+        for records in (b"", None, batch + batch):
+            assert raw_produce(conn, name, 0, records).error_code == ErrorCode.INVALID_RECORD
+    assert watermarks(broker.bootstrap, name) == (0, 0)
+    assert_healthy(broker)
+
+
 def test_a_bad_partition_does_not_affect_the_others(broker: BrokerProcess) -> None:
     name = create_topic(broker.bootstrap, unique_topic("mixed"), partitions=3)
     batch = build_batch([(b"k", b"v", (), _now_ms())] * 2)

@@ -1,27 +1,30 @@
-"""The group coordinator without the network: record codecs, the consumer protocol parser, and
-the classic state machine driven through ``GroupCoordinator`` on a real ``Broker`` (a data
-directory in ``tmp_path``, no server), with the exact errors real clients rely on.
+"""The group coordinator without the network: record codecs (checked against bytes built by
+hand from Kafka's schemas), the consumer protocol parser, and the classic state machine driven
+through ``GroupCoordinator`` on its narrow inputs (an in-memory ``__consumer_offsets``, no
+data directory, no broker), with the exact errors real clients rely on; and, on a real
+``Broker``, the topic it keeps its records in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import struct
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from coordinator_support import MemoryTopic
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.state import Broker
-from sparklog.coordinator import offsets_store
-from sparklog.coordinator.binary import Writer
 from sparklog.coordinator.consumer_protocol import subscribed_topics
-from sparklog.coordinator.coordinator import GroupCoordinator, OffsetCommit
+from sparklog.coordinator.coordinator import GroupConfig, GroupCoordinator, OffsetCommit
 from sparklog.coordinator.group import GroupState, JoinResult
-from sparklog.coordinator.offsets_store import (
+from sparklog.coordinator.group_records import (
     OFFSETS_TOPIC,
     GroupKey,
     GroupRecord,
@@ -38,6 +41,7 @@ from sparklog.coordinator.offsets_store import (
     offset_value,
     partition_for,
 )
+from sparklog.coordinator.offsets_store import OffsetsStore
 from sparklog.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(60)
@@ -78,37 +82,79 @@ def test_partition_for_uses_kafka_utils_abs() -> None:
     assert partition_for("hello", 50) == 99162322 % 50
 
 
-def test_keys_and_values_round_trip() -> None:
-    assert offset_key("g", "t", 3)[:2] == b"\x00\x01"  # key version 1
+# An independent encoder of Kafka's non-flexible primitives, written from the schemas'
+# JSON (GroupMetadataValue.json etc.), not with the code under test.
+def i16(n: int) -> bytes:
+    return struct.pack(">h", n)
+
+
+def i32(n: int) -> bytes:
+    return struct.pack(">i", n)
+
+
+def i64(n: int) -> bytes:
+    return struct.pack(">q", n)
+
+
+def string(text: str | None) -> bytes:
+    return i16(-1) if text is None else i16(len(text.encode())) + text.encode()
+
+
+def data(raw: bytes) -> bytes:
+    return i32(len(raw)) + raw
+
+
+def test_keys_and_values_match_kafkas_bytes() -> None:
+    assert offset_key("g", "t", 3) == i16(1) + string("g") + string("t") + i32(3)
+    assert group_key("g") == i16(2) + string("g")
     assert decode_key(offset_key("g", "t", 3)) == OffsetKey("g", "t", 3)
+    assert decode_key(i16(0) + string("g") + string("t") + i32(3)) == OffsetKey("g", "t", 3)
     assert decode_key(group_key("g")) == GroupKey("g")
     value = OffsetAndMetadata(42, 7, "meta", 1_700_000_000_000)
-    assert offset_value(value)[:2] == b"\x00\x03"
+    assert offset_value(value) == i16(3) + i64(42) + i32(7) + string("meta") + i64(
+        1_700_000_000_000)
     assert decode_offset_value(offset_value(value)) == value
     record = GroupRecord("consumer", 5, "range", "m1", 123, (
         MemberRecord("m1", None, "c1", "/127.0.0.1", 30000, 10000, SUB, b"\x00\x00"),
         MemberRecord("m2", "i2", "c2", "/10.0.0.1", 30000, 10000, SUB, b""),
     ))
-    assert group_value(record)[:2] == b"\x00\x03"
+    assert group_value(record) == (
+        i16(3) + string("consumer") + i32(5) + string("range") + string("m1") + i64(123)
+        + i32(2)
+        + string("m1") + string(None) + string("c1") + string("/127.0.0.1") + i32(30000)
+        + i32(10000) + data(SUB) + data(b"\x00\x00")
+        + string("m2") + string("i2") + string("c2") + string("/10.0.0.1") + i32(30000)
+        + i32(10000) + data(SUB) + data(b""))
     assert decode_group_value(group_value(record)) == record
     empty = GroupRecord("consumer", 6, None, None, 124, ())
+    assert group_value(empty) == (i16(3) + string("consumer") + i32(6) + string(None)
+                                  + string(None) + i64(124) + i32(0))
     assert decode_group_value(group_value(empty)) == empty
 
 
 def test_older_value_versions_decode() -> None:
-    v0 = Writer().int16(0).int64(10).string("m").int64(99).value()
-    v1 = Writer().int16(1).int64(11).string("m").int64(99).int64(500).value()
+    v0 = i16(0) + i64(10) + string("m") + i64(99)
+    v1 = i16(1) + i64(11) + string("m") + i64(99) + i64(500)
+    v2 = i16(2) + i64(12) + string("m") + i64(99)
     assert decode_offset_value(v0) == OffsetAndMetadata(10, -1, "m", 99)
     assert decode_offset_value(v1) == OffsetAndMetadata(11, -1, "m", 99)
-    group_v0 = (Writer().int16(0).string("consumer").int32(2).string("range").string("m1")
-                .int32(1).string("m1").string("c1").string("/h").int32(6000)
-                .bytes(SUB).bytes(b"a").value())
+    assert decode_offset_value(v2) == OffsetAndMetadata(12, -1, "m", 99)
+    group_v0 = (i16(0) + string("consumer") + i32(2) + string("range") + string("m1") + i32(1)
+                + string("m1") + string("c1") + string("/h") + i32(6000) + data(SUB)
+                + data(b"a"))
     assert decode_group_value(group_v0) == GroupRecord("consumer", 2, "range", "m1", -1, (
         MemberRecord("m1", None, "c1", "/h", 6000, 6000, SUB, b"a"),))
+    group_v1 = (i16(1) + string("consumer") + i32(2) + string("range") + string("m1") + i32(1)
+                + string("m1") + string("c1") + string("/h") + i32(9000) + i32(6000)
+                + data(SUB) + data(b"a"))
+    assert decode_group_value(group_v1) == GroupRecord("consumer", 2, "range", "m1", -1, (
+        MemberRecord("m1", None, "c1", "/h", 9000, 6000, SUB, b"a"),))
     with pytest.raises(ValueError):
-        decode_offset_value(Writer().int16(9).value())
+        decode_offset_value(i16(9))
     with pytest.raises(ValueError):
         decode_key(b"\x00\x01\x00")  # cut short
+    with pytest.raises(ValueError):
+        decode_group_value(group_v1[:-3])
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
@@ -138,16 +184,24 @@ class Clock:
         return self.now
 
 
+@pytest.fixture
+def offsets_log() -> MemoryTopic:
+    return MemoryTopic(int(BASE_CONFIG["offsets.topic.num.partitions"]))
+
+
 @asynccontextmanager
-async def coordinator(data_dir: Path, clock: Clock | None = None,
+async def coordinator(log: MemoryTopic, clock: Clock | None = None,
                       **config: str) -> AsyncIterator[GroupCoordinator]:
-    broker = Broker(BrokerConfig({**BASE_CONFIG, **config}), data_dir,
-                    **({"clock": clock} if clock else {}))
-    broker.start()
+    """A coordinator on ``log`` (a restart: a new one on the same log)."""
+    settings = GroupConfig.from_props({**BASE_CONFIG, **config})
+    now = clock or time.time
+    coord = GroupCoordinator(settings, OffsetsStore(log, settings.load_buffer_bytes),
+                             log.partition_count, lambda: int(now() * 1000))
+    coord.start()
     try:
-        yield broker.coordinator
+        yield coord
     finally:
-        broker.close()
+        coord.stop()
 
 
 def run(test: Callable[[], Awaitable[None]]) -> None:
@@ -177,9 +231,9 @@ def state(coord: GroupCoordinator, group: str = "g") -> GroupState:
     return coord.groups[group].state
 
 
-def test_member_id_required_then_a_generation_with_the_leader(tmp_path: Path) -> None:
+def test_member_id_required_then_a_generation_with_the_leader(offsets_log: MemoryTopic) -> None:
     async def scenario() -> None:
-        async with coordinator(tmp_path) as coord:
+        async with coordinator(offsets_log) as coord:
             first = await join(coord)
             assert (first.error, first.generation) == (E.MEMBER_ID_REQUIRED, -1)
             joined = await join(coord, "g", first.member_id)
@@ -201,10 +255,10 @@ def test_member_id_required_then_a_generation_with_the_leader(tmp_path: Path) ->
     run(scenario)
 
 
-def test_rebalance_errors_and_relayed_assignment(tmp_path: Path) -> None:
+def test_rebalance_errors_and_relayed_assignment(offsets_log: MemoryTopic) -> None:
     async def scenario() -> None:
-        async with coordinator(tmp_path) as coord:
-            coord.broker.logs.create_topic("t", 1)
+        async with coordinator(offsets_log) as coord:
+            offsets_log.data_topics["t"] = 1
             a = await join_new(coord)
             await coord.sync("g", 1, a.member_id, None, {a.member_id: b"all"})
             b_task = asyncio.create_task(join_new(coord))
@@ -241,9 +295,9 @@ def test_rebalance_errors_and_relayed_assignment(tmp_path: Path) -> None:
     run(scenario)
 
 
-def test_protocol_checks(tmp_path: Path) -> None:
+def test_protocol_checks(offsets_log: MemoryTopic) -> None:
     async def scenario() -> None:
-        async with coordinator(tmp_path) as coord:
+        async with coordinator(offsets_log) as coord:
             both = (("range", SUB), ("roundrobin", SUB))
             a = await join_new(coord, protocols=both)
             await coord.sync("g", 1, a.member_id, None, {})
@@ -264,9 +318,9 @@ def test_protocol_checks(tmp_path: Path) -> None:
     run(scenario)
 
 
-def test_session_timeout_removes_a_silent_member(tmp_path: Path) -> None:
+def test_session_timeout_removes_a_silent_member(offsets_log: MemoryTopic) -> None:
     async def scenario() -> None:
-        async with coordinator(tmp_path) as coord:
+        async with coordinator(offsets_log) as coord:
             a = await join_new(coord)
             await coord.sync("g", 1, a.member_id, None, {})
             b_join = asyncio.create_task(join_new(coord))
@@ -291,9 +345,9 @@ def test_session_timeout_removes_a_silent_member(tmp_path: Path) -> None:
 
 
 def test_members_that_do_not_rejoin_are_dropped_after_the_rebalance_timeout(
-        tmp_path: Path) -> None:
+        offsets_log: MemoryTopic) -> None:
     async def scenario() -> None:
-        async with coordinator(tmp_path) as coord:
+        async with coordinator(offsets_log) as coord:
             a, b = await asyncio.gather(join_new(coord), join_new(coord))
             if a.generation != b.generation:  # the first one may complete alone: align
                 a, b = await asyncio.gather(join(coord, "g", a.member_id),
@@ -316,9 +370,9 @@ def test_members_that_do_not_rejoin_are_dropped_after_the_rebalance_timeout(
     run(scenario)
 
 
-def test_initial_rebalance_delay_gathers_early_members(tmp_path: Path) -> None:
+def test_initial_rebalance_delay_gathers_early_members(offsets_log: MemoryTopic) -> None:
     async def scenario() -> None:
-        async with coordinator(tmp_path, **{"group.initial.rebalance.delay.ms": "500"}) as coord:
+        async with coordinator(offsets_log, **{"group.initial.rebalance.delay.ms": "500"}) as coord:
             first = asyncio.create_task(join_new(coord))
             await asyncio.sleep(0.1)
             second = asyncio.create_task(join_new(coord))
@@ -329,9 +383,9 @@ def test_initial_rebalance_delay_gathers_early_members(tmp_path: Path) -> None:
     run(scenario)
 
 
-def test_static_member_rejoins_without_a_rebalance(tmp_path: Path) -> None:
+def test_static_member_rejoins_without_a_rebalance(offsets_log: MemoryTopic) -> None:
     async def scenario() -> None:
-        async with coordinator(tmp_path) as coord:
+        async with coordinator(offsets_log) as coord:
             a = await join(coord, instance="i-a")  # static: no MEMBER_ID_REQUIRED
             assert a.error == E.NONE and a.member_id.startswith("i-a-")
             await coord.sync("g", 1, a.member_id, "i-a", {a.member_id: b"A"})
@@ -347,7 +401,7 @@ def test_static_member_rejoins_without_a_rebalance(tmp_path: Path) -> None:
             # changed metadata: a rebalance
             changed = await join(coord, instance="i-a", protocols=(("range", subscription("u")),))
             assert changed.generation == 2
-        async with coordinator(tmp_path) as coord:
+        async with coordinator(offsets_log) as coord:
             # the replacement was stored: it survives a restart (generation 2 was not synced)
             group = coord.groups["g"]
             assert (group.state, group.generation) == (GroupState.STABLE, 1)
@@ -356,9 +410,9 @@ def test_static_member_rejoins_without_a_rebalance(tmp_path: Path) -> None:
     run(scenario)
 
 
-def test_leave_group_v3_removes_several_members(tmp_path: Path) -> None:
+def test_leave_group_v3_removes_several_members(offsets_log: MemoryTopic) -> None:
     async def scenario() -> None:
-        async with coordinator(tmp_path) as coord:
+        async with coordinator(offsets_log) as coord:
             results = await asyncio.gather(*(join(coord, instance=f"i{n}") for n in range(3)))
             final = await asyncio.gather(*(join(coord, "g", r.member_id, instance=f"i{n}")
                                            for n, r in enumerate(results)))
@@ -374,10 +428,10 @@ def test_leave_group_v3_removes_several_members(tmp_path: Path) -> None:
     run(scenario)
 
 
-def test_commits_survive_a_restart_and_groups_come_back(tmp_path: Path) -> None:
+def test_commits_survive_a_restart_and_groups_come_back(offsets_log: MemoryTopic) -> None:
     async def scenario() -> None:
-        async with coordinator(tmp_path) as coord:
-            coord.broker.logs.create_topic("t", 2)
+        async with coordinator(offsets_log) as coord:
+            offsets_log.data_topics["t"] = 2
             assert coord.commit("simple", "", None, -1, {
                 ("t", 0): OffsetCommit(5, 0, "five"), ("t", 1): OffsetCommit(6, -1, None),
                 ("t", 9): OffsetCommit(1, -1, ""), ("x", 0): OffsetCommit(1, -1, "")}) == {
@@ -395,7 +449,7 @@ def test_commits_survive_a_restart_and_groups_come_back(tmp_path: Path) -> None:
                                 ) == {("t", 1): E.NONE}
             assert coord.delete("gone") == E.NONE
             assert coord.delete("gone") == E.GROUP_ID_NOT_FOUND
-        async with coordinator(tmp_path) as coord:
+        async with coordinator(offsets_log) as coord:
             error, offsets = coord.fetch_offsets("simple", None)
             assert error == E.NONE
             assert {tp: (o.offset, o.leader_epoch, o.metadata) for tp, o in offsets.items()
@@ -420,12 +474,12 @@ def test_commits_survive_a_restart_and_groups_come_back(tmp_path: Path) -> None:
     run(scenario)
 
 
-def test_offsets_of_empty_groups_expire(tmp_path: Path) -> None:
+def test_offsets_of_empty_groups_expire(offsets_log: MemoryTopic) -> None:
     clock = Clock()
 
     async def scenario() -> None:
-        async with coordinator(tmp_path, clock, **{"offsets.retention.minutes": "1"}) as coord:
-            coord.broker.logs.create_topic("t", 1)
+        async with coordinator(offsets_log, clock, **{"offsets.retention.minutes": "1"}) as coord:
+            offsets_log.data_topics["t"] = 1
             coord.commit("simple", "", None, -1, {("t", 0): OffsetCommit(1, -1, "")})
             a = await join_new(coord)
             await coord.sync("g", 1, a.member_id, None, {})
@@ -442,20 +496,20 @@ def test_offsets_of_empty_groups_expire(tmp_path: Path) -> None:
             clock.now += 31
             coord.expire_offsets()
             assert "g" not in coord.groups
-        async with coordinator(tmp_path, clock) as coord:
+        async with coordinator(offsets_log, clock) as coord:
             assert coord.groups == {}  # the tombstones were written
 
     run(scenario)
 
 
-def test_partition_count_change_triggers_a_rebalance(tmp_path: Path) -> None:
+def test_partition_count_change_triggers_a_rebalance(offsets_log: MemoryTopic) -> None:
     async def scenario() -> None:
-        async with coordinator(tmp_path) as coord:
-            coord.broker.logs.create_topic("t", 2)
+        async with coordinator(offsets_log) as coord:
+            offsets_log.data_topics["t"] = 2
             a = await join_new(coord)
             await coord.sync("g", 1, a.member_id, None, {})
             assert coord.heartbeat("g", a.member_id, None, 1) == E.NONE
-            coord.broker.logs.create_partitions("t", 4)
+            offsets_log.data_topics["t"] = 4
             assert coord.heartbeat("g", a.member_id, None, 1) == E.REBALANCE_IN_PROGRESS
             assert (await join(coord, "g", a.member_id)).generation == 2
 
@@ -463,13 +517,16 @@ def test_partition_count_change_triggers_a_rebalance(tmp_path: Path) -> None:
 
 
 def test_stop_answers_parked_requests_and_refuses_new_ones(tmp_path: Path) -> None:
+    """On a real broker: closing it stops its coordinator."""
     async def scenario() -> None:
         broker = Broker(BrokerConfig(BASE_CONFIG), tmp_path)
         broker.start()
         coord = broker.coordinator
         a = await join_new(coord)
         pending = asyncio.create_task(join_new(coord))
-        await asyncio.sleep(0.05)
+        while not any(m.join_waiter for m in coord.groups["g"].members.values()
+                      if m.member_id != a.member_id):
+            await asyncio.sleep(0.01)
         broker.close()
         assert (await pending).error == E.NOT_COORDINATOR
         assert coord.heartbeat("g", a.member_id, None, 1) == E.COORDINATOR_NOT_AVAILABLE
@@ -478,22 +535,27 @@ def test_stop_answers_parked_requests_and_refuses_new_ones(tmp_path: Path) -> No
     run(scenario)
 
 
-def test_offsets_topic_is_compacted_internal_and_replayed_in_chunks(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    big = {"offset.metadata.max.bytes": "100000"}
+def test_offsets_topic_is_compacted_internal_and_replayed_in_chunks(tmp_path: Path) -> None:
+    """On a real broker: the topic it creates, and a replay that reads it a few batches at a
+    time (``offsets.load.buffer.size``)."""
+    big = {**BASE_CONFIG, "offset.metadata.max.bytes": "100000"}
 
     async def scenario() -> None:
-        async with coordinator(tmp_path, **big) as coord:
-            topic = coord.broker.logs.topics[OFFSETS_TOPIC]
-            assert (topic.partitions, topic.internal, topic.config.compact) == (4, True, True)
-            coord.broker.logs.create_topic("t", 1)
-            for n in range(100):
-                assert coord.commit(f"g{n % 7}", "", None, -1, {
-                    ("t", 0): OffsetCommit(n, -1, str(n) * 10_000)}) == {("t", 0): E.NONE}
-        monkeypatch.setattr(offsets_store, "LOAD_BUFFER_BYTES", 50_000)  # a few batches a read
-        async with coordinator(tmp_path, **big) as coord:
-            loaded = {g: coord.fetch_offsets(g, None)[1][("t", 0)] for g in coord.groups}
-            assert {g: o.offset for g, o in loaded.items() if o} == {
-                f"g{k}": max(n for n in range(100) if n % 7 == k) for k in range(7)}
+        broker = Broker(BrokerConfig(big), tmp_path)
+        broker.start()
+        topic = broker.logs.topics[OFFSETS_TOPIC]
+        assert (topic.partitions, topic.internal, topic.config.compact) == (4, True, True)
+        broker.logs.create_topic("t", 1)
+        for n in range(100):
+            assert broker.coordinator.commit(f"g{n % 7}", "", None, -1, {
+                ("t", 0): OffsetCommit(n, -1, str(n) * 10_000)}) == {("t", 0): E.NONE}
+        broker.close()
+        broker = Broker(BrokerConfig({**big, "offsets.load.buffer.size": "50000"}), tmp_path)
+        broker.start()
+        coord = broker.coordinator
+        loaded = {g: coord.fetch_offsets(g, None)[1][("t", 0)] for g in coord.groups}
+        broker.close()
+        assert {g: o.offset for g, o in loaded.items() if o} == {
+            f"g{k}": max(n for n in range(100) if n % 7 == k) for k in range(7)}
 
     run(scenario)

@@ -21,7 +21,7 @@ from typing import Any
 from sparklog.broker.registry import handles
 from sparklog.broker.state import Broker
 from sparklog.coordinator.coordinator import NO_GENERATION, OffsetCommit
-from sparklog.coordinator.offsets_store import OffsetAndMetadata, TopicPartition
+from sparklog.coordinator.group_records import OffsetAndMetadata, TopicPartition
 from sparklog.errors import ErrorCode
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader

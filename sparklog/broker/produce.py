@@ -21,7 +21,7 @@ from typing import Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.state import LEADER_EPOCH, Broker
-from sparklog.errors import CorruptRecordError, ErrorCode, KafkaError
+from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build, timestamp_ms
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
@@ -56,9 +56,7 @@ def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now:
         return answer(ErrorCode.INVALID_REQUIRED_ACKS, message=f"acks={acks} is not -1, 0 or 1")
     try:
         partition_log = broker.get_log(topic, data.index)
-        if not data.records:
-            raise CorruptRecordError("produce request without records")
-        info = partition_log.append(data.records, now_ms=now, leader_epoch=LEADER_EPOCH)
+        info = partition_log.append(data.records or b"", now_ms=now, leader_epoch=LEADER_EPOCH)
     except KafkaError as exc:
         return answer(exc.code, message=str(exc))
     if not info.duplicate:

@@ -5,12 +5,12 @@
 ``sparklog.broker.embedded`` runs one on a thread of a test process.
 
 Invariants:
-- ``start`` returns once the socket accepts connections; ``host``/``port`` then name the
-  advertised address (with port 0, the port the OS chose). ``run`` prints
-  ``sparklog broker listening on HOST:PORT`` only then.
-- The advertised host is 127.0.0.1 when listening on loopback, on all interfaces or on
-  ``localhost`` (librdkafka may resolve ``localhost`` to ::1), unless
-  ``advertised.listeners`` says otherwise.
+- ``start`` returns once the socket accepts connections; ``port`` is then the bound port
+  (with port 0, the one the OS chose) and ``run`` prints ``sparklog broker listening on
+  HOST:PORT`` (the address to connect to here) only then.
+- The advertised address (Metadata, FindCoordinator) is ``advertised.listeners``' host and
+  port when set, else the listening address, with 127.0.0.1 for all interfaces or
+  ``localhost`` (librdkafka may resolve ``localhost`` to ::1).
 - ``stop`` stops accepting, closes connections, stops the cleaner, then flushes and closes
   every log and writes the clean-shutdown marker. SIGTERM and SIGINT stop ``run``, which
   then exits 0.
@@ -45,13 +45,17 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-def advertised_host(config: BrokerConfig, listen_host: str) -> str:
+def advertised_address(config: BrokerConfig, listen_host: str,
+                       bound_port: int) -> tuple[str, int]:
+    """Where clients are told to connect: ``advertised.listeners`` (host AND port, for NAT and
+    Docker set-ups), else the listening address (loopback for a wildcard or ``localhost``)."""
     advertised = config.get("advertised.listeners")
     if advertised:
-        return parse_listen(advertised.split(",")[0])[0]
+        host, port = parse_listen(advertised.split(",")[0])
+        return host, port or bound_port
     if listen_host in ("0.0.0.0", "", "::", "localhost"):
-        return "127.0.0.1"
-    return listen_host
+        return "127.0.0.1", bound_port
+    return listen_host, bound_port
 
 
 async def _every(interval_ms: int, action: Callable[[], None]) -> None:
@@ -77,13 +81,15 @@ class BrokerService:
 
     @property
     def host(self) -> str:
-        assert self.broker is not None, "the broker is not started"
-        return self.broker.host
+        """The host to connect to from this machine."""
+        return "127.0.0.1" if self.listen_host in ("0.0.0.0", "", "::", "localhost") \
+            else self.listen_host
 
     @property
     def port(self) -> int:
-        assert self.broker is not None, "the broker is not started"
-        return self.broker.port
+        """The bound port."""
+        assert self._server is not None, "the broker is not started"
+        return self._server.port
 
     async def start(self) -> None:
         load_handlers()
@@ -91,8 +97,8 @@ class BrokerService:
         broker = self.broker = Broker(config, self.data_dir)
         broker.start()
         self._server = BrokerServer(broker, self.listen_host, self.listen_port)
-        _, broker.port = await self._server.start()
-        broker.host = advertised_host(config, self.listen_host)
+        _, bound_port = await self._server.start()
+        broker.host, broker.port = advertised_address(config, self.listen_host, bound_port)
         self._cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
         if self._cleaner.config.enable:
             self._cleaner.start()
@@ -104,7 +110,8 @@ class BrokerService:
                 ("log.flush.offset.checkpoint.interval.ms", broker.logs.checkpoint),
             )
         ]
-        log.info("serving %s:%d (data in %s)", self.listen_host, broker.port, self.data_dir)
+        log.info("serving %s:%d, advertised as %s:%d (data in %s)", self.listen_host,
+                 bound_port, broker.host, broker.port, self.data_dir)
 
     async def stop(self) -> None:
         log.info("shutting down")

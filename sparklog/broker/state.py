@@ -25,7 +25,10 @@ from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.faults import ACTIVE, Faults
-from sparklog.coordinator.coordinator import GroupCoordinator
+from sparklog.broker.internal_topics import LogTopic
+from sparklog.coordinator.coordinator import GroupConfig, GroupCoordinator
+from sparklog.coordinator.group_records import OFFSETS_TOPIC
+from sparklog.coordinator.offsets_store import OffsetsStore
 from sparklog.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
 from sparklog.storage.checkpoint import write_atomically
 from sparklog.storage.log import PartitionLog
@@ -69,7 +72,14 @@ class Broker:
         self.port = 9092
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = defaultdict(set)
         self.faults = Faults()
-        self.coordinator = GroupCoordinator(self, LEADER_EPOCH)
+        offsets_topic = LogTopic(
+            self.logs, OFFSETS_TOPIC, config.get_int("offsets.topic.num.partitions"),
+            {"segment.bytes": config.get_int("offsets.topic.segment.bytes")}, LEADER_EPOCH,
+            self.notify_append)
+        group_config = GroupConfig.from_props(config.props)
+        self.coordinator = GroupCoordinator(
+            group_config, OffsetsStore(offsets_topic, group_config.load_buffer_bytes),
+            self.partition_count, self.now_ms)
 
     @property
     def cluster_id(self) -> str:
@@ -79,6 +89,11 @@ class Broker:
         return self.logs.now_ms()
 
     # -- topics --------------------------------------------------------------------------
+    def partition_count(self, topic: str) -> int:
+        """Partitions of ``topic``; 0 when it does not exist."""
+        found = self.logs.topics.get(topic)
+        return 0 if found is None else found.partitions
+
     def get_log(self, topic: str, partition: int) -> PartitionLog:
         """The log of a partition this broker serves to clients (a fault hook may refuse
         it: see ``faults``)."""

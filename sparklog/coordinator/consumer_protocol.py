@@ -14,13 +14,18 @@ Invariants:
 
 from __future__ import annotations
 
-from sparklog.coordinator.binary import Reader
+from sparklog.protocol.data_records import DataSchema, Field, decode
 
 PROTOCOL_TYPE = "consumer"
+
+# The topics are all the coordinator reads: each version is read as its first field, which
+# is what "read by its known prefix" means for every version, older or newer.
+_SUBSCRIPTION_TOPICS = DataSchema("ConsumerProtocolSubscription", (
+    Field("topics", "[]string"),
+), newest=0)
 
 
 def subscribed_topics(metadata: bytes) -> tuple[str, ...]:
     """The topics of a ``ConsumerProtocolSubscription`` (any version)."""
-    reader = Reader(metadata)
-    reader.int16()
-    return tuple(reader.string() for _ in range(reader.count()))
+    _, subscription = decode(_SUBSCRIPTION_TOPICS, metadata, read_newer=True)
+    return tuple(subscription.topics)

@@ -34,10 +34,16 @@ Invariants:
 - Every change that must survive a restart (commits, the group after each rebalance and
   leader sync, deletions and expirations as tombstones) is appended to ``__consumer_offsets``
   before it is applied in memory or acknowledged; a failed append changes nothing.
-- ``start`` replays ``__consumer_offsets`` before the first request is served: groups with
-  members come back Stable with their generation, assignment and fresh session timers, so
-  live consumers carry on without a rebalance. ``stop`` cancels every timer and answers
-  parked requests NOT_COORDINATOR; afterwards every API answers COORDINATOR_NOT_AVAILABLE.
+- The coordinator's inputs are narrow: its settings (``GroupConfig``), its store
+  (``OffsetsStore`` over an ``InternalTopic``), a partition-count lookup and a clock. It
+  never reaches into the broker, storage or configs, so it runs without a data directory.
+- It serves the groups of the ``__consumer_offsets`` partitions it has loaded: ``load``
+  replays a partition (groups with members come back Stable with their generation,
+  assignment and fresh session timers, so live consumers carry on without a rebalance),
+  ``unload`` forgets its groups (parked requests answered NOT_COORDINATOR); a request for a
+  group of a partition not loaded is answered NOT_COORDINATOR, so a client looks the
+  coordinator up again. ``start`` loads every partition (a single node leads them all);
+  ``stop`` unloads them; afterwards every API answers COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparklog.coordinator.consumer_protocol import PROTOCOL_TYPE, subscribed_topics
 from sparklog.coordinator.group import (
@@ -58,22 +64,20 @@ from sparklog.coordinator.group import (
     Protocols,
     SyncResult,
 )
-from sparklog.coordinator.offsets_store import (
+from sparklog.coordinator.group_records import (
+    OFFSETS_TOPIC,
     GroupRecord,
     MemberRecord,
     OffsetAndMetadata,
-    OffsetsStore,
-    Record,
     TopicPartition,
     group_key,
     group_value,
     offset_key,
     offset_value,
 )
+from sparklog.coordinator.internal_topic import Record
+from sparklog.coordinator.offsets_store import OffsetsStore
 from sparklog.errors import ErrorCode, KafkaError
-
-if TYPE_CHECKING:
-    from sparklog.broker.state import Broker
 
 log = logging.getLogger(__name__)
 
@@ -111,38 +115,90 @@ class OffsetCommit:
     metadata: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """The broker settings the group coordinator reads (Kafka's names and defaults)."""
+
+    min_session_ms: int = 6000
+    max_session_ms: int = 1800000
+    initial_delay_ms: int = 3000
+    retention_ms: int = 10080 * 60_000
+    retention_check_ms: int = 600000
+    metadata_max_bytes: int = 4096
+    load_buffer_bytes: int = 5 * 1024 * 1024
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str]) -> GroupConfig:
+        default = cls()
+
+        def get(key: str, fallback: int) -> int:
+            return int(props.get(key, fallback))
+
+        return cls(
+            min_session_ms=get("group.min.session.timeout.ms", default.min_session_ms),
+            max_session_ms=get("group.max.session.timeout.ms", default.max_session_ms),
+            initial_delay_ms=get("group.initial.rebalance.delay.ms", default.initial_delay_ms),
+            retention_ms=get("offsets.retention.minutes", default.retention_ms // 60_000)
+            * 60_000,
+            retention_check_ms=get("offsets.retention.check.interval.ms",
+                                   default.retention_check_ms),
+            metadata_max_bytes=get("offset.metadata.max.bytes", default.metadata_max_bytes),
+            load_buffer_bytes=get("offsets.load.buffer.size", default.load_buffer_bytes),
+        )
+
+
 class GroupCoordinator:
-    def __init__(self, broker: Broker, leader_epoch: int) -> None:
-        config = broker.config
-        self.broker = broker
-        self.min_session_ms = config.get_int("group.min.session.timeout.ms")
-        self.max_session_ms = config.get_int("group.max.session.timeout.ms")
-        self.initial_delay_ms = config.get_int("group.initial.rebalance.delay.ms")
-        self.retention_ms = config.get_int("offsets.retention.minutes") * 60_000
-        self.retention_check_ms = config.get_int("offsets.retention.check.interval.ms")
-        self.metadata_max_bytes = config.get_int("offset.metadata.max.bytes")
-        self.store = OffsetsStore(broker.logs, config.get_int("offsets.topic.num.partitions"),
-                                  leader_epoch, broker.notify_append)
+    def __init__(self, config: GroupConfig, store: OffsetsStore,
+                 partition_count: Callable[[str], int], clock: Callable[[], int]) -> None:
+        self.config = config
+        self.store = store
+        self._partition_count = partition_count
+        self._now_ms = clock
         self.groups: dict[str, Group] = {}
+        self.loaded: set[int] = set()
         self.active = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._expiration: asyncio.TimerHandle | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        """Create ``__consumer_offsets`` if missing and load every group; needs the loop."""
+        """Load every ``__consumer_offsets`` partition; needs the running loop."""
         self._loop = asyncio.get_running_loop()
-        self.store.ensure_topic()
-        self._load()
+        for partition in range(self.store.partitions):
+            self.load(partition)
         self.active = True
-        self._expiration = self._loop.call_later(self.retention_check_ms / 1000,
+        self._expiration = self._loop.call_later(self.config.retention_check_ms / 1000,
                                                  self._expire_periodically)
 
     def stop(self) -> None:
         self.active = False
         if self._expiration is not None:
             self._expiration.cancel()
-        for group in self.groups.values():
+        count = len(self.groups)
+        for partition in sorted(self.loaded):
+            self.unload(partition)
+        log.info("group coordinator stopped (%d groups)", count)
+
+    def load(self, partition: int) -> None:
+        """Become the coordinator of the groups of ``partition``: replay it."""
+        loaded = self.store.replay(partition)
+        for group_id in loaded.groups.keys() | loaded.offsets.keys():
+            record = loaded.groups.get(group_id)
+            group = Group(group_id, self._now_ms())
+            if record is not None:
+                self._restore(group, record)
+            group.offsets = loaded.offsets.get(group_id, {})
+            self.groups[group_id] = group
+        self.loaded.add(partition)
+        log.info("group coordinator loaded %s-%d: %d groups", OFFSETS_TOPIC, partition,
+                 len(loaded.groups.keys() | loaded.offsets.keys()))
+
+    def unload(self, partition: int) -> None:
+        """Stop coordinating the groups of ``partition``; their parked requests are answered
+        NOT_COORDINATOR."""
+        self.loaded.discard(partition)
+        for group in [g for g in self.groups.values()
+                      if self.store.partition_for(g.group_id) == partition]:
             if group.join_timer is not None:
                 group.join_timer.cancel()
             for handle in group.pending_members.values():
@@ -152,7 +208,7 @@ class GroupCoordinator:
                     member.expiry.cancel()
                 _answer_join(member, JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
                 _answer_sync(member, SyncResult(ErrorCode.NOT_COORDINATOR))
-        log.info("group coordinator stopped (%d groups)", len(self.groups))
+            del self.groups[group.group_id]
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -164,15 +220,15 @@ class GroupCoordinator:
         return self.loop.call_later(max(delay_ms, 0) / 1000, callback, *args)
 
     def _check(self, group_id: str, *, allow_empty_id: bool = False) -> ErrorCode | None:
-        """Kafka's validateGroupStatus: a usable group id and an active coordinator."""
+        """Kafka's validateGroupStatus: a usable group id, an active coordinator, and one
+        that coordinates this group."""
         if not group_id and not allow_empty_id:
             return ErrorCode.INVALID_GROUP_ID
         if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self.store.partition_for(group_id) not in self.loaded:
+            return ErrorCode.NOT_COORDINATOR
         return None
-
-    def _now_ms(self) -> int:
-        return self.broker.now_ms()
 
     # -- JoinGroup ------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, instance_id: str | None, *,
@@ -181,7 +237,7 @@ class GroupCoordinator:
                    protocols: Protocols) -> JoinResult:
         error = self._check(group_id)
         if error is None and not (
-                self.min_session_ms <= session_timeout_ms <= self.max_session_ms):
+                self.config.min_session_ms <= session_timeout_ms <= self.config.max_session_ms):
             error = ErrorCode.INVALID_SESSION_TIMEOUT
         if error is not None:
             return JoinResult(error, member_id)
@@ -313,9 +369,9 @@ class GroupCoordinator:
             group.join_timer.cancel()
         timeout = group.rebalance_timeout_ms()
         if was_empty:
-            group.initial_delay_remaining_ms = max(timeout - self.initial_delay_ms, 0)
-            group.join_timer = self._call_later(self.initial_delay_ms, self._initial_join_due,
-                                                group)
+            group.initial_delay_remaining_ms = max(timeout - self.config.initial_delay_ms, 0)
+            group.join_timer = self._call_later(self.config.initial_delay_ms,
+                                                self._initial_join_due, group)
         else:
             group.initial_delay_remaining_ms = None
             group.join_timer = self._call_later(timeout, self._complete_join, group)
@@ -327,8 +383,8 @@ class GroupCoordinator:
         remaining = group.initial_delay_remaining_ms
         if group.new_member_added and remaining:
             group.new_member_added = False
-            delay = min(self.initial_delay_ms, remaining)
-            group.initial_delay_remaining_ms = max(remaining - self.initial_delay_ms, 0)
+            delay = min(self.config.initial_delay_ms, remaining)
+            group.initial_delay_remaining_ms = max(remaining - self.config.initial_delay_ms, 0)
             group.join_timer = self._call_later(delay, self._initial_join_due, group)
         else:
             self._complete_join(group)
@@ -507,10 +563,6 @@ class GroupCoordinator:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def _partition_count(self, topic: str) -> int:
-        found = self.broker.logs.topics.get(topic)
-        return 0 if found is None else found.partitions
-
     def _partition_counts(self, group: Group) -> dict[str, int]:
         """Partition counts of the topics the members subscribe to (consumer protocol)."""
         if group.protocol_type != PROTOCOL_TYPE or group.protocol is None:
@@ -594,10 +646,9 @@ class GroupCoordinator:
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, commit in offsets.items():
             metadata = commit.metadata or ""
-            if len(metadata) > self.metadata_max_bytes:
+            if len(metadata) > self.config.metadata_max_bytes:
                 result[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            elif tp[0] not in self.broker.logs.topics or not (
-                    0 <= tp[1] < self.broker.logs.topics[tp[0]].partitions):
+            elif not 0 <= tp[1] < self._partition_count(tp[0]):
                 result[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 accepted[tp] = OffsetAndMetadata(commit.offset, commit.leader_epoch, metadata,
@@ -669,7 +720,8 @@ class GroupCoordinator:
             self.expire_offsets()
         except Exception:
             log.exception("offset expiration failed")
-        self._expiration = self._call_later(self.retention_check_ms, self._expire_periodically)
+        self._expiration = self._call_later(self.config.retention_check_ms,
+                                            self._expire_periodically)
 
     def expire_offsets(self) -> None:
         """Drop expired offsets of Empty groups, and Empty groups left without offsets."""
@@ -679,10 +731,10 @@ class GroupCoordinator:
                 continue
             if group.protocol_type is not None:  # had members: expire from becoming Empty
                 expired = (list(group.offsets)
-                           if now - group.state_timestamp >= self.retention_ms else [])
+                           if now - group.state_timestamp >= self.config.retention_ms else [])
             else:  # a simple group: each offset from its commit
                 expired = [tp for tp, value in group.offsets.items()
-                           if now - value.commit_timestamp >= self.retention_ms]
+                           if now - value.commit_timestamp >= self.config.retention_ms]
             if expired or not group.offsets:
                 try:
                     self._cleanup(group, expired)
@@ -720,17 +772,6 @@ class GroupCoordinator:
                              group.leader, group.state_timestamp, members)
         self.store.append(group.group_id, [(group_key(group.group_id), group_value(record))],
                           self._now_ms())
-
-    def _load(self) -> None:
-        loaded = self.store.replay()
-        for group_id in loaded.groups.keys() | loaded.offsets.keys():
-            record = loaded.groups.get(group_id)
-            group = Group(group_id, self._now_ms())
-            if record is not None:
-                self._restore(group, record)
-            group.offsets = loaded.offsets.get(group_id, {})
-            self.groups[group_id] = group
-        log.info("group coordinator loaded %d groups", len(self.groups))
 
     def _restore(self, group: Group, record: GroupRecord) -> None:
         group.generation = record.generation

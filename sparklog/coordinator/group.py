@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sparklog.coordinator.offsets_store import OffsetAndMetadata, TopicPartition
+from sparklog.coordinator.group_records import OffsetAndMetadata, TopicPartition
 from sparklog.errors import ErrorCode
 
 Protocols = tuple[tuple[str, bytes], ...]

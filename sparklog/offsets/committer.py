@@ -107,10 +107,6 @@ class OffsetCommitter:
             self._sequence += 1
             return self._sequence
 
-    @property
-    def latest_sequence(self) -> int:
-        return self._sequence
-
     # -- async -----------------------------------------------------------------------------
     def commit_async(self, offsets: Offsets) -> int:
         """Queue a commit; returns its sequence number. Empty offsets commit nothing."""

@@ -43,7 +43,6 @@ DELETE_HORIZON_MASK = 0x40
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 NO_TIMESTAMP = -1
-NO_PRODUCER_ID = -1
 
 _CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 

@@ -16,7 +16,6 @@ from typing import NamedTuple
 
 _KEY = struct.Struct(">hh")  # version, type
 _VALUE = struct.Struct(">hi")  # version, coordinator epoch
-CONTROL_VERSION = 0
 
 
 class ControlType(IntEnum):
@@ -36,14 +35,6 @@ class Marker(NamedTuple):
             return ControlType(self.kind).name
         except ValueError:
             return f"UNKNOWN({self.kind})"
-
-
-def marker_key(kind: ControlType) -> bytes:
-    return _KEY.pack(CONTROL_VERSION, kind)
-
-
-def marker_value(coordinator_epoch: int) -> bytes:
-    return _VALUE.pack(CONTROL_VERSION, coordinator_epoch)
 
 
 def decode_marker(key: bytes | None, value: bytes | None) -> Marker | None:

@@ -18,7 +18,6 @@ from typing import Any
 from sparklog.errors import InvalidConfigError
 
 LONG_MAX = (1 << 63) - 1
-INT_MAX = (1 << 31) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,9 +200,6 @@ class LogConfig:
         if name in self.overrides:
             return "topic"
         return "broker" if name in self.broker else "default"
-
-    def with_overrides(self, overrides: Mapping[str, Any]) -> LogConfig:
-        return LogConfig(validate(overrides), self.broker)
 
     @property
     def segment_bytes(self) -> int:

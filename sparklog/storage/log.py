@@ -33,20 +33,23 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
 from sparklog.errors import (
+    CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
 from sparklog.record.batch import (
+    HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
+    parse_header,
     prepare_append,
     split_batches,
     validate_produced,
@@ -372,6 +375,26 @@ class PartitionLog:
             if found is not None:
                 return found
         return None
+
+    def batches(self, buffer_bytes: int) -> Iterator[bytes]:
+        """Every whole batch from the log start to the log end, in offset order, each as its
+        own bytes; reads ``buffer_bytes`` at a time (a larger batch in one read of its own)."""
+        offset = self.log_start_offset
+        while offset < self.log_end_offset:
+            found = self.read(offset, buffer_bytes)
+            if found is None:
+                return
+            data = found.read()
+            position = 0
+            while position + HEADER_SIZE <= len(data):
+                header = parse_header(data, position)
+                if position + header.size > len(data):
+                    break  # cut short by the buffer: read again from this batch
+                yield data[position:position + header.size]
+                offset = header.next_offset
+                position += header.size
+            if position == 0:
+                raise CorruptRecordError(f"no whole batch at offset {offset} of {self}")
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= ``timestamp``."""

@@ -1,0 +1,42 @@
+"""An in-memory ``__consumer_offsets`` for coordinator tests: the coordinator's narrow inputs
+(its topic, a partition-count lookup) without a data directory or a broker.
+
+``MemoryTopic`` keeps each partition's batches as appended (each validated whole, as a log
+validates a produced batch) and replays them; it outlives coordinator instances, so a test
+restarts a coordinator on the same records as a broker restart would. ``data_topics`` is the
+partition count of each data topic the coordinator looks up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sparklog.errors import UnknownTopicOrPartitionError
+from sparklog.record.batch import validate_produced
+
+
+class MemoryTopic:
+    def __init__(self, partitions: int, name: str = "__consumer_offsets") -> None:
+        self._name = name
+        self._batches: list[list[bytes]] = [[] for _ in range(partitions)]
+        self.data_topics: dict[str, int] = {}
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def partitions(self) -> int:
+        return len(self._batches)
+
+    def append(self, partition: int, batch: bytes, now_ms: int) -> None:
+        if not 0 <= partition < self.partitions:
+            raise UnknownTopicOrPartitionError(f"{self._name}-{partition}")
+        validate_produced(batch)
+        self._batches[partition].append(batch)
+
+    def batches(self, partition: int, buffer_bytes: int) -> Iterator[bytes]:
+        return iter(list(self._batches[partition]))
+
+    def partition_count(self, topic: str) -> int:
+        return self.data_topics.get(topic, 0)
