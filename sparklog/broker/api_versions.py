@@ -8,7 +8,7 @@ we support.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles, served
 from sparklog.broker.state import Broker
@@ -17,9 +17,14 @@ from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
+if TYPE_CHECKING:
+    from kio.schema.api_versions.v2.request import ApiVersionsRequest
+
+
 
 @handles(ApiKey.API_VERSIONS, versions=(0, 2))
-async def api_versions(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def api_versions(broker: Broker, header: RequestHeader,
+                       request: ApiVersionsRequest) -> Any:
     build = Build(header)
     keys = tuple(
         build("ApiVersion", api_key=key, min_version=lo, max_version=hi)

@@ -15,7 +15,7 @@ Behaviour:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.state import Broker
@@ -25,6 +25,14 @@ from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 from sparklog.storage.config import CONFIG_KEYS, LogConfig, render
 
+if TYPE_CHECKING:
+    from kio.schema.alter_configs.v1.request import AlterConfigsRequest
+    from kio.schema.describe_configs.v3.request import DescribeConfigsRequest
+    from kio.schema.incremental_alter_configs.v0.request import (
+        IncrementalAlterConfigsRequest,
+    )
+
+
 TOPIC, BROKER = 2, 4
 SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
 _SOURCES = {"topic": SOURCE_TOPIC, "broker": SOURCE_STATIC_BROKER, "default": SOURCE_DEFAULT}
@@ -33,7 +41,8 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 @handles(ApiKey.DESCRIBE_CONFIGS, versions=(0, 3))
-async def describe_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def describe_configs(broker: Broker, header: RequestHeader,
+                           request: DescribeConfigsRequest) -> Any:
     build = Build(header)
     synonyms = getattr(request, "include_synonyms", False)
     docs = getattr(request, "include_documentation", False)
@@ -98,7 +107,8 @@ def _broker_entries(build: Build, broker: Broker) -> list[Any]:
 
 @handles(ApiKey.ALTER_CONFIGS, versions=(0, 1))
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, versions=(0, 0))
-async def alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def alter_configs(broker: Broker, header: RequestHeader,
+                        request: AlterConfigsRequest | IncrementalAlterConfigsRequest) -> Any:
     build = Build(header)
     incremental = header.api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS
     responses = []

@@ -9,7 +9,7 @@ at once, so a restart keeps it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import per_partition
@@ -19,11 +19,16 @@ from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
+if TYPE_CHECKING:
+    from kio.schema.delete_records.v1.request import DeleteRecordsRequest
+
+
 HIGH_WATERMARK = -1
 
 
 @handles(ApiKey.DELETE_RECORDS, versions=(0, 1))
-async def delete_records(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def delete_records(broker: Broker, header: RequestHeader,
+                         request: DeleteRecordsRequest) -> Any:
     build = Build(header)
     topics = per_partition(build, request.topics, "DeleteRecordsTopicResult",
                            lambda topic, p: _delete(build, broker, topic, p))

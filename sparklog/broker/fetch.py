@@ -18,7 +18,7 @@ Behaviour:
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.state import LEADER_EPOCH, Broker
@@ -27,9 +27,14 @@ from sparklog.protocol.fetch_response import FetchPartition, FetchResponse, Fetc
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
+if TYPE_CHECKING:
+    from kio.schema.fetch.v11.request import FetchRequest
+
+
 
 @handles(ApiKey.FETCH, versions=(0, 11))
-async def fetch(broker: Broker, header: RequestHeader, request: Any) -> FetchResponse:
+async def fetch(broker: Broker, header: RequestHeader,
+                request: FetchRequest) -> FetchResponse:
     deadline = time.monotonic() + request.max_wait.total_seconds()
     wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
     while True:

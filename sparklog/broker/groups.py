@@ -21,7 +21,7 @@ Behaviour (the group logic itself is ``sparklog.coordinator``; this module trans
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import CLIENT_HOST, handles
 from sparklog.broker.state import Broker
@@ -29,6 +29,17 @@ from sparklog.errors import ErrorCode
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
+
+if TYPE_CHECKING:
+    from kio.schema.delete_groups.v1.request import DeleteGroupsRequest
+    from kio.schema.describe_groups.v4.request import DescribeGroupsRequest
+    from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
+    from kio.schema.heartbeat.v3.request import HeartbeatRequest
+    from kio.schema.join_group.v5.request import JoinGroupRequest
+    from kio.schema.leave_group.v3.request import LeaveGroupRequest
+    from kio.schema.list_groups.v2.request import ListGroupsRequest
+    from kio.schema.sync_group.v3.request import SyncGroupRequest
+
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 # Kafka's AclOperation codes READ (3), DELETE (6), DESCRIBE (8): all a group supports.
@@ -41,7 +52,8 @@ def _ms(duration: timedelta) -> int:
 
 
 @handles(ApiKey.FIND_COORDINATOR, versions=(0, 2))
-async def find_coordinator(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def find_coordinator(broker: Broker, header: RequestHeader,
+                           request: FindCoordinatorRequest) -> Any:
     build = Build(header)
     key_type = getattr(request, "key_type", GROUP_KEY)
 
@@ -60,7 +72,8 @@ async def find_coordinator(broker: Broker, header: RequestHeader, request: Any) 
 
 
 @handles(ApiKey.JOIN_GROUP, versions=(0, 5))
-async def join_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def join_group(broker: Broker, header: RequestHeader,
+                     request: JoinGroupRequest) -> Any:
     build = Build(header)
     instance_id = getattr(request, "group_instance_id", None)
     session_ms = _ms(request.session_timeout)
@@ -81,7 +94,8 @@ async def join_group(broker: Broker, header: RequestHeader, request: Any) -> Any
 
 
 @handles(ApiKey.SYNC_GROUP, versions=(0, 3))
-async def sync_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def sync_group(broker: Broker, header: RequestHeader,
+                     request: SyncGroupRequest) -> Any:
     result = await broker.coordinator.sync(
         request.group_id, request.generation_id, request.member_id,
         getattr(request, "group_instance_id", None),
@@ -90,7 +104,8 @@ async def sync_group(broker: Broker, header: RequestHeader, request: Any) -> Any
 
 
 @handles(ApiKey.HEARTBEAT, versions=(0, 3))
-async def heartbeat(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def heartbeat(broker: Broker, header: RequestHeader,
+                    request: HeartbeatRequest) -> Any:
     error = broker.coordinator.heartbeat(request.group_id, request.member_id,
                                          getattr(request, "group_instance_id", None),
                                          request.generation_id)
@@ -98,7 +113,8 @@ async def heartbeat(broker: Broker, header: RequestHeader, request: Any) -> Any:
 
 
 @handles(ApiKey.LEAVE_GROUP, versions=(0, 3))
-async def leave_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def leave_group(broker: Broker, header: RequestHeader,
+                      request: LeaveGroupRequest) -> Any:
     build = Build(header)
     if header.api_version < 3:
         error, errors = broker.coordinator.leave(request.group_id, [(request.member_id, None)])
@@ -113,7 +129,8 @@ async def leave_group(broker: Broker, header: RequestHeader, request: Any) -> An
 
 
 @handles(ApiKey.LIST_GROUPS, versions=(0, 2))
-async def list_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def list_groups(broker: Broker, header: RequestHeader,
+                      request: ListGroupsRequest) -> Any:
     build = Build(header)
     error, groups = broker.coordinator.list_groups()
     return build.response(error_code=error, groups=tuple(
@@ -122,7 +139,8 @@ async def list_groups(broker: Broker, header: RequestHeader, request: Any) -> An
 
 
 @handles(ApiKey.DESCRIBE_GROUPS, versions=(0, 4))
-async def describe_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def describe_groups(broker: Broker, header: RequestHeader,
+                          request: DescribeGroupsRequest) -> Any:
     build = Build(header)
     operations = (_GROUP_OPERATIONS if getattr(request, "include_authorized_operations", False)
                   else _UNREQUESTED_OPERATIONS)
@@ -143,7 +161,8 @@ async def describe_groups(broker: Broker, header: RequestHeader, request: Any) -
 
 
 @handles(ApiKey.DELETE_GROUPS, versions=(0, 1))
-async def delete_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def delete_groups(broker: Broker, header: RequestHeader,
+                        request: DeleteGroupsRequest) -> Any:
     build = Build(header)
     return build.response(results=tuple(
         build("DeletableGroupResult", group_id=group_id,

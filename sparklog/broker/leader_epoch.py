@@ -10,7 +10,7 @@ librdkafka validates fetch positions with this API whenever leader epochs are >=
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import per_partition
@@ -20,9 +20,14 @@ from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
+if TYPE_CHECKING:
+    from kio.schema.offset_for_leader_epoch.v3.request import OffsetForLeaderEpochRequest
+
+
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, versions=(0, 3))
-async def offset_for_leader_epoch(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def offset_for_leader_epoch(broker: Broker, header: RequestHeader,
+                                  request: OffsetForLeaderEpochRequest) -> Any:
     build = Build(header)
     return build.response(topics=per_partition(
         build, request.topics, "OffsetForLeaderTopicResult",

@@ -9,7 +9,7 @@ transactions the last stable offset is the log end.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import per_partition
@@ -19,11 +19,16 @@ from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
+if TYPE_CHECKING:
+    from kio.schema.list_offsets.v5.request import ListOffsetsRequest
+
+
 EARLIEST, LATEST = -2, -1
 
 
 @handles(ApiKey.LIST_OFFSETS, versions=(0, 5))
-async def list_offsets(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def list_offsets(broker: Broker, header: RequestHeader,
+                       request: ListOffsetsRequest) -> Any:
     build = Build(header)
     return build.response(topics=per_partition(
         build, request.topics, "ListOffsetsTopicResponse",

@@ -10,7 +10,7 @@ UNKNOWN_TOPIC_OR_PARTITION, and an illegal name INVALID_TOPIC_EXCEPTION.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.state import LEADER_EPOCH, Broker
@@ -20,9 +20,14 @@ from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 from sparklog.storage.log_manager import TopicMetadata
 
+if TYPE_CHECKING:
+    from kio.schema.metadata.v8.request import MetadataRequest
+
+
 
 @handles(ApiKey.METADATA, versions=(0, 8))
-async def metadata(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def metadata(broker: Broker, header: RequestHeader,
+                   request: MetadataRequest) -> Any:
     build = Build(header)
     version = header.api_version
     if request.topics is None or (version == 0 and not request.topics):

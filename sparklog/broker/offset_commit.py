@@ -16,7 +16,7 @@ Behaviour (the checks themselves are ``GroupCoordinator.commit`` and ``fetch_off
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.state import Broker
@@ -27,12 +27,18 @@ from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
+if TYPE_CHECKING:
+    from kio.schema.offset_commit.v7.request import OffsetCommitRequest
+    from kio.schema.offset_fetch.v5.request import OffsetFetchRequest
+
+
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
 
 
 @handles(ApiKey.OFFSET_COMMIT, versions=(0, 7))
-async def offset_commit(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def offset_commit(broker: Broker, header: RequestHeader,
+                        request: OffsetCommitRequest) -> Any:
     build = Build(header)
     generation = request.generation_id_or_member_epoch if header.api_version >= 1 \
         else NO_GENERATION
@@ -54,7 +60,8 @@ async def offset_commit(broker: Broker, header: RequestHeader, request: Any) -> 
 
 
 @handles(ApiKey.OFFSET_FETCH, versions=(0, 5))
-async def offset_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def offset_fetch(broker: Broker, header: RequestHeader,
+                       request: OffsetFetchRequest) -> Any:
     build = Build(header)
     wanted = None if request.topics is None else [
         (topic.name, partition) for topic in request.topics

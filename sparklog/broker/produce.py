@@ -17,7 +17,7 @@ Behaviour:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.state import LEADER_EPOCH, Broker
@@ -26,11 +26,16 @@ from sparklog.protocol.entities import Build, timestamp_ms
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
+if TYPE_CHECKING:
+    from kio.schema.produce.v8.request import ProduceRequest
+
+
 VALID_ACKS = (-1, 0, 1)
 
 
 @handles(ApiKey.PRODUCE, versions=(0, 8))
-async def produce(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def produce(broker: Broker, header: RequestHeader,
+                  request: ProduceRequest) -> Any:
     build = Build(header)
     now = broker.now_ms()
     topics = []

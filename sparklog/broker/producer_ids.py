@@ -9,7 +9,7 @@ instead of appending batches no coordinator could ever commit.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.state import Broker
@@ -18,9 +18,14 @@ from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
+if TYPE_CHECKING:
+    from kio.schema.init_producer_id.v1.request import InitProducerIdRequest
+
+
 
 @handles(ApiKey.INIT_PRODUCER_ID, versions=(0, 1))
-async def init_producer_id(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def init_producer_id(broker: Broker, header: RequestHeader,
+                           request: InitProducerIdRequest) -> Any:
     build = Build(header)
     if request.transactional_id is not None:
         return build.response(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1,

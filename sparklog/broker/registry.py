@@ -10,7 +10,9 @@ Invariants:
   UNSUPPORTED_VERSION, anything else closes the connection), and nothing else keeps a list.
 - An API key is registered once; a second registration raises ``DuplicateHandlerError`` when
   its module is imported, so a handler can never replace another silently.
-- A handler receives the decoded kio request and returns either a kio response object (the
+- A handler receives the decoded kio request (typed as its newest served version's kio
+  class; an older version lacks some fields, which handlers read with ``getattr``) and
+  returns either a kio response object (the
   server encodes it for the request's version), a ``FetchResponse`` (zero-copy Fetch), or
   None when no response is sent (Produce with acks=0). Per-partition errors are answered
   inside the response; an exception escaping a handler closes that connection only.

@@ -17,7 +17,7 @@ Behaviour:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.state import Broker
@@ -25,6 +25,12 @@ from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
+
+if TYPE_CHECKING:
+    from kio.schema.create_partitions.v1.request import CreatePartitionsRequest
+    from kio.schema.create_topics.v4.request import CreateTopicsRequest
+    from kio.schema.delete_topics.v3.request import DeleteTopicsRequest
+
 
 # Kafka's controller refuses requests adding more partitions than this (MAX_PARTITIONS_PER_BATCH)
 # with POLICY_VIOLATION; here each partition also holds open files, so one request must not
@@ -64,7 +70,8 @@ def _each(items: Any, action: Callable[[Any], None], added_partitions: int = 0,
 
 
 @handles(ApiKey.CREATE_TOPICS, versions=(0, 4))
-async def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def create_topics(broker: Broker, header: RequestHeader,
+                        request: CreateTopicsRequest) -> Any:
     build = Build(header)
     validate_only = request.validate_only if header.api_version else False
     added = sum(_requested_partitions(broker, t) for t in request.topics)
@@ -93,7 +100,8 @@ def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
 
 
 @handles(ApiKey.DELETE_TOPICS, versions=(0, 3))
-async def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def delete_topics(broker: Broker, header: RequestHeader,
+                        request: DeleteTopicsRequest) -> Any:
     build = Build(header)
 
     def delete(name: str) -> None:
@@ -108,7 +116,8 @@ async def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> 
 
 
 @handles(ApiKey.CREATE_PARTITIONS, versions=(0, 1))
-async def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> Any:
+async def create_partitions(broker: Broker, header: RequestHeader,
+                            request: CreatePartitionsRequest) -> Any:
     build = Build(header)
     added = sum(_added_partitions(broker, t) for t in request.topics)
     return build.response(results=tuple(
