@@ -4,7 +4,8 @@ Everything here drives a real broker (``BrokerProcess``, a child process on 127.
 real clients; nothing is mocked.
 
 - ``broker``: one running broker per test module (module scope); at teardown it must still
-  be alive and its log must hold no internal error (an unhandled exception in a handler).
+  be alive, its log must hold no internal error (an unhandled exception in a handler), and
+  it must exit 0 on SIGTERM.
   ``fresh_broker`` starts a private one for tests that stop, kill or restart it.
 - ``embedded``: a broker on a thread of the test process (``EmbeddedBroker``, module scope)
   whose fault hooks a test arms (``embedded.faults.add(Fault(...))``); faults left by a test
@@ -93,11 +94,14 @@ def assert_healthy(broker: BrokerProcess) -> None:
 
 
 def _stop_checked(broker: BrokerProcess) -> None:
+    """Stop a broker a fixture started: it must have lived until now, logged no internal
+    error, and exit 0 on SIGTERM (a clean shutdown)."""
     alive = broker.running
     errors = internal_errors(broker)
-    broker.stop()
+    code = broker.stop()
     assert alive, f"the broker died during the module; log:\n{broker.log_file.read_text()[-3000:]}"
     assert errors == [], broker.log_file.read_text()[-3000:]
+    assert code == 0, f"exit code {code}; log:\n{broker.log_file.read_text()[-3000:]}"
 
 
 def module_broker(config: dict[str, str] | None = None) -> Any:
@@ -124,7 +128,8 @@ def private_broker(config: dict[str, str] | None = None) -> Any:
     def fresh_broker_fixture(tmp_path: Path) -> Iterator[BrokerProcess]:
         proc = start_broker(tmp_path, config)
         yield proc
-        proc.stop()
+        if proc.running:  # a test may have stopped or killed it for good
+            _stop_checked(proc)
         assert internal_errors(proc) == [], proc.log_file.read_text()[-3000:]
 
     return fresh_broker_fixture

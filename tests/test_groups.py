@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -130,8 +131,8 @@ class Member:
 
 
 def drive(members: list[Member], until: Callable[[], bool], timeout: float = TIMEOUT,
-          what: str = "the group to settle") -> float:
-    """Poll every open member in turn until ``until()``; returns the seconds it took."""
+          what: str = "the group to settle") -> None:
+    """Poll every open member in turn until ``until()``."""
     started = time.monotonic()
     while not until():
         if time.monotonic() - started > timeout:
@@ -140,7 +141,6 @@ def drive(members: list[Member], until: Callable[[], bool], timeout: float = TIM
         for member in members:
             if not member.closed:
                 member.poll()
-    return time.monotonic() - started
 
 
 def keep_polling(members: list[Member], seconds: float) -> None:
@@ -248,9 +248,12 @@ def test_killed_member_loses_its_partitions_after_the_session_timeout(
         assert set(child_owns[-1]) | survivor.owned == set(range(6))
         child.kill()  # SIGKILL: no LeaveGroup, the heartbeats just stop
         child.wait()
-        took = drive([survivor], lambda: len(survivor.owned) == 6, timeout=SESSION_MS / 1000 + 15,
-                     what="the dead member's partitions")
-        assert SESSION_MS / 1000 * 0.5 < took < SESSION_MS / 1000 + 8, took
+        drive([survivor], lambda: len(survivor.owned) == 6, timeout=SESSION_MS / 1000 + 15,
+              what="the dead member's partitions")
+        # the coordinator removed it for its silence (no LeaveGroup came from it)
+        log = broker.log_file.read_text()
+        assert re.search(rf"group {re.escape(group)}: member \S+ failed its session timeout", log)
+        assert not re.search(rf"group {re.escape(group)}: member \S+ left$", log, re.MULTILINE)
     finally:
         child.kill()
         survivor.close()
@@ -273,10 +276,9 @@ def test_static_member_restart_keeps_its_partitions_without_a_rebalance(
         restarted = Member("a2", broker.bootstrap, group, topic, ownership,
                            **{"group.instance.id": "a"})
         members.append(restarted)
-        took = drive(members, lambda: restarted.owned == a_partitions,
-                     what="the restarted instance's partitions")
+        drive(members, lambda: restarted.owned == a_partitions,
+              what="the restarted instance's partitions")
         keep_polling(members, 1.5)  # time for a rebalance to show, if one had started
-        assert took < SESSION_MS / 1000
         assert b.assignments == b_assignments and len(b.owned) == 2  # b saw no rebalance
         assert ownership.violations == []
     finally:

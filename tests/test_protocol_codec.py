@@ -871,8 +871,26 @@ def test_metadata_request_property(
     | st.lists(st.sampled_from([b"\x00", b"\xff", b"\x01", b"\x80"])).map(b"".join),
 )
 def test_garbage_bodies_decode_or_raise_invalid_request(api: tuple[int, int], body: bytes) -> None:
+    """Garbage is InvalidRequestError; a body that does decode gives what handlers rely on:
+    the API's request entity, no null where the schema has a non-nullable array, and the
+    same request whatever bytes follow it."""
     header = RequestHeader(api[0], api[1], 1, None)
     try:
-        decode_request(header, body, 0)
+        request = decode_request(header, body, 0)
     except InvalidRequestError:
-        pass
+        return
+    assert request.__api_key__ == api[0]
+    assert_no_null_arrays(request)
+    assert decode_request(header, body + b"\xff" * 8, 0) == request
+
+
+def assert_no_null_arrays(entity: Any) -> None:
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        annotation = f.type if isinstance(f.type, str) else repr(f.type)
+        if annotation.startswith("tuple[") and "None" not in annotation:
+            assert value is not None, f"{type(entity).__name__}.{f.name} is null"
+        if isinstance(value, tuple):
+            for item in value:
+                if dataclasses.is_dataclass(item):
+                    assert_no_null_arrays(item)
