@@ -19,9 +19,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sparklog.broker.embedded import EmbeddedBroker
+from sparklog.broker.faults import Fault
 from sparklog.broker.process import BrokerProcess
+from sparklog.errors import ErrorCode
 from sparklog.offsets import CommitFailedError, ConsumerLoop, OffsetCommitter
 from sparklog.offsets.committer import consumer_commit_fn
+from sparklog.protocol.versions import ApiKey
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -34,7 +38,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield running
 
 
-def _topic(broker: BrokerProcess, partitions: int = 1, records: int = 0) -> str:
+def _topic(broker: BrokerProcess | EmbeddedBroker, partitions: int = 1, records: int = 0) -> str:
     name = f"offsets-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
@@ -46,13 +50,14 @@ def _topic(broker: BrokerProcess, partitions: int = 1, records: int = 0) -> str:
     return name
 
 
-def _consumer(broker: BrokerProcess, group: str, **extra: object) -> Consumer:
+def _consumer(broker: BrokerProcess | EmbeddedBroker, group: str, **extra: object) -> Consumer:
     return Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
                      "enable.auto.commit": False, "auto.offset.reset": "earliest",
                      "session.timeout.ms": 6000, **extra})
 
 
-def _committed(broker: BrokerProcess, group: str, topic: str, partitions: int = 1) -> list[int]:
+def _committed(broker: BrokerProcess | EmbeddedBroker, group: str, topic: str,
+               partitions: int = 1) -> list[int]:
     consumer = _consumer(broker, group)
     try:
         found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 30)
@@ -240,3 +245,87 @@ def test_sigterm_makes_the_consumer_loop_commit_synchronously_and_close(
     expected = [sum(1 for p, _ in processed if p == str(n)) for n in range(2)]
     assert _committed(broker, group, topic, partitions=2) == expected
     assert sum(expected) == 200
+
+
+# -- the broker misbehaving (fault hooks of the in-process broker) -----------------------------
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    config = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "4",
+              "group.min.session.timeout.ms": "1000"}
+    with EmbeddedBroker(tmp_path_factory.mktemp("faults") / "data", config) as running:
+        yield running
+        running.faults.clear()
+
+
+@pytest.mark.parametrize("error", [ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                   ErrorCode.NOT_COORDINATOR, ErrorCode.REQUEST_TIMED_OUT])
+def test_sync_commit_rides_out_retriable_broker_errors(embedded: EmbeddedBroker,
+                                                       error: ErrorCode) -> None:
+    """The coordinator answers a retriable error twice; the commit still lands, once."""
+    topic, group = _topic(embedded), f"g-{uuid.uuid4().hex[:6]}"
+    consumer = _consumer(embedded, group)
+    committer = OffsetCommitter(consumer, retry_backoff_s=0.05)
+    fault = embedded.faults.add(Fault(ApiKey.OFFSET_COMMIT, error=error, times=2))
+    try:
+        committer.commit_sync({(topic, 0): 5})
+    finally:
+        committer.close()
+        consumer.close()
+    assert fault.hits == 2
+    assert _committed(embedded, group, topic) == [5]
+
+
+def test_sync_commit_stops_at_a_fatal_broker_error(embedded: EmbeddedBroker) -> None:
+    topic, group = _topic(embedded), f"g-{uuid.uuid4().hex[:6]}"
+    consumer = _consumer(embedded, group)
+    committer = OffsetCommitter(consumer, retry_backoff_s=0.05)
+    fault = embedded.faults.add(Fault(ApiKey.OFFSET_COMMIT, error=ErrorCode.UNKNOWN_MEMBER_ID,
+                                      times=3))
+    try:
+        with pytest.raises(CommitFailedError, match="Unknown member"):
+            committer.commit_sync({(topic, 0): 5})
+    finally:
+        committer.close()
+        consumer.close()
+        embedded.faults.clear()
+    assert fault.hits == 1  # not retried
+
+
+def test_async_commit_retried_after_broker_errors_lands(embedded: EmbeddedBroker) -> None:
+    topic, group = _topic(embedded), f"g-{uuid.uuid4().hex[:6]}"
+    consumer = _consumer(embedded, group)
+    committer = OffsetCommitter(consumer, retry_backoff_s=0.05)
+    fault = embedded.faults.add(Fault(ApiKey.OFFSET_COMMIT, error=ErrorCode.NOT_COORDINATOR,
+                                      times=2))
+    try:
+        sequence = committer.commit_async({(topic, 0): 9})
+        assert committer.flush(30)
+        assert next(r for r in committer.results if r.sequence == sequence).outcome == \
+            "committed"
+    finally:
+        committer.close()
+        consumer.close()
+    assert fault.hits == 2
+    assert _committed(embedded, group, topic) == [9]
+
+
+def test_consumer_loop_reads_through_leader_errors_in_order(embedded: EmbeddedBroker) -> None:
+    """Fetches of the partition fail with NOT_LEADER_OR_FOLLOWER a few times (as during a
+    leader election): the loop still processes every record once, in order, and commits."""
+    topic, group = _topic(embedded, records=30), f"g-{uuid.uuid4().hex[:6]}"
+    fault = embedded.faults.add(Fault(ApiKey.FETCH, error=ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                      topic=topic, times=3))
+    seen: list[int] = []
+
+    def process(message: object) -> None:
+        seen.append(message.offset())  # type: ignore[attr-defined]
+        if len(seen) == 30:
+            loop.wakeup()
+
+    loop = ConsumerLoop(_consumer(embedded, group), [topic], process, commit_interval_s=0.2)
+    loop.run()
+    assert fault.hits == 3
+    assert seen == list(range(30))
+    assert _committed(embedded, group, topic) == [30]

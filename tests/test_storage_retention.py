@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import re
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import crc32c
 import pytest
+from broker_fixtures import Rec, create_topic, produce_confluent, wait_until, watermarks
 from storage_support import (
     NOW,
     TOPIC,
@@ -28,6 +30,7 @@ from storage_support import (
     without_assigned_fields,
 )
 
+from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.errors import (
     CorruptRecordError,
     InvalidConfigError,
@@ -352,3 +355,26 @@ def test_log_append_time_rewrites_max_timestamp_with_a_valid_crc(
     assert log.offset_for_timestamp(NOW - 5000) == (0, clock.ms)
     assert log.offset_for_timestamp(clock.ms + 1) is None
     manager.close()
+
+
+# -- the scheduler of a running broker --------------------------------------------------------
+
+
+def test_a_running_broker_applies_retention_on_its_schedule(tmp_path: Path) -> None:
+    """``log.retention.check.interval.ms`` drives retention in a serving broker: records a
+    client produced with old timestamps leave the log (whole segments, never the active one)
+    without any call but the broker's own schedule."""
+    config = {"log.retention.check.interval.ms": "100", "file.delete.delay.ms": "0"}
+    with EmbeddedBroker(tmp_path / "data", config) as broker:
+        name = create_topic(broker.bootstrap, "aged", config={
+            "retention.ms": "60000", "segment.bytes": "2048", "file.delete.delay.ms": "0"})
+        hour_ago = int(time.time() * 1000) - 3_600_000
+        old = [Rec(None, b"x" * 200, timestamp=hour_ago) for _ in range(40)]
+        produce_confluent(broker.bootstrap, name, old, **{"linger.ms": 0})
+        produce_confluent(broker.bootstrap, name, [Rec(None, b"fresh")], **{"linger.ms": 0})
+        wait_until(lambda: watermarks(broker.bootstrap, name)[0] > 0,
+                   message="retention to advance the log start offset")
+        start, end = watermarks(broker.bootstrap, name)
+        assert end == 41 and 0 < start <= 40  # the fresh record's segment stays
+        segments = sorted((tmp_path / "data" / f"{name}-0").glob("*.log"))
+        assert int(segments[0].stem) == start
