@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -59,7 +61,9 @@ def test_an_empty_batch_still_records_its_version(spark, tmp_path: Path) -> None
 def test_partition_by_writes_hive_directories_and_values(spark, tmp_path: Path) -> None:
     table = tmp_path / "t"
     df = spark.sql("SELECT id, CASE id % 3 WHEN 0 THEN 'a/b=c %' WHEN 1 THEN NULL ELSE 'x' END "
-                   "AS region, DATE'2024-05-01' + CAST(id % 2 AS INT) AS day FROM range(12)")
+                   "AS region, DATE'2024-05-01' + CAST(id % 2 AS INT) AS day, "
+                   "CASE WHEN id % 4 = 0 THEN NULL ELSE concat('n', id) END AS note "
+                   "FROM range(12)")
     result = write_batch_exactly_once(df, 0, table, "app", partition_by=["region", "day"])
     assert result.committed and result.rows == 12
     dt = DeltaTable(str(table))
@@ -72,7 +76,16 @@ def test_partition_by_writes_hive_directories_and_values(spark, tmp_path: Path) 
         (region, f"2024-05-0{d}") for region in ("a/b=c %", None, "x") for d in (1, 2)}
     assert all(a["path"].startswith("region=") for a in adds)
     assert sum(a["num_records"] for a in adds) == 12
-    assert {a["min.id"] for a in adds} <= set(range(12))
+    # every file's statistics are those of its own rows (read back from the data itself)
+    for add in adds:
+        data = pq.read_table(table / unquote(add["path"]), columns=["id", "note"]).to_pylist()
+        ids = [row["id"] for row in data]
+        notes = [row["note"] for row in data if row["note"] is not None]
+        assert add["num_records"] == len(data)
+        assert (add["min.id"], add["max.id"], add["null_count.id"]) == (min(ids), max(ids), 0)
+        assert add["null_count.note"] == len(data) - len(notes)
+        if notes:
+            assert (add["min.note"], add["max.note"]) == (min(notes), max(notes))
     # appending without partition_by uses the table's partitioning
     assert write_batch_exactly_once(df.where("id < 3"), 1, table, "app").rows == 3
     with pytest.raises(SchemaChangeError, match="differs from the table's partition columns"):

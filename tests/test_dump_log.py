@@ -1,38 +1,79 @@
-"""``sparklog dump-log``: batch and record lines, torn tails, index files, streaming reads."""
+"""``sparklog dump-log``: batch and record lines, torn tails, index files, streaming reads.
+
+The segments are built, and the expected batch lines computed, with kafka-python's record
+classes: an encoder and decoder independent of the code under test.
+"""
 
 from __future__ import annotations
 
 import struct
 from pathlib import Path
 
+import crc32c
 import pytest
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from sparklog.cli import main
-from sparklog.record.batch import HEADER_SIZE, parse_header
-from sparklog.record.records import build_batch
 
-FIRST = build_batch(
+HEADER_SIZE = 61  # Kafka's record batch v2 header
+_CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+Spec = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
+
+
+def kp_batch(records: list[Spec], *, base_offset: int = 0, codec: int = 0,
+             producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+             leader_epoch: int = -1, transactional: bool = False, control: bool = False,
+             log_append_time: int | None = None) -> bytes:
+    """A batch as kafka-python builds it, with what a broker and a coordinator change: the
+    base offset and leader epoch (outside the CRC), and for control batches and
+    LogAppendTime the attributes (and max timestamp), resealed."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec,
+                                        is_transactional=transactional, producer_id=producer_id,
+                                        producer_epoch=producer_epoch,
+                                        base_sequence=base_sequence, batch_size=1 << 20)
+    for delta, (key, value, headers, timestamp) in enumerate(records):
+        builder.append(delta, timestamp=timestamp, key=key, value=value, headers=headers)
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base_offset)
+    struct.pack_into(">i", data, 12, leader_epoch)
+    if control or log_append_time is not None:
+        (attributes,) = struct.unpack_from(">h", data, 21)
+        attributes |= (0x20 if control else 0) | (0x08 if log_append_time is not None else 0)
+        struct.pack_into(">h", data, 21, attributes)
+        if log_append_time is not None:
+            struct.pack_into(">q", data, 35, log_append_time)
+        struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+FIRST = kp_batch(
     [(b"k1", b"hello", [("trace", b"1"), ("span", None)], 1_000), (None, b"w\norld", [], 1_005)],
-    base_offset=0, producer_id=7, producer_epoch=2, base_sequence=10, partition_leader_epoch=3,
+    base_offset=0, producer_id=7, producer_epoch=2, base_sequence=10, leader_epoch=3,
 )
-SECOND = build_batch([(b"k3", None, [], 2_000)], base_offset=2, codec=1)
-COMMIT_MARKER = build_batch(
+# a header that compresses well: kafka-python sends a batch uncompressed when gzip would not
+# make it smaller
+SECOND = kp_batch([(b"k3", None, [("pad", b"x" * 200)], 2_000)], base_offset=2, codec=1)
+COMMIT_MARKER = kp_batch(  # Kafka's EndTransactionMarker: COMMIT (1), coordinator epoch 5
     [(struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 5), [], 3_000)],
-    base_offset=3, producer_id=7, producer_epoch=2, transactional=True, is_control=True,
+    base_offset=3, producer_id=7, producer_epoch=2, transactional=True, control=True,
 )
 
 
 def batch_line(batch: bytes, position: int, *, valid: bool = True) -> str:
-    header = parse_header(batch)
+    """kafka-dump-log.sh's batch line, from kafka-python's reading of the batch."""
+    b = DefaultRecordBatch(batch)
     flag = {True: "true", False: "false"}
+    last_sequence = b.last_sequence if b.base_sequence >= 0 else -1
+    kind = "LogAppendTime" if b.timestamp_type else "CreateTime"
     return (
-        f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} "
-        f"count: {header.record_count} baseSequence: {header.base_sequence} "
-        f"lastSequence: {header.last_sequence} producerId: {header.producer_id} "
-        f"producerEpoch: {header.producer_epoch} partitionLeaderEpoch: {header.leader_epoch} "
-        f"isTransactional: {flag[header.is_transactional]} isControl: {flag[header.is_control]} "
-        f"position: {position} CreateTime: {header.max_timestamp} size: {len(batch)} magic: 2 "
-        f"compresscodec: {header.compression_name} crc: {header.crc} isvalid: {flag[valid]}"
+        f"baseOffset: {b.base_offset} lastOffset: {b.last_offset} "
+        f"count: {b.records_count} baseSequence: {b.base_sequence} "
+        f"lastSequence: {last_sequence} producerId: {b.producer_id} "
+        f"producerEpoch: {b.producer_epoch} partitionLeaderEpoch: {b.leader_epoch} "
+        f"isTransactional: {flag[b.is_transactional]} isControl: {flag[b.is_control_batch]} "
+        f"position: {position} {kind}: {b.max_timestamp} size: {len(batch)} magic: 2 "
+        f"compresscodec: {_CODECS[b.compression_type]} crc: {b.crc} isvalid: {flag[valid]}"
     )
 
 
@@ -61,7 +102,8 @@ def test_print_data_log_shows_batches_and_records(tmp_path: Path, capsys) -> Non
         "| offset: 1 CreateTime: 1005 keySize: -1 valueSize: 6 sequence: 11 "
         "headerKeys: [] payload: w\\x0aorld",
         batch_line(SECOND, second_at),
-        "| offset: 2 CreateTime: 2000 keySize: 2 valueSize: -1 sequence: -1 headerKeys: [] key: k3",
+        "| offset: 2 CreateTime: 2000 keySize: 2 valueSize: -1 sequence: -1 headerKeys: [pad] "
+        "key: k3",
         batch_line(COMMIT_MARKER, marker_at),
         "| offset: 3 CreateTime: 3000 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
         "endTxnMarker: COMMIT coordinatorEpoch: 5",
@@ -79,12 +121,12 @@ def test_deep_iteration_prints_records_without_data(tmp_path: Path, capsys) -> N
     code, lines = dump(capsys, segment(tmp_path, SECOND), "--deep-iteration")
     assert code == 0
     assert lines[3] == (
-        "| offset: 2 CreateTime: 2000 keySize: 2 valueSize: -1 sequence: -1 headerKeys: []"
+        "| offset: 2 CreateTime: 2000 keySize: 2 valueSize: -1 sequence: -1 headerKeys: [pad]"
     )
 
 
 def test_log_append_time_batches_say_so(tmp_path: Path, capsys) -> None:
-    batch = build_batch([(b"k", b"v", [], 10), (b"k", b"v", [], 20)], timestamp_type=1)
+    batch = kp_batch([(b"k", b"v", [], 10), (b"k", b"v", [], 20)], log_append_time=20)
     _, lines = dump(capsys, segment(tmp_path, batch), "--deep-iteration")
     assert "LogAppendTime: 20 size" in lines[2]
     assert [line.split()[4] for line in lines[3:]] == ["20", "20"]
