@@ -26,7 +26,7 @@ from itertools import pairwise
 
 from pyspark.sql.datasource import InputPartition
 
-from sparklog.datasource.client_config import Address
+from sparklog.client.settings import Address
 from sparklog.datasource.offsets import PartitionOffsets, TopicPartition
 from sparklog.datasource.read_options import TaskSettings
 

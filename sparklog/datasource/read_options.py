@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparklog.datasource.client_config import ClientConfig, RetryPolicy
+from sparklog.client.settings import ClientConfig, RetryPolicy
+from sparklog.datasource.client_options import client_config
 from sparklog.datasource.offsets import (
     EARLIEST,
     LATEST,
@@ -43,7 +44,7 @@ from sparklog.datasource.options import (
 )
 
 if TYPE_CHECKING:
-    from sparklog.datasource.kafka_client import Cluster
+    from sparklog.client.cluster import Cluster
 
 _SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 _STARTING = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
@@ -166,7 +167,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
                 raise OptionError(f"option {name} is not valid in streaming queries; ending "
                                   "offsets apply to batch reads (spark.read) only")
     check_known(options, set(SOURCE_OPTIONS), "source")
-    client = ClientConfig.from_params(kafka_params(options))
+    client = client_config(kafka_params(options))
     poll_timeout_ms = _number(options, "kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
     retries = _number(options, "fetchOffset.numRetries", 3, minimum=0)
     retry_interval_ms = _number(options, "fetchOffset.retryIntervalMs", 1000, minimum=1)
