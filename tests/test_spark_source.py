@@ -36,14 +36,14 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Read
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.datasource import register
-from sparklog.datasource.arrow_records import ArrowRecordBuilder, next_position
-from sparklog.datasource.data_loss import DataLossError
-from sparklog.datasource.offsets import TopicPartition, from_json, to_json
 from sparklog.datasource.options import OptionError
-from sparklog.datasource.planning import plan, rate_limit
-from sparklog.datasource.read_options import parse_read_options
+from sparklog.datasource.read.arrow_records import ArrowRecordBuilder, next_position
+from sparklog.datasource.read.data_loss import DataLossError
+from sparklog.datasource.read.offsets import TopicPartition, from_json, to_json
+from sparklog.datasource.read.planning import plan, rate_limit
+from sparklog.datasource.read.read_options import parse_read_options
+from sparklog.datasource.read.stream_reader import SparklogStreamReader
 from sparklog.datasource.schema import source_schema
-from sparklog.datasource.stream_reader import SparklogStreamReader
 from sparklog.record.records import build_batch
 from sparklog.storage.checkpoint import read_checkpoint
 from sparklog.storage.cleaner import CLEANER_CHECKPOINT

@@ -24,16 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparklog.client.settings import ClientConfig, RetryPolicy
-from sparklog.datasource.client_options import client_config
-from sparklog.datasource.offsets import (
-    EARLIEST,
-    LATEST,
-    PartitionOffsets,
-    TopicPartition,
-    parse_assign_option,
-    parse_offsets_option,
-    parse_timestamps_option,
-)
 from sparklog.datasource.options import (
     OptionError,
     check_known,
@@ -41,6 +31,16 @@ from sparklog.datasource.options import (
     kafka_params,
     parse_bool,
     parse_int,
+)
+from sparklog.datasource.read.client_options import client_config
+from sparklog.datasource.read.offsets import (
+    EARLIEST,
+    LATEST,
+    PartitionOffsets,
+    TopicPartition,
+    parse_assign_option,
+    parse_offsets_option,
+    parse_timestamps_option,
 )
 
 if TYPE_CHECKING:
