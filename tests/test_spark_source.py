@@ -35,6 +35,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.client.cluster import Cluster
 from sparklog.datasource import register
 from sparklog.datasource.options import OptionError
 from sparklog.datasource.read.arrow_records import ArrowRecordBuilder, next_position
@@ -531,6 +532,17 @@ def test_bad_options_are_refused_by_name(bad: dict[str, str], message: str) -> N
     with pytest.raises(OptionError, match="(?i)" + re.escape(message)):
         parse_read_options({"kafka.bootstrap.servers": "h:1", **bad}, streaming=True)
 
+
+
+def test_a_pattern_never_reads_internal_topics() -> None:
+    cluster = Cluster({0: ("h", 1)}, {"events": {0: 0}, "__consumer_offsets": {0: 0, 1: 0}},
+                      frozenset({"__consumer_offsets"}))
+    pattern = parse_read_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": ".*"},
+                                 streaming=True).subscription
+    assert pattern.partitions(cluster) == [TopicPartition("events", 0)]
+    named = parse_read_options({"kafka.bootstrap.servers": "h:1",
+                                "subscribe": "__consumer_offsets"}, streaming=True).subscription
+    assert named.partitions(cluster) == [TopicPartition("__consumer_offsets", p) for p in (0, 1)]
 
 def test_bad_options_fail_queries_at_start(spark: Any, broker: BrokerProcess,
                                            tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ def register(spark: SparkSession) -> None:
     """Register the ``sparklog`` format on ``spark`` (auto-registration does this too) and
     install the listener that commits ``groupId`` streams' progress to their consumer group
     (only code in the driver can do that, so call this once per session)."""
-    from sparklog.offsets.spark_listener import install
+    from sparklog.datasource.group_commits import install
 
     spark.dataSource.register(SparklogDataSource)
     install(spark)

@@ -12,14 +12,16 @@ Invariants:
   ``failOnDataLoss`` true; ``maxTriggerDelay`` 15m; ``includeHeaders`` false.
 - ``ReadOptions`` is immutable and picklable (readers are pickled to executors).
 - ``groupId`` (or ``kafka.group.id``) names a consumer group that mirrors the stream's
-  progress; the commits are made by ``sparklog.offsets.spark_listener`` in the driver, from
-  these same options. ``groupIdPrefix`` is accepted for compatibility and unused.
+  progress (``ReadOptions.group_id``); the commits are made in the driver by
+  ``sparklog.datasource.group_commits``, which parses the source's options with this same
+  function and matches offsets with ``Subscription.reads``. ``groupIdPrefix`` is accepted
+  for compatibility and unused.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -117,15 +119,20 @@ class Subscription:
             return None
         return list(self.topics) if self.topics else sorted({tp.topic for tp in self.assigned})
 
+    def reads(self, tp: TopicPartition, internal: Container[str] = frozenset()) -> bool:
+        """Whether ``tp`` is read. A pattern never matches an internal topic (``internal``:
+        the topics Metadata marks internal, such as ``__consumer_offsets``), as Kafka's
+        consumer excludes them; a topic named or assigned is read even when internal."""
+        if self.pattern is not None:
+            return tp.topic not in internal and re.fullmatch(self.pattern, tp.topic) is not None
+        if self.topics:
+            return tp.topic in self.topics
+        return tp in self.assigned
+
     def partitions(self, cluster: Cluster) -> list[TopicPartition]:
         """The existing partitions this subscription reads, sorted."""
-        if self.pattern is not None:
-            regex = re.compile(self.pattern)
-            return cluster.partitions(t for t in cluster.topics
-                                      if t not in cluster.internal and regex.fullmatch(t))
-        if self.topics:
-            return cluster.partitions(self.topics)
-        return [tp for tp in self.assigned if tp.partition in cluster.topics.get(tp.topic, {})]
+        return [tp for tp in cluster.partitions(cluster.topics)
+                if self.reads(tp, cluster.internal)]
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,9 @@ class ReadOptions:
     max_trigger_delay_s: float
     driver_retry: RetryPolicy
     executor_retry: RetryPolicy
+    group_id: str | None
+    """The consumer group that mirrors the stream's progress (``groupId`` or
+    ``kafka.group.id``), or None."""
 
     @property
     def task_settings(self) -> TaskSettings:
@@ -185,6 +195,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         max_trigger_delay_s=_duration(options, "maxTriggerDelay", "15m"),
         driver_retry=RetryPolicy(retries * retry_interval_ms / 1000, retry_interval_ms / 1000),
         executor_retry=RetryPolicy(poll_timeout_ms / 1000, client.retry_backoff_s),
+        group_id=get_option(options, "groupId") or get_option(options, "kafka.group.id") or None,
     )
 
 
