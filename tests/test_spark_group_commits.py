@@ -1,6 +1,7 @@
 """A sparklog stream with ``groupId`` mirrors its progress into that consumer group: after the
 query stops, the group's committed offsets equal the last batch's end offsets, and
-``sparklog groups describe`` shows lag 0 once the stream has caught up.
+``sparklog groups describe`` shows lag 0 once the stream has caught up; a subscribePattern
+commits nothing for internal topics.
 """
 
 from __future__ import annotations

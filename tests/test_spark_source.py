@@ -11,7 +11,8 @@ after DeleteRecords with failOnDataLoss true and false, fetches smaller than a b
 option errors. Without Spark: the driver-side admission control (minOffsetsPerTrigger,
 maxTriggerDelay, maxOffsetsPerTrigger shares) and data loss checks on the stream reader, the
 decoder on hand-built batches (control batches, gaps, a cut-short batch; the broker refuses
-control batches from clients as Kafka does), task planning and option parsing.
+control batches from clients as Kafka does), task planning and option parsing (a
+subscribePattern never reads internal topics).
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ Invariants:
 - Partitions that disappeared and partitions whose latest offset fell below the start are
   data loss (``failOnDataLoss``): fail, or log, drop or restart them at latest.
 - ``commit`` does nothing: offsets live in Spark's checkpoint. With ``groupId`` (or
-  ``kafka.group.id``) the driver's ``GroupCommitListener`` (installed by
-  ``sparklog.datasource.register``) mirrors them into that consumer group, because Spark
-  never delivers the last batch's ``commit`` to a Python reader.
+  ``kafka.group.id``) the driver's listener (``sparklog.datasource.group_commits``,
+  installed by ``sparklog.datasource.register``) mirrors them into that consumer group,
+  because Spark never delivers the last batch's ``commit`` to a Python reader.
 """
 
 from __future__ import annotations
