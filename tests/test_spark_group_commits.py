@@ -1,6 +1,7 @@
 """A sparklog stream with ``groupId`` mirrors its progress into that consumer group: after the
 query stops, the group's committed offsets equal the last batch's end offsets, and
-``sparklog groups describe`` shows lag 0 once the stream has caught up.
+``sparklog groups describe`` shows lag 0 once the stream has caught up; a subscribePattern
+commits nothing for internal topics.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.cli import main as cli
+from sparklog.client.cluster import TopicPartition as SourcePartition
 from sparklog.datasource import register
+from sparklog.datasource.group_commits import group_targets
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -107,3 +110,26 @@ def test_stopping_a_running_query_commits_its_last_batch(
     query.stop()
     assert _wait_committed(broker, group, topic, {0: 30, 1: 30, 2: 30}) == {0: 30, 1: 30, 2: 30}
 
+
+
+def test_a_pattern_commits_nothing_for_internal_topics(broker: BrokerProcess) -> None:
+    """As the reader does, the listener's subscribePattern never matches an internal topic:
+    ``__consumer_offsets`` in a batch's end (another source of the query may read it by
+    name) is not committed to the pattern's group."""
+    topic, group = _topic_with_records(broker, 3), f"stream-{uuid.uuid4().hex[:6]}"
+    assert _committed(broker, group, topic) == dict.fromkeys(range(PARTITIONS), -1001)
+    (target,) = group_targets([{"kafka.bootstrap.servers": broker.bootstrap,
+                                "subscribePattern": ".*", "groupId": group}])
+    internal = SourcePartition("__consumer_offsets", 0)
+    end = {SourcePartition(topic, p): 1 for p in range(PARTITIONS)} | {internal: 7}
+    commits = target.commits(end)
+    assert commits == {(topic, p): 1 for p in range(PARTITIONS)}
+    target.commit_async(commits)
+    target.close()
+    assert _committed(broker, group, topic) == dict.fromkeys(range(PARTITIONS), 1)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        (found,) = consumer.committed([TopicPartition(*internal)], 30)
+        assert found.offset == -1001
+    finally:
+        consumer.close()

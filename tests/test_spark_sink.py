@@ -24,8 +24,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparklog.broker.process import BrokerProcess
-from sparklog.datasource.producer import TaskProducer
-from sparklog.datasource.write_options import sink_spec
+from sparklog.datasource.write.producer import TaskProducer
+from sparklog.datasource.write.write_options import sink_spec
 
 pytestmark = pytest.mark.spark
 

@@ -11,7 +11,8 @@ after DeleteRecords with failOnDataLoss true and false, fetches smaller than a b
 option errors. Without Spark: the driver-side admission control (minOffsetsPerTrigger,
 maxTriggerDelay, maxOffsetsPerTrigger shares) and data loss checks on the stream reader, the
 decoder on hand-built batches (control batches, gaps, a cut-short batch; the broker refuses
-control batches from clients as Kafka does), task planning and option parsing.
+control batches from clients as Kafka does), task planning and option parsing (a
+subscribePattern never reads internal topics).
 """
 
 from __future__ import annotations
@@ -35,15 +36,16 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.client.cluster import Cluster
 from sparklog.datasource import register
-from sparklog.datasource.arrow_records import ArrowRecordBuilder, next_position
-from sparklog.datasource.data_loss import DataLossError
-from sparklog.datasource.offsets import TopicPartition, from_json, to_json
 from sparklog.datasource.options import OptionError
-from sparklog.datasource.planning import plan, rate_limit
-from sparklog.datasource.read_options import parse_read_options
+from sparklog.datasource.read.arrow_records import ArrowRecordBuilder, next_position
+from sparklog.datasource.read.data_loss import DataLossError
+from sparklog.datasource.read.offsets import TopicPartition, from_json, to_json
+from sparklog.datasource.read.planning import plan, rate_limit
+from sparklog.datasource.read.read_options import parse_read_options
+from sparklog.datasource.read.stream_reader import SparklogStreamReader
 from sparklog.datasource.schema import source_schema
-from sparklog.datasource.stream_reader import SparklogStreamReader
 from sparklog.record.records import build_batch
 from sparklog.storage.checkpoint import read_checkpoint
 from sparklog.storage.cleaner import CLEANER_CHECKPOINT
@@ -531,6 +533,17 @@ def test_bad_options_are_refused_by_name(bad: dict[str, str], message: str) -> N
     with pytest.raises(OptionError, match="(?i)" + re.escape(message)):
         parse_read_options({"kafka.bootstrap.servers": "h:1", **bad}, streaming=True)
 
+
+
+def test_a_pattern_never_reads_internal_topics() -> None:
+    cluster = Cluster({0: ("h", 1)}, {"events": {0: 0}, "__consumer_offsets": {0: 0, 1: 0}},
+                      frozenset({"__consumer_offsets"}))
+    pattern = parse_read_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": ".*"},
+                                 streaming=True).subscription
+    assert pattern.partitions(cluster) == [TopicPartition("events", 0)]
+    named = parse_read_options({"kafka.bootstrap.servers": "h:1",
+                                "subscribe": "__consumer_offsets"}, streaming=True).subscription
+    assert named.partitions(cluster) == [TopicPartition("__consumer_offsets", p) for p in (0, 1)]
 
 def test_bad_options_fail_queries_at_start(spark: Any, broker: BrokerProcess,
                                            tmp_path: Path) -> None:

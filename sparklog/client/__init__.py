@@ -2,6 +2,12 @@
 command-line tools): Kafka client settings, topic administration, and a small synchronous
 Kafka-protocol client.
 
-Invariant: nothing here depends on the broker or storage; everything works against any
-Kafka-protocol broker.
+Modules: ``settings`` (bootstrap servers, ``ClientConfig``, ``RetryPolicy``), ``cluster``
+(``TopicPartition``, Metadata's ``Cluster``), ``errors``, ``connection`` (one broker) and
+``kafka`` (``KafkaClient``: leader routing and retries).
+
+Invariants: nothing here depends on the broker, storage, coordinator, pyspark or the data
+source (only on ``sparklog.errors``, ``sparklog.protocol`` and ``sparklog.record``);
+everything works against any Kafka-protocol broker. Importing the package imports nothing,
+and ``settings`` and ``cluster`` import no protocol code, so Spark's planner stays cheap.
 """

@@ -4,6 +4,12 @@
 ``.format("sparklog")`` with the options and schema of Spark's built-in Kafka source and
 sink. The module ``pyspark_sparklog`` registers it automatically; ``register(spark)`` does it
 explicitly.
+
+Layout: ``source`` (the DataSource class), ``schema`` and ``options`` (shared by both
+sides), ``read/`` (readers), ``write/`` (writers) and ``group_commits`` (the driver's
+listener that mirrors ``groupId`` streams into their consumer group). The source talks to
+brokers through ``sparklog.client`` and commits through ``sparklog.offsets``; it never
+imports the broker, storage or coordinator.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ def register(spark: SparkSession) -> None:
     """Register the ``sparklog`` format on ``spark`` (auto-registration does this too) and
     install the listener that commits ``groupId`` streams' progress to their consumer group
     (only code in the driver can do that, so call this once per session)."""
-    from sparklog.offsets.spark_listener import install
+    from sparklog.datasource.group_commits import install
 
     spark.dataSource.register(SparklogDataSource)
     install(spark)

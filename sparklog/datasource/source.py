@@ -38,21 +38,21 @@ class SparklogDataSource(DataSource):
         return source_schema(parse_bool(self.options, "includeHeaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from sparklog.datasource.batch_reader import SparklogBatchReader
+        from sparklog.datasource.read.batch_reader import SparklogBatchReader
 
         return SparklogBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from sparklog.datasource.stream_reader import SparklogStreamReader
+        from sparklog.datasource.read.stream_reader import SparklogStreamReader
 
         return SparklogStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from sparklog.datasource.writer import SparklogBatchWriter
+        from sparklog.datasource.write.writer import SparklogBatchWriter
 
         return SparklogBatchWriter(self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from sparklog.datasource.writer import SparklogStreamWriter
+        from sparklog.datasource.write.writer import SparklogStreamWriter
 
         return SparklogStreamWriter(self.options, schema)

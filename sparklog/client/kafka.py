@@ -1,9 +1,8 @@
-"""A small synchronous Kafka-protocol client: what the source needs, for any Kafka broker.
+"""A small synchronous Kafka-protocol client, for any Kafka broker: leader routing and retries.
 
-It speaks plain Kafka (no sparklog-private API): ApiVersions, Metadata (to find partition
-leaders and topics), ListOffsets (earliest, latest, by timestamp) and Fetch (raw record
-batches). Requests and responses are kio (0.6) dataclasses; only non-flexible versions are
-used (Metadata v1-8, ListOffsets v1-5, Fetch v4-11), which Apache Kafka 3.x and 4.x accept.
+It speaks plain Kafka (no sparklog-private API): Metadata (to find partition leaders and
+topics), ListOffsets (earliest, latest, by timestamp) and Fetch (raw record batches), each on
+a ``BrokerConnection`` to the broker that must answer it.
 
 Invariants:
 - Each request goes to the leader of its partitions, found with Metadata; a retriable error
@@ -11,10 +10,8 @@ Invariants:
   connection) drops the cached leader and the connection, waits ``retry.backoff`` and
   retries until the ``RetryPolicy`` deadline; then ``KafkaClientError`` is raised, naming
   the broker or partition and the Kafka error.
-- The highest version inside our range that the broker advertises is used; a broker outside
-  the range is refused with a message naming the API and both ranges.
-- Responses on one connection are read in request order (Kafka answers in order), so a
-  caller may send the next Fetch before it decodes the previous answer (``prefetch``).
+- ``prefetch`` sends the Fetch a coming ``fetch`` will read, so the broker works while the
+  caller decodes the previous answer; any other request on that connection drops it.
 - Nothing here must survive pickling: a ``KafkaClient`` is opened where it is used (driver
   or task) from a ``ClientConfig`` and closed with ``close()`` or a ``with`` block.
 """
@@ -22,8 +19,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import socket
-import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,126 +26,21 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sparklog.datasource.client_config import Address, ClientConfig, RetryPolicy
-from sparklog.datasource.offsets import TopicPartition
+from sparklog.client.cluster import Cluster, TopicPartition
+from sparklog.client.connection import API_NAMES, BrokerConnection
+from sparklog.client.errors import RETRIABLE, KafkaClientError, RetriableError, error_name
+from sparklog.client.settings import Address, ClientConfig, RetryPolicy
 from sparklog.errors import ErrorCode
-from sparklog.protocol.codec import decode_response, encode_request, request_class
-from sparklog.protocol.entities import build
+from sparklog.protocol.versions import ApiKey
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-API_FETCH, API_LIST_OFFSETS, API_METADATA, API_VERSIONS = 1, 2, 3, 18
-_RANGES = {API_FETCH: (4, 11), API_LIST_OFFSETS: (1, 5), API_METADATA: (1, 8)}
-_API_NAMES = {API_FETCH: "Fetch", API_LIST_OFFSETS: "ListOffsets", API_METADATA: "Metadata"}
-
 EARLIEST_TIMESTAMP = -2
+"""ListOffsets' timestamp for the log start offset."""
 LATEST_TIMESTAMP = -1
-
-_RETRIABLE = frozenset({
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION,
-    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH,
-    ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_NOT_AVAILABLE,
-    ErrorCode.REPLICA_NOT_AVAILABLE,
-})
-
-_SIZE = struct.Struct(">i")
-
-class KafkaClientError(RuntimeError):
-    """A request failed for good: the broker, API or partition and the Kafka error named."""
-
-
-class _RetriableError(Exception):
-    """A failure worth retrying after a metadata refresh (wrapped for the retry loop)."""
-
-
-# -- one connection -------------------------------------------------------------------------
-
-
-class BrokerConnection:
-    """A blocking connection to one broker, with the API versions it was negotiated at."""
-
-    def __init__(self, host: str, port: int, config: ClientConfig) -> None:
-        self.address = f"{host}:{port}"
-        self._client_id = config.client_id.encode()
-        self._sock = socket.create_connection((host, port), timeout=config.request_timeout_s)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._correlation = 0
-        self._pending: list[tuple[int, int, int]] = []  # (correlation id, api key, version)
-        self.versions = self._negotiate()
-
-    def _negotiate(self) -> dict[int, int]:
-        answer = self.request(API_VERSIONS, 0, {})
-        if answer.error_code != ErrorCode.NONE:
-            raise KafkaClientError(f"broker {self.address}: ApiVersions failed with error "
-                                   f"{error_name(answer.error_code)}")
-        offered = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
-        versions = {}
-        for key, (low, high) in _RANGES.items():
-            theirs = offered.get(key)
-            if theirs is None or theirs[1] < low or theirs[0] > high:
-                raise KafkaClientError(
-                    f"broker {self.address} serves {_API_NAMES[key]} "
-                    f"{'not at all' if theirs is None else f'v{theirs[0]}-{theirs[1]}'}; the "
-                    f"sparklog source needs a version in v{low}-{high}")
-            versions[key] = min(high, theirs[1])
-        return versions
-
-    def send(self, api_key: int, version: int, body: Mapping[str, Any]) -> None:
-        self._correlation += 1
-        request = build(request_class(api_key, version), body)
-        self._sock.sendall(encode_request(api_key, version, self._correlation, self._client_id,
-                                          request))
-        self._pending.append((self._correlation, api_key, version))
-
-    def receive(self) -> Any:
-        """The answer to the oldest request sent and not yet received."""
-        correlation, api_key, version = self._pending.pop(0)
-        (size,) = _SIZE.unpack(self._read_exactly(4))
-        frame = self._read_exactly(size)
-        (got,) = _SIZE.unpack_from(frame)
-        if got != correlation:
-            raise ConnectionError(f"broker {self.address} answered correlation id {got}, "
-                                  f"expected {correlation}")
-        return decode_response(api_key, version, frame)
-
-    def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
-        """Send and read the answer; answers to earlier requests still unread are dropped."""
-        self.send(api_key, version, body)
-        while len(self._pending) > 1:
-            self.receive()
-        return self.receive()
-
-    def _read_exactly(self, size: int) -> memoryview:
-        buffer = bytearray(size)
-        view = memoryview(buffer)
-        got = 0
-        while got < size:
-            n = self._sock.recv_into(view[got:])
-            if n == 0:
-                raise ConnectionError(f"broker {self.address} closed the connection")
-            got += n
-        return view.toreadonly()
-
-    def close(self) -> None:
-        self._sock.close()
-
-
-# -- the client -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Cluster:
-    """What Metadata said: brokers, and each topic's partitions with their leader node."""
-
-    brokers: Mapping[int, Address]
-    topics: Mapping[str, Mapping[int, int]]
-    internal: frozenset[str] = frozenset()
-
-    def partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
-        return sorted(TopicPartition(t, p) for t in topics for p in self.topics.get(t, ()))
+"""ListOffsets' timestamp for the log end offset (the high watermark)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,15 +92,15 @@ class KafkaClient:
                 "allow_auto_topic_creation": False,
                 "include_cluster_authorized_operations": False,
                 "include_topic_authorized_operations": False}
-        answer = self._call(connection, API_METADATA, body)
+        answer = self._call(connection, ApiKey.METADATA, body)
         brokers = {b.node_id: (b.host, b.port) for b in answer.brokers}
         partitions: dict[str, dict[int, int]] = {}
         internal = set()
         for topic in answer.topics:
             if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 continue
-            if topic.error_code in _RETRIABLE:
-                raise _RetriableError(f"Metadata for {topic.name}: "
+            if topic.error_code in RETRIABLE:
+                raise RetriableError(f"Metadata for {topic.name}: "
                                       f"{error_name(topic.error_code)}")
             if topic.error_code != ErrorCode.NONE:
                 raise KafkaClientError(f"Metadata for topic {topic.name} failed: "
@@ -228,7 +118,7 @@ class KafkaClient:
         if tp not in self._leaders:
             self._metadata([tp.topic])
         if tp not in self._leaders:
-            raise _RetriableError(f"no leader known for {tp}")
+            raise RetriableError(f"no leader known for {tp}")
         return self._leaders[tp]
 
     # -- offsets ----------------------------------------------------------------------------
@@ -251,20 +141,20 @@ class KafkaClient:
                          "timestamp": wanted[tp]})
                 body = {"replica_id": -1, "isolation_level": 0, "topics": [
                     {"name": name, "partitions": parts} for name, parts in topics.items()]}
-                answer = self._call(self._connection(address), API_LIST_OFFSETS, body)
+                answer = self._call(self._connection(address), ApiKey.LIST_OFFSETS, body)
                 for topic in answer.topics:
                     for p in topic.partitions:
                         tp = TopicPartition(topic.name, p.partition_index)
                         if p.error_code == ErrorCode.NONE:
                             found[tp] = p.offset
-                        elif p.error_code in _RETRIABLE:
+                        elif p.error_code in RETRIABLE:
                             self._leaders.pop(tp, None)
                             retriable.append(f"{tp}: {error_name(p.error_code)}")
                         else:
                             raise KafkaClientError(f"ListOffsets for {tp} failed: "
                                                    f"{error_name(p.error_code)}")
             if retriable:
-                raise _RetriableError("ListOffsets " + ", ".join(retriable))
+                raise RetriableError("ListOffsets " + ", ".join(retriable))
 
         self._retrying(attempt, "ListOffsets")
         return found
@@ -287,7 +177,7 @@ class KafkaClient:
             if pending[:3] == (tp, offset, max_bytes):
                 try:
                     return self._receive_fetch(pending[3], tp)
-                except _RetriableError as exc:
+                except RetriableError as exc:
                     log.info("prefetch for %s failed: %s; retrying", tp, exc)
             else:
                 self._drop(pending[3], None)
@@ -303,7 +193,7 @@ class KafkaClient:
             self._prefetched = None
         try:
             self._prefetched = (tp, offset, max_bytes, self._send_fetch(tp, offset, max_bytes))
-        except _RetriableError as exc:
+        except RetriableError as exc:
             log.info("prefetch for %s not sent: %s", tp, exc)
 
     def _send_fetch(self, tp: TopicPartition, offset: int, max_bytes: int) -> BrokerConnection:
@@ -320,10 +210,10 @@ class KafkaClient:
             "forgotten_topics_data": [], "rack_id": "",
         }
         try:
-            connection.send(API_FETCH, connection.versions[API_FETCH], body)
+            connection.send(ApiKey.FETCH, connection.versions[ApiKey.FETCH], body)
         except OSError as exc:
             self._drop(connection, tp)
-            raise _RetriableError(f"Fetch to {connection.address}: {exc}") from exc
+            raise RetriableError(f"Fetch to {connection.address}: {exc}") from exc
         return connection
 
     def _receive_fetch(self, connection: BrokerConnection, tp: TopicPartition) -> FetchedPartition:
@@ -331,16 +221,16 @@ class KafkaClient:
             answer = connection.receive()
         except OSError as exc:
             self._drop(connection, tp)
-            raise _RetriableError(f"Fetch from {connection.address}: {exc}") from exc
+            raise RetriableError(f"Fetch from {connection.address}: {exc}") from exc
         top_error = getattr(answer, "error_code", ErrorCode.NONE)  # v7+
         if top_error != ErrorCode.NONE:
             raise KafkaClientError(f"Fetch for {tp} failed: {error_name(top_error)}")
         for topic in answer.responses:
             for p in topic.partitions:
                 if topic.topic == tp.topic and p.partition_index == tp.partition:
-                    if p.error_code in _RETRIABLE:
+                    if p.error_code in RETRIABLE:
                         self._leaders.pop(tp, None)
-                        raise _RetriableError(f"Fetch for {tp}: {error_name(p.error_code)}")
+                        raise RetriableError(f"Fetch for {tp}: {error_name(p.error_code)}")
                     return FetchedPartition(p.error_code, p.high_watermark, p.records or b"")
         raise KafkaClientError(f"broker {connection.address} did not answer for {tp}")
 
@@ -351,7 +241,7 @@ class KafkaClient:
         while True:
             try:
                 return attempt()
-            except _RetriableError as exc:
+            except RetriableError as exc:
                 if time.monotonic() + self.retry.backoff_s > deadline:
                     raise KafkaClientError(f"{what} still failing after "
                                            f"{self.retry.timeout_s:g} s: {exc}") from exc
@@ -365,7 +255,7 @@ class KafkaClient:
             return connection.request(api_key, connection.versions[api_key], body)
         except OSError as exc:
             self._drop(connection, None)
-            raise _RetriableError(f"{_API_NAMES[api_key]} to {connection.address}: {exc}") from exc
+            raise RetriableError(f"{API_NAMES[api_key]} to {connection.address}: {exc}") from exc
 
     def _drop(self, connection: BrokerConnection, tp: TopicPartition | None) -> None:
         connection.close()
@@ -379,7 +269,7 @@ class KafkaClient:
             try:
                 connection = BrokerConnection(*address, self.config)
             except OSError as exc:
-                raise _RetriableError(f"cannot connect to {address[0]}:{address[1]}: "
+                raise RetriableError(f"cannot connect to {address[0]}:{address[1]}: "
                                       f"{exc}") from exc
             self._connections[address] = connection
         return connection
@@ -392,14 +282,6 @@ class KafkaClient:
         for address in self.config.bootstrap:
             try:
                 return self._connection(address)
-            except _RetriableError as exc:
+            except RetriableError as exc:
                 errors.append(str(exc))
-        raise _RetriableError("no bootstrap server reachable: " + "; ".join(errors))
-
-
-def error_name(code: int) -> str:
-    """Kafka's name of an error code, and the code: ``NOT_LEADER_OR_FOLLOWER (6)``."""
-    try:
-        return f"{ErrorCode(code).name.upper()} ({code})"
-    except ValueError:
-        return f"error {code}"
+        raise RetriableError("no bootstrap server reachable: " + "; ".join(errors))

@@ -17,10 +17,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from sparklog.datasource.offset_reader import OffsetReader
 from sparklog.datasource.options import OptionError
-from sparklog.datasource.planning import KafkaInputPartition, plan
-from sparklog.datasource.read_options import parse_read_options
+from sparklog.datasource.read.offset_reader import OffsetReader
+from sparklog.datasource.read.planning import KafkaInputPartition, plan
+from sparklog.datasource.read.read_options import parse_read_options
 
 
 class SparklogBatchReader(DataSourceReader):
@@ -43,7 +43,7 @@ class SparklogBatchReader(DataSourceReader):
                          options.max_records_per_partition))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from sparklog.datasource.fetcher import read_partition  # executors only
+        from sparklog.datasource.read.fetcher import read_partition  # executors only
 
         if not isinstance(partition, KafkaInputPartition):  # Spark's stand-in for no tasks
             return iter(())

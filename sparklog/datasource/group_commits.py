@@ -5,24 +5,28 @@ live in a ``StreamingQueryListener`` in the driver's Python process, which does 
 batch (``onQueryProgress``: each source's ``endOffset``) and the end (``onQueryTerminated``).
 
 Invariants:
-- Only queries with a ``sparklog`` source carrying ``groupId`` (or ``kafka.group.id``) are
-  touched; the group, bootstrap servers and ``kafka.*`` client settings come from the
-  source's own options, read from the query's analyzed plan.
+- The source's options are read from the query's analyzed plan and parsed by the source's
+  own ``parse_read_options``: the group (``ReadOptions.group_id``: ``groupId`` or
+  ``kafka.group.id``), the subscription and the client settings (bootstrap servers, client
+  id) are exactly what the reader uses. Only sources that name a group are touched.
+- A source's offsets are matched to its group by the source's own rule,
+  ``Subscription.reads``: the partitions in ``endOffset`` that it subscribes to
+  (``subscribe``, ``assign`` or ``subscribePattern``); a pattern never matches an internal
+  topic (``__consumer_offsets``), which is learned from Metadata as the reader learns it
+  (once per topic name, and only for a pattern).
 - Each completed batch's end offsets (Spark's "next offset to read", Kafka's commit
   convention) are committed asynchronously with compare-and-set, so a late retry never
   overwrites a newer batch's offsets; when the query stops, the last batch's offsets are
   committed synchronously. The checkpoint stays the source of truth for the stream: the
   group only mirrors it, so lag tools (``sparklog groups describe``) show the stream's lag.
-- A source's offsets are matched to its group by topic: the topics in ``endOffset`` that the
-  source subscribes to (``subscribe``, ``assign`` or ``subscribePattern``).
+- A failure here (Metadata unreachable, options that no longer parse) is logged and skips
+  a commit; it never fails the query.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,42 +34,67 @@ from confluent_kafka import Consumer
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
+from sparklog.client.errors import KafkaClientError
+from sparklog.client.kafka import KafkaClient
+from sparklog.datasource.options import OptionError
+from sparklog.datasource.read.offsets import PartitionOffsets, from_json
+from sparklog.datasource.read.read_options import ReadOptions, parse_read_options
 from sparklog.offsets.committer import OffsetCommitter
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "sparklog"
-GROUP_OPTIONS = ("groupId", "kafka.group.id")
+
+Commits = dict[tuple[str, int], int]
 
 
 @dataclass
 class GroupTarget:
     """One sparklog source of a query that commits to a consumer group."""
 
-    group_id: str
-    options: dict[str, str]
+    options: ReadOptions
     committer: OffsetCommitter | None = None
     consumer: Consumer | None = None
-    last: dict[tuple[str, int], int] = field(default_factory=dict)
+    last: Commits = field(default_factory=dict)
+    internal: dict[str, bool] = field(default_factory=dict)
+    """Whether each topic seen so far is internal (asked of Metadata for a pattern)."""
 
-    def wants(self, topic: str) -> bool:
-        opts = {k.lower(): v for k, v in self.options.items()}
-        if "subscribe" in opts:
-            return topic in [t.strip() for t in opts["subscribe"].split(",")]
-        if "assign" in opts:
-            return topic in json.loads(opts["assign"])
-        if "subscribepattern" in opts:
-            return re.fullmatch(opts["subscribepattern"], topic) is not None
-        return False
+    @property
+    def group_id(self) -> str:
+        assert self.options.group_id is not None
+        return self.options.group_id
 
-    def commit_async(self, offsets: dict[tuple[str, int], int]) -> None:
+    def commits(self, end: PartitionOffsets) -> Commits:
+        """The offsets of ``end`` that this source reads, keyed as the committer takes them."""
+        subscription = self.options.subscription
+        internal = (self._internal_topics({tp.topic for tp in end})
+                    if subscription.pattern is not None else frozenset())
+        return {(tp.topic, tp.partition): offset for tp, offset in end.items()
+                if subscription.reads(tp, internal)}
+
+    def _internal_topics(self, topics: set[str]) -> frozenset[str]:
+        unknown = sorted(topics - self.internal.keys())
+        if unknown:
+            with KafkaClient(self.options.client, self.options.driver_retry) as client:
+                cluster = client.metadata(unknown)
+            self.internal.update({topic: topic in cluster.internal for topic in unknown})
+        return frozenset(topic for topic in topics if self.internal[topic])
+
+    def commit_async(self, offsets: Commits) -> None:
         if not offsets:
             return
         if self.committer is None:
-            self.consumer = Consumer(_client_config(self.options, self.group_id))
+            self.consumer = Consumer(self._consumer_config())
             self.committer = OffsetCommitter(self.consumer)
         self.last.update(offsets)
         self.committer.commit_async(offsets)
+
+    def _consumer_config(self) -> dict[str, Any]:
+        """The committing consumer's settings: the source's servers and client id (its other
+        ``kafka.*`` options are fetch settings, some with Java-only names)."""
+        client = self.options.client
+        return {"bootstrap.servers": client.servers, "client.id": client.client_id,
+                "group.id": self.group_id, "enable.auto.commit": False}
 
     def close(self) -> None:
         """The final synchronous commit of the last batch's offsets, then release."""
@@ -77,20 +106,6 @@ class GroupTarget:
         finally:
             self.committer.close()
             self.consumer.close()
-
-
-def _client_config(options: Mapping[str, str], group_id: str) -> dict[str, Any]:
-    """The committing consumer's settings: the source's servers and client id only (its
-    other ``kafka.*`` options are fetch settings, some with Java-only names)."""
-    lowered = {k.lower(): v for k, v in options.items()}
-    config: dict[str, Any] = {
-        "bootstrap.servers": lowered.get("kafka.bootstrap.servers")
-        or lowered.get("bootstrap.servers", ""),
-        "group.id": group_id, "enable.auto.commit": False,
-    }
-    if "kafka.client.id" in lowered:
-        config["client.id"] = lowered["kafka.client.id"]
-    return config
 
 
 def sparklog_sources(spark: SparkSession, query_id: str) -> list[dict[str, str]] | None:
@@ -111,12 +126,19 @@ def sparklog_sources(spark: SparkSession, query_id: str) -> list[dict[str, str]]
     return found
 
 
-def _group_of(options: Mapping[str, str]) -> str | None:
-    lowered = {k.lower(): v for k, v in options.items()}
-    for name in GROUP_OPTIONS:
-        if lowered.get(name.lower()):
-            return lowered[name.lower()]
-    return None
+def group_targets(sources: list[dict[str, str]]) -> list[GroupTarget]:
+    """A target for each source whose options name a consumer group."""
+    targets = []
+    for raw in sources:
+        try:
+            options = parse_read_options(raw, streaming=True)
+        except OptionError as exc:  # the query started with them, so this is unexpected
+            log.warning("sparklog source options do not parse (%s): its progress is not "
+                        "committed to a consumer group", exc)
+            continue
+        if options.group_id is not None:
+            targets.append(GroupTarget(options))
+    return targets
 
 
 class GroupCommitListener(StreamingQueryListener):
@@ -136,8 +158,7 @@ class GroupCommitListener(StreamingQueryListener):
                 log.warning("query %s ended before its sparklog options could be read: its "
                             "progress is not committed to a consumer group", query_id)
                 return []
-            self._targets[query_id] = [GroupTarget(group, options) for options in sources
-                                       if (group := _group_of(options))]
+            self._targets[query_id] = group_targets(sources)
         return self._targets[query_id]
 
     def onQueryStarted(self, event: Any) -> None:
@@ -153,15 +174,15 @@ class GroupCommitListener(StreamingQueryListener):
             return
         for source in progress.sources:
             try:
-                end = json.loads(source.endOffset or "null")
-            except ValueError:
-                continue
-            if not isinstance(end, dict):
+                end = from_json(json.loads(source.endOffset or "null"))
+            except ValueError:  # not a sparklog (or Kafka) source's offsets
                 continue
             for target in targets:
-                offsets = {(topic, int(p)): int(o) for topic, parts in end.items()
-                           if target.wants(topic) for p, o in parts.items()}
-                target.commit_async(offsets)
+                try:
+                    target.commit_async(target.commits(end))
+                except KafkaClientError as exc:
+                    log.warning("offsets of batch %s not committed to group %s: %s",
+                                progress.batchId, target.group_id, exc)
 
     def onQueryTerminated(self, event: Any) -> None:
         for target in self._targets.pop(str(event.id), []):

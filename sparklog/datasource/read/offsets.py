@@ -14,18 +14,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
+from sparklog.client.cluster import TopicPartition
 from sparklog.datasource.options import OptionError
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
 
 PartitionOffsets = dict[TopicPartition, int]
 

@@ -26,9 +26,9 @@ from itertools import pairwise
 
 from pyspark.sql.datasource import InputPartition
 
-from sparklog.datasource.client_config import Address
-from sparklog.datasource.offsets import PartitionOffsets, TopicPartition
-from sparklog.datasource.read_options import TaskSettings
+from sparklog.client.settings import Address
+from sparklog.datasource.read.offsets import PartitionOffsets, TopicPartition
+from sparklog.datasource.read.read_options import TaskSettings
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sparklog.datasource.producer import SinkCommitMessage, TaskProducer, check_config
-from sparklog.datasource.write_options import SinkSpec, sink_spec
+from sparklog.datasource.write.producer import SinkCommitMessage, TaskProducer, check_config
+from sparklog.datasource.write.write_options import SinkSpec, sink_spec
 
 log = logging.getLogger("sparklog.sink")
 if log.level == logging.NOTSET:

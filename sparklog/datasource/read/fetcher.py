@@ -20,17 +20,16 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from sparklog.datasource.arrow_records import ArrowRecordBuilder, first_batch_size, next_position
-from sparklog.datasource.data_loss import report_data_loss
-from sparklog.datasource.kafka_client import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    KafkaClient,
-    KafkaClientError,
-    error_name,
+from sparklog.client.errors import KafkaClientError, error_name
+from sparklog.client.kafka import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, KafkaClient
+from sparklog.datasource.read.arrow_records import (
+    ArrowRecordBuilder,
+    first_batch_size,
+    next_position,
 )
-from sparklog.datasource.offsets import TopicPartition
-from sparklog.datasource.planning import KafkaInputPartition
+from sparklog.datasource.read.data_loss import report_data_loss
+from sparklog.datasource.read.offsets import TopicPartition
+from sparklog.datasource.read.planning import KafkaInputPartition
 from sparklog.errors import ErrorCode
 
 

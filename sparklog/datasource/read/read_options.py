@@ -12,27 +12,20 @@ Invariants:
   ``failOnDataLoss`` true; ``maxTriggerDelay`` 15m; ``includeHeaders`` false.
 - ``ReadOptions`` is immutable and picklable (readers are pickled to executors).
 - ``groupId`` (or ``kafka.group.id``) names a consumer group that mirrors the stream's
-  progress; the commits are made by ``sparklog.offsets.spark_listener`` in the driver, from
-  these same options. ``groupIdPrefix`` is accepted for compatibility and unused.
+  progress (``ReadOptions.group_id``); the commits are made in the driver by
+  ``sparklog.datasource.group_commits``, which parses the source's options with this same
+  function and matches offsets with ``Subscription.reads``. ``groupIdPrefix`` is accepted
+  for compatibility and unused.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparklog.datasource.client_config import ClientConfig, RetryPolicy
-from sparklog.datasource.offsets import (
-    EARLIEST,
-    LATEST,
-    PartitionOffsets,
-    TopicPartition,
-    parse_assign_option,
-    parse_offsets_option,
-    parse_timestamps_option,
-)
+from sparklog.client.settings import ClientConfig, RetryPolicy
 from sparklog.datasource.options import (
     OptionError,
     check_known,
@@ -41,9 +34,19 @@ from sparklog.datasource.options import (
     parse_bool,
     parse_int,
 )
+from sparklog.datasource.read.client_options import client_config
+from sparklog.datasource.read.offsets import (
+    EARLIEST,
+    LATEST,
+    PartitionOffsets,
+    TopicPartition,
+    parse_assign_option,
+    parse_offsets_option,
+    parse_timestamps_option,
+)
 
 if TYPE_CHECKING:
-    from sparklog.datasource.kafka_client import Cluster
+    from sparklog.client.cluster import Cluster
 
 _SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 _STARTING = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
@@ -116,15 +119,20 @@ class Subscription:
             return None
         return list(self.topics) if self.topics else sorted({tp.topic for tp in self.assigned})
 
+    def reads(self, tp: TopicPartition, internal: Container[str] = frozenset()) -> bool:
+        """Whether ``tp`` is read. A pattern never matches an internal topic (``internal``:
+        the topics Metadata marks internal, such as ``__consumer_offsets``), as Kafka's
+        consumer excludes them; a topic named or assigned is read even when internal."""
+        if self.pattern is not None:
+            return tp.topic not in internal and re.fullmatch(self.pattern, tp.topic) is not None
+        if self.topics:
+            return tp.topic in self.topics
+        return tp in self.assigned
+
     def partitions(self, cluster: Cluster) -> list[TopicPartition]:
         """The existing partitions this subscription reads, sorted."""
-        if self.pattern is not None:
-            regex = re.compile(self.pattern)
-            return cluster.partitions(t for t in cluster.topics
-                                      if t not in cluster.internal and regex.fullmatch(t))
-        if self.topics:
-            return cluster.partitions(self.topics)
-        return [tp for tp in self.assigned if tp.partition in cluster.topics.get(tp.topic, {})]
+        return [tp for tp in cluster.partitions(cluster.topics)
+                if self.reads(tp, cluster.internal)]
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,9 @@ class ReadOptions:
     max_trigger_delay_s: float
     driver_retry: RetryPolicy
     executor_retry: RetryPolicy
+    group_id: str | None
+    """The consumer group that mirrors the stream's progress (``groupId`` or
+    ``kafka.group.id``), or None."""
 
     @property
     def task_settings(self) -> TaskSettings:
@@ -166,7 +177,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
                 raise OptionError(f"option {name} is not valid in streaming queries; ending "
                                   "offsets apply to batch reads (spark.read) only")
     check_known(options, set(SOURCE_OPTIONS), "source")
-    client = ClientConfig.from_params(kafka_params(options))
+    client = client_config(kafka_params(options))
     poll_timeout_ms = _number(options, "kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
     retries = _number(options, "fetchOffset.numRetries", 3, minimum=0)
     retry_interval_ms = _number(options, "fetchOffset.retryIntervalMs", 1000, minimum=1)
@@ -184,6 +195,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         max_trigger_delay_s=_duration(options, "maxTriggerDelay", "15m"),
         driver_retry=RetryPolicy(retries * retry_interval_ms / 1000, retry_interval_ms / 1000),
         executor_retry=RetryPolicy(poll_timeout_ms / 1000, client.retry_backoff_s),
+        group_id=get_option(options, "groupId") or get_option(options, "kafka.group.id") or None,
     )
 
 

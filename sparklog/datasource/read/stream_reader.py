@@ -21,9 +21,9 @@ Invariants:
 - Partitions that disappeared and partitions whose latest offset fell below the start are
   data loss (``failOnDataLoss``): fail, or log, drop or restart them at latest.
 - ``commit`` does nothing: offsets live in Spark's checkpoint. With ``groupId`` (or
-  ``kafka.group.id``) the driver's ``GroupCommitListener`` (installed by
-  ``sparklog.datasource.register``) mirrors them into that consumer group, because Spark
-  never delivers the last batch's ``commit`` to a Python reader.
+  ``kafka.group.id``) the driver's listener (``sparklog.datasource.group_commits``,
+  installed by ``sparklog.datasource.register``) mirrors them into that consumer group,
+  because Spark never delivers the last batch's ``commit`` to a Python reader.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sparklog.datasource.data_loss import report_data_loss
-from sparklog.datasource.offsets import PartitionOffsets, from_json, to_json
-from sparklog.datasource.planning import KafkaInputPartition, plan, rate_limit
-from sparklog.datasource.read_options import parse_read_options
+from sparklog.datasource.read.data_loss import report_data_loss
+from sparklog.datasource.read.offsets import PartitionOffsets, from_json, to_json
+from sparklog.datasource.read.planning import KafkaInputPartition, plan, rate_limit
+from sparklog.datasource.read.read_options import parse_read_options
 
 if TYPE_CHECKING:
-    from sparklog.datasource.offset_reader import OffsetReader
+    from sparklog.datasource.read.offset_reader import OffsetReader
 
 
 class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -68,7 +68,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def offsets(self) -> OffsetReader:
         if self._offsets is None:
-            from sparklog.datasource.offset_reader import OffsetReader
+            from sparklog.datasource.read.offset_reader import OffsetReader
 
             self._offsets = OffsetReader(self.options)
         return self._offsets
@@ -154,7 +154,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executors --------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from sparklog.datasource.fetcher import read_partition
+        from sparklog.datasource.read.fetcher import read_partition
 
         assert isinstance(partition, KafkaInputPartition)
         return read_partition(partition)

@@ -31,7 +31,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pyspark.sql.datasource import WriterCommitMessage
 
 from sparklog.datasource.options import OptionError
-from sparklog.datasource.write_options import SinkSpec
+from sparklog.datasource.write.write_options import SinkSpec
 
 METADATA_TIMEOUT_S = 30.0
 """How long a task waits for a topic's metadata before failing."""

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sparklog.datasource.client_config import Address
-from sparklog.datasource.kafka_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, KafkaClient
-from sparklog.datasource.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
+from sparklog.client.kafka import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, KafkaClient
+from sparklog.client.settings import Address
 from sparklog.datasource.options import OptionError
-from sparklog.datasource.read_options import (
+from sparklog.datasource.read.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
+from sparklog.datasource.read.read_options import (
     EarliestOffsets,
     LatestOffsets,
     OffsetSpec,

@@ -1,0 +1,106 @@
+"""One blocking connection to one broker, speaking Kafka's wire protocol through kio.
+
+Requests and responses are kio (0.6) dataclasses built and read by ``sparklog.protocol``;
+only non-flexible versions are used (Metadata v1-8, ListOffsets v1-5, Fetch v4-11), which
+Apache Kafka 3.x and 4.x accept.
+
+Invariants:
+- The connection negotiates with ApiVersions when it opens: each API is spoken at the
+  highest version inside ``RANGES`` that the broker advertises (``versions``); a broker
+  outside a range is refused with ``KafkaClientError`` naming the API and both ranges.
+- Responses are read in request order (Kafka answers in order), so a caller may send the
+  next request before it reads the previous answer; a correlation id out of order closes
+  nothing but raises ``ConnectionError`` (the caller drops the connection).
+- Socket failures surface as ``OSError`` (``ConnectionError`` for a closed connection);
+  retrying is the caller's business.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from sparklog.client.errors import KafkaClientError, error_name
+from sparklog.client.settings import ClientConfig
+from sparklog.errors import ErrorCode
+from sparklog.protocol.codec import decode_response, encode_request, request_class
+from sparklog.protocol.entities import build
+from sparklog.protocol.versions import ApiKey
+
+RANGES = {ApiKey.FETCH: (4, 11), ApiKey.LIST_OFFSETS: (1, 5), ApiKey.METADATA: (1, 8)}
+"""The versions this client can speak, per API."""
+API_NAMES = {ApiKey.FETCH: "Fetch", ApiKey.LIST_OFFSETS: "ListOffsets",
+             ApiKey.METADATA: "Metadata"}
+
+_SIZE = struct.Struct(">i")
+
+
+class BrokerConnection:
+    """A blocking connection to one broker, with the API versions it was negotiated at."""
+
+    def __init__(self, host: str, port: int, config: ClientConfig) -> None:
+        self.address = f"{host}:{port}"
+        self._client_id = config.client_id.encode()
+        self._sock = socket.create_connection((host, port), timeout=config.request_timeout_s)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._correlation = 0
+        self._pending: list[tuple[int, int, int]] = []  # (correlation id, api key, version)
+        self.versions = self._negotiate()
+
+    def _negotiate(self) -> dict[int, int]:
+        answer = self.request(ApiKey.API_VERSIONS, 0, {})
+        if answer.error_code != ErrorCode.NONE:
+            raise KafkaClientError(f"broker {self.address}: ApiVersions failed with error "
+                                   f"{error_name(answer.error_code)}")
+        offered = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+        versions = {}
+        for key, (low, high) in RANGES.items():
+            theirs = offered.get(key)
+            if theirs is None or theirs[1] < low or theirs[0] > high:
+                raise KafkaClientError(
+                    f"broker {self.address} serves {API_NAMES[key]} "
+                    f"{'not at all' if theirs is None else f'v{theirs[0]}-{theirs[1]}'}; the "
+                    f"sparklog client needs a version in v{low}-{high}")
+            versions[key] = min(high, theirs[1])
+        return versions
+
+    def send(self, api_key: int, version: int, body: Mapping[str, Any]) -> None:
+        self._correlation += 1
+        request = build(request_class(api_key, version), body)
+        self._sock.sendall(encode_request(api_key, version, self._correlation, self._client_id,
+                                          request))
+        self._pending.append((self._correlation, api_key, version))
+
+    def receive(self) -> Any:
+        """The answer to the oldest request sent and not yet received."""
+        correlation, api_key, version = self._pending.pop(0)
+        (size,) = _SIZE.unpack(self._read_exactly(4))
+        frame = self._read_exactly(size)
+        (got,) = _SIZE.unpack_from(frame)
+        if got != correlation:
+            raise ConnectionError(f"broker {self.address} answered correlation id {got}, "
+                                  f"expected {correlation}")
+        return decode_response(api_key, version, frame)
+
+    def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
+        """Send and read the answer; answers to earlier requests still unread are dropped."""
+        self.send(api_key, version, body)
+        while len(self._pending) > 1:
+            self.receive()
+        return self.receive()
+
+    def _read_exactly(self, size: int) -> memoryview:
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        got = 0
+        while got < size:
+            n = self._sock.recv_into(view[got:])
+            if n == 0:
+                raise ConnectionError(f"broker {self.address} closed the connection")
+            got += n
+        return view.toreadonly()
+
+    def close(self) -> None:
+        self._sock.close()

@@ -1,0 +1,11 @@
+"""The read side of the ``sparklog`` source: ``spark.read`` and ``spark.readStream``.
+
+Driver: ``read_options`` (the options, parsed once; ``client_options`` for ``kafka.*``),
+``offsets`` (partition offsets and their JSON), ``offset_reader`` (Metadata and
+ListOffsets), ``planning`` (ranges into tasks, rate limits), ``batch_reader`` and
+``stream_reader``. Executors: ``fetcher`` (Fetch) and ``arrow_records`` (record batches to
+Arrow). Both: ``data_loss``.
+
+Invariant: importing this package imports nothing; each module is imported where it is
+first needed, so Spark's planner process loads only what the query uses.
+"""
