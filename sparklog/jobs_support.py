@@ -36,6 +36,7 @@ from sparklog.dlq.headers import DeadLetter
 from sparklog.dlq.parse import ParseSpec, bad_rows, classify, good_rows, parse
 from sparklog.dlq.producer import DeadLetterProducer, SendResult
 from sparklog.faults import fault_point
+from sparklog.properties import read_properties
 
 if TYPE_CHECKING:
     from deltalake import Transaction
@@ -51,34 +52,6 @@ SOURCE_PREFIX = "source."
 
 
 # -- settings ------------------------------------------------------------------------------
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """``key=value`` lines (``#`` and ``!`` comments, blank lines ignored)."""
-    settings = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")
-        settings[key.strip()] = value.strip()
-    return settings
-
-
-def read_spark_conf(path: Path) -> dict[str, str]:
-    """``spark-defaults.conf`` lines: a key, whitespace, the value."""
-    settings = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split(None, 1)
-        if len(parts) != 2:
-            raise ValueError(f"{path}:{number}: expected 'key value', got {line!r}")
-        settings[parts[0]] = parts[1]
-    return settings
 
 
 @dataclass(frozen=True)
@@ -99,7 +72,7 @@ class JobSettings:
                 raise SystemExit(f"--set expects key=value, got {item!r}")
             values[key.strip()] = value.strip()
         spark_conf = directory / "spark-local.conf"
-        return cls(values, read_spark_conf(spark_conf) if spark_conf.is_file() else {})
+        return cls(values, read_properties(spark_conf) if spark_conf.is_file() else {})
 
     def __getitem__(self, key: str) -> str:
         if key not in self.values:
