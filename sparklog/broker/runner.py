@@ -19,13 +19,13 @@ import asyncio
 import contextlib
 import importlib
 import logging
-import signal
 from collections.abc import Callable
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
+from sparklog.signals import WATCHED, Stop
 from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 
 log = logging.getLogger(__name__)
@@ -107,8 +107,9 @@ def run(config: BrokerConfig, data_dir: Path, listen: str) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        shutdown = Stop(on_request=stop.set)  # every signal, not just the first, stops cleanly
+        for sig in WATCHED:
+            loop.add_signal_handler(sig, shutdown.request, sig)
         await serve(config, data_dir, listen, stop)
 
     with contextlib.suppress(KeyboardInterrupt):

@@ -44,9 +44,9 @@ from sparklog.commands._client import (
     non_negative,
     parse_headers,
     separator,
-    stop_on_signals,
     tool,
 )
+from sparklog.signals import stop_on_signals
 
 Record = tuple[bytes | None, bytes, Headers]
 
@@ -142,7 +142,10 @@ def run(args: argparse.Namespace) -> int:
                 bad_line = exc
                 break
             _send(producer, args, record, deliveries)
-        stop.wait(producer.flush)
+        if stop.requested:  # reading stopped: deliver what was read (a second signal aborts)
+            producer.flush()
+        else:
+            stop.wait(producer.flush)
     if queued := len(producer):
         deliveries.fail(KafkaError(KafkaError._FAIL, "stopped before delivery"), queued)
     print(f"Sent {deliveries.delivered} records to {args.topic}", file=sys.stderr)
