@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException
 
+from sparklog.client.admin import MISSING_TOPIC, TOPIC_EXISTS, kafka_error
+
 FAILED, USAGE = 1, 2
-REQUEST_TIMEOUT_S = 30.0
 Headers = list[tuple[str, bytes | None]]
 
 
@@ -97,20 +98,11 @@ def client_config(args: argparse.Namespace,
 # -- errors -----------------------------------------------------------------------------------
 
 
-MISSING_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
-
-
-def kafka_error(exc: KafkaException) -> KafkaError:
-    """The ``KafkaError`` an exception of the client carries."""
-    error = exc.args[0] if exc.args else None
-    return error if isinstance(error, KafkaError) else KafkaError(KafkaError._FAIL, str(exc))
-
-
 def topic_error(topic: str, error: KafkaError) -> ToolError:
     """A failure about ``topic``, worded by us for the common codes, else by the broker."""
     if error.code() in MISSING_TOPIC:
         return ToolError(f"topic {topic!r} does not exist")
-    if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+    if error.code() in TOPIC_EXISTS:
         return ToolError(f"topic {topic!r} already exists")
     return ToolError(f"topic {topic!r}: {error.str()}")
 

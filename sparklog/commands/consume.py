@@ -39,9 +39,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from sparklog.client.admin import MISSING_TOPIC, REQUEST_TIMEOUT_S
 from sparklog.commands._client import (
-    MISSING_TOPIC,
-    REQUEST_TIMEOUT_S,
     USAGE,
     ToolError,
     add_header_arguments,

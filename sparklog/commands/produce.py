@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from sparklog.client.admin import kafka_error
 from sparklog.commands._client import (
     FAILED,
     Headers,
@@ -40,7 +41,6 @@ from sparklog.commands._client import (
     client_config,
     client_parent,
     complain,
-    kafka_error,
     non_negative,
     parse_headers,
     separator,
