@@ -1,5 +1,5 @@
-"""The jobs in ``jobs/`` against a real broker: crash-safety of ``stream_to_delta``, idempotent
-backfills, dead-letter replay.
+"""The jobs in ``sparklog.jobs`` against a real broker: crash-safety of ``stream_to_delta``,
+idempotent backfills, dead-letter replay.
 
 The streaming job runs as a child process (its own SparkSession) that a fault point
 (``SPARKLOG_FAULT_POINT``) pauses at a named place; the test then SIGKILLs its whole process
@@ -23,14 +23,17 @@ import pytest
 from deltalake import DeltaTable
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.client.admin import ensure_topics
 from sparklog.datasource import register
 from sparklog.faults import MARKER_ENV, POINT_ENV
-from sparklog.jobs_support import REPO, JobSettings, StopFlag, ensure_topics, load_job
+from sparklog.jobs import backfill, replay_dlq
+from sparklog.jobs.settings import JobSettings
 from sparklog.sample_events import SCHEMA, event, produce_events, read_topic
+from sparklog.signals import Stop
 
 pytestmark = pytest.mark.spark
 
-JOB = REPO / "jobs" / "stream_to_delta.py"
+JOB = [sys.executable, "-m", "sparklog.jobs.stream_to_delta"]
 RUN_TIMEOUT_S = 240
 
 
@@ -77,8 +80,8 @@ class JobRunner:
         if fault:
             env.update({POINT_ENV: fault, MARKER_ENV: str(marker)})
         with open(log_path, "w") as log:
-            proc = subprocess.Popen([sys.executable, str(JOB), *self.args, *extra], stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, cwd=REPO,
+            proc = subprocess.Popen([*JOB, *self.args, *extra], stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
                                     start_new_session=True)
         deadline = time.monotonic() + RUN_TIMEOUT_S
         outcome = None
@@ -154,7 +157,6 @@ def _settings() -> JobSettings:
 def test_backfill_of_the_same_range_twice_adds_nothing(spark, bootstrap: str,
                                                       tmp_path: Path) -> None:
     register(spark)
-    backfill = load_job("backfill")
     topic = "backfill-events"
     ensure_topics(bootstrap, {topic: 3})
     produce_events(bootstrap, topic, 600, bad_every=50)
@@ -192,7 +194,6 @@ def test_backfill_of_the_same_range_twice_adds_nothing(spark, bootstrap: str,
 def test_replay_dlq_moves_fixed_records_and_parks_hopeless_ones(spark, bootstrap: str,
                                                                tmp_path: Path) -> None:
     register(spark)
-    backfill, replay = load_job("backfill"), load_job("replay_dlq")
     topic, table = "replay-events", tmp_path / "table"
     ensure_topics(bootstrap, {topic: 2})
     from confluent_kafka import Producer
@@ -222,7 +223,7 @@ def test_replay_dlq_moves_fixed_records_and_parks_hopeless_ones(spark, bootstrap
 
     argv = ["--bootstrap", bootstrap, "--dlq-topic", dlq, "--table", str(table),
             "--schema", relaxed, "--max-attempts", "3"]
-    assert replay.run(spark, replay.parse_args(argv), _settings(), StopFlag()) == 0
+    assert replay_dlq.run(spark, replay_dlq.parse_args(argv), _settings(), Stop()) == 0
     assert sorted(_table_ids(table)) == sorted(ids_of("good") + ids_of("fixable"))
     again = [h for h in map(_headers, read_topic(bootstrap, dlq)) if h["dlq.attempt"] != "1"]
     assert len(again) == 30 and {h["dlq.attempt"] for h in again} == {"2"}
@@ -230,7 +231,7 @@ def test_replay_dlq_moves_fixed_records_and_parks_hopeless_ones(spark, bootstrap
     assert read_topic(bootstrap, f"{dlq}.parking") == []
 
     # the next run sees only the re-sent records: a third failure parks them
-    assert replay.run(spark, replay.parse_args(argv), _settings(), StopFlag()) == 0
+    assert replay_dlq.run(spark, replay_dlq.parse_args(argv), _settings(), Stop()) == 0
     parked = [_headers(r) for r in read_topic(bootstrap, f"{dlq}.parking")]
     assert len(parked) == 30 and {h["dlq.attempt"] for h in parked} == {"3"}
     assert {h["dlq.original.topic"] for h in parked} == {topic}
@@ -239,7 +240,7 @@ def test_replay_dlq_moves_fixed_records_and_parks_hopeless_ones(spark, bootstrap
 
     # nothing left: a third run changes nothing
     version = DeltaTable(str(table)).version()
-    assert replay.run(spark, replay.parse_args(argv), _settings(), StopFlag()) == 0
+    assert replay_dlq.run(spark, replay_dlq.parse_args(argv), _settings(), Stop()) == 0
     assert DeltaTable(str(table)).version() == version
     assert len(read_topic(bootstrap, f"{dlq}.parking")) == 30
     assert sorted(_table_ids(table)) == sorted(ids_of("good") + ids_of("fixable"))
