@@ -28,7 +28,7 @@ from sparklog.datasource import register
 from sparklog.faults import MARKER_ENV, POINT_ENV
 from sparklog.jobs import backfill, replay_dlq
 from sparklog.jobs.settings import JobSettings
-from sparklog.sample_events import SCHEMA, event, produce_events, read_topic
+from sparklog.sample_events import SCHEMA, Produced, event, produce_events, read_topic
 from sparklog.signals import Stop
 
 pytestmark = pytest.mark.spark
@@ -69,12 +69,20 @@ class JobRunner:
         self.workdir = workdir
         self.args = args
         self.runs = 0
+        self.signalled_at = 0  # how much the log held when the stop signal was sent
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"run-{self.runs}.log"
 
     def run(self, fault: str | None = None, *, stop_when: Callable[[], bool] | None = None,
+            stop_with: signal.Signals = signal.SIGTERM,
             extra: tuple[str, ...] = ()) -> tuple[str, str]:
-        """Run until it exits, is killed at ``fault``, or ``stop_when()`` (then SIGTERM)."""
+        """Run until it exits, is killed at ``fault``, or ``stop_when()``: then ``stop_with``
+        goes to the process (as ``kill`` or ``docker stop`` send it) or, for SIGINT, to its
+        whole group (as Ctrl-C in a terminal does)."""
         self.runs += 1
-        log_path = self.workdir / f"run-{self.runs}.log"
+        log_path = self.log_path
         marker = self.workdir / f"fault-{self.runs}"
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
         if fault:
@@ -91,8 +99,12 @@ class JobRunner:
                 os.killpg(proc.pid, signal.SIGKILL)
                 outcome = "killed"
             elif stop_when and stop_when():
-                proc.send_signal(signal.SIGTERM)
-                outcome = f"exit {proc.wait(60)} after SIGTERM"
+                self.signalled_at = len(log_path.read_text())
+                if stop_with == signal.SIGINT:
+                    os.killpg(proc.pid, stop_with)
+                else:
+                    proc.send_signal(stop_with)
+                outcome = f"exit {proc.wait(60)} after {stop_with.name}"
             elif proc.poll() is not None:
                 outcome = f"exit {proc.returncode}"
             elif time.monotonic() > deadline:
@@ -103,16 +115,25 @@ class JobRunner:
         return outcome, log_path.read_text()
 
 
+def _stream_job(bootstrap: str, workdir: Path, topic: str, partitions: int, events: int,
+                *args: str) -> tuple[JobRunner, Produced, Path]:
+    """``events`` sample events (2% bad) in a new topic, and a runner of stream_to_delta
+    from it into ``<workdir>/table``."""
+    ensure_topics(bootstrap, {topic: partitions})
+    produced = produce_events(bootstrap, topic, events, bad_every=50)
+    table = workdir / "table"
+    runner = JobRunner(workdir, [
+        "--bootstrap", bootstrap, "--topic", topic, "--table", str(table),
+        "--checkpoint", str(workdir / "checkpoint"), "--schema", SCHEMA, *args])
+    return runner, produced, table
+
+
 @pytest.mark.timeout(900)  # four Spark starts in child processes on a shared machine
 def test_stream_to_delta_survives_kills_at_every_step(bootstrap: str, tmp_path: Path) -> None:
     topic = "kill-events"
-    ensure_topics(bootstrap, {topic: 3})
-    produced = produce_events(bootstrap, topic, 5000, bad_every=50)
-    table = tmp_path / "table"
-    runner = JobRunner(tmp_path, [
-        "--bootstrap", bootstrap, "--topic", topic, "--table", str(table),
-        "--checkpoint", str(tmp_path / "checkpoint"), "--schema", SCHEMA,
-        "--set", "stream.maxOffsetsPerTrigger=1000"])  # 5 micro-batches: 0..4
+    runner, produced, table = _stream_job(
+        bootstrap, tmp_path, topic, 3, 5000,
+        "--set", "stream.maxOffsetsPerTrigger=1000")  # 5 micro-batches: 0..4
 
     # killed while publishing batch 0's files (its dead letters are out already)
     outcome, log = runner.run("moving:0")
@@ -148,6 +169,28 @@ def test_stream_to_delta_survives_kills_at_every_step(bootstrap: str, tmp_path: 
     source = {(p, o): v for p, o, _, v, _ in read_topic(bootstrap, topic)}
     assert all(source[(int(h["dlq.original.partition"]), int(h["dlq.original.offset"]))] == r[3]
                for r, h in zip(dead, map(_headers, dead), strict=True))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("stop_with", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_stream_with_exit_0_and_one_line(bootstrap: str, tmp_path: Path,
+                                                           stop_with: signal.Signals) -> None:
+    runner, produced, table = _stream_job(bootstrap, tmp_path, f"stop-by-{stop_with.name}", 2,
+                                          500, "--trigger", "processingTime=1s")
+    idle_since: list[float] = []
+
+    def idle_after_the_first_batch() -> bool:  # waiting for records, between two batches
+        if not idle_since and "batch 0: " in runner.log_path.read_text():
+            idle_since.append(time.monotonic())
+        return bool(idle_since) and time.monotonic() - idle_since[0] > 3
+
+    outcome, log = runner.run(stop_when=idle_after_the_first_batch, stop_with=stop_with)
+    assert outcome == f"exit 0 after {stop_with.name}", log
+    assert "Traceback" not in log, log
+    ours = [line.split(": ", 1)[1] for line in log[runner.signalled_at:].splitlines()
+            if " sparklog." in line]
+    assert ours == [f"query stopped by signal {stop_with.name}"], log
+    assert len(_table_ids(table)) == produced.good
 
 
 def _settings() -> JobSettings:
