@@ -8,8 +8,9 @@ Invariants:
 - ``run_job`` (the long-running jobs) handles SIGTERM and SIGINT from when the session is up
   (it replaces PySpark's SIGINT handler, which raises KeyboardInterrupt into whatever py4j
   call is running): the first signal requests a stop that the job polls between two steps
-  (``sparklog.signals.Stop``), and the job then exits 0 with one log line; a second signal
-  ends the process at once.
+  (``sparklog.signals.Stop``), and the job then exits 0 with one log line of its own (Spark
+  and py4j also report a batch the stop interrupts); a second signal ends the process at
+  once.
 """
 
 from __future__ import annotations
