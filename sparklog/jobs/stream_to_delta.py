@@ -152,8 +152,8 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
     finally:
         if query.isActive:
             query.stop()
-            log.info("query stopped by %s",
-                     f"signal {stop.signal.name}" if stop.signal else "an error")
+            if stop.signal is not None:
+                log.info("query stopped by signal %s", stop.signal.name)
         writer.close()
     if query.exception() is not None:
         log.error("query failed: %s", query.exception())
