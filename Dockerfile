@@ -7,15 +7,15 @@ RUN apt-get update \
        openjdk-17-jre-headless procps \
     && rm -rf /var/lib/apt/lists/*
 
+# A regular (not editable) install: the jobs (python -m sparklog.jobs.<name>) and their
+# default conf (package data) come with the package; SPARKLOG_CONF_DIR or --conf-dir may
+# point to a mounted directory instead.
 WORKDIR /opt/sparklog
 COPY pyproject.toml constraints.txt README.md pyspark_sparklog.py ./
 COPY sparklog ./sparklog
 RUN pip install --no-cache-dir -c constraints.txt .
-COPY jobs ./jobs
-COPY conf ./conf
 
 # Executors run the same interpreter (and so the same sparklog) as the driver.
 ENV PYSPARK_PYTHON=python3 \
     PYSPARK_DRIVER_PYTHON=python3 \
-    SPARKLOG_CONF_DIR=/opt/sparklog/conf \
     PYTHONUNBUFFERED=1

@@ -1,14 +1,14 @@
-"""End-to-end throughput of ``jobs/stream_to_delta.py``: a topic of JSON events into Delta.
+"""End-to-end throughput of ``sparklog.jobs.stream_to_delta``: a topic of JSON events into Delta.
 
 Usage: ``python bench/jobs.py [--records N] [--quick] [--dir PATH]``
 
 Starts its own broker (a child process on a scratch directory) and produces N JSON events
 (default 2,000,000; ``--quick`` 100,000; 2% malformed, ``sparklog.sample_events``) into a
-topic of 2 partitions, then times, in one ``local[2]`` Spark session built from
-``conf/spark-local.conf``:
+topic of 2 partitions, then times, in one ``local[2]`` Spark session built from the
+package's ``spark-local.conf``:
 
 1. the job: ``stream_to_delta.run`` with ``--trigger availableNow`` from earliest
-   (``stream.maxOffsetsPerTrigger`` from ``conf/jobs.properties``): sparklog source, JSON
+   (``stream.maxOffsetsPerTrigger`` from ``jobs.properties``): sparklog source, JSON
    parsing, dead letters to ``<topic>.dlq``, exactly-once Delta commits;
 2. ceiling "no source": the same records, read once and cached in Spark's memory, through
    the same per-batch code (``route_batch``: parse, dead letters, Delta) in batches of the
@@ -34,19 +34,16 @@ from _common import Row, peak_rss_mib, print_table, scratch_dir, vm_hwm_mib  # b
 from deltalake import DeltaTable, Transaction
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.client.admin import ensure_topics
 from sparklog.delta import DeltaSink, write_batch_exactly_once
 from sparklog.dlq import DeadLetterProducer, ParseSpec
-from sparklog.jobs_support import (
-    JobSettings,
-    StopFlag,
-    build_spark,
-    dlq_state_dir,
-    ensure_topics,
-    load_job,
-    route_batch,
-    setup_logging,
-)
+from sparklog.jobs import stream_to_delta
+from sparklog.jobs.routing import dlq_state_dir, route_batch
+from sparklog.jobs.runner import setup_logging
+from sparklog.jobs.settings import JobSettings
+from sparklog.jobs.spark import build_spark
 from sparklog.sample_events import SCHEMA, produce_events
+from sparklog.signals import Stop
 
 TOPIC = "bench-events"
 PARTITIONS = 2
@@ -78,7 +75,6 @@ def main() -> int:
         batch = int(settings["stream.maxOffsetsPerTrigger"])
         spark = build_spark("bench-jobs", settings)
         jvm_pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
-        stream_to_delta = load_job("stream_to_delta")
 
         def run_job(topic: str, name: str) -> float:
             job_args = stream_to_delta.parse_args([
@@ -86,7 +82,7 @@ def main() -> int:
                 "--checkpoint", str(root / f"{name}-checkpoint"), "--schema", SCHEMA,
                 "--trigger", "availableNow"])
             started = time.perf_counter()
-            if stream_to_delta.run(spark, job_args, settings, StopFlag()) != 0:
+            if stream_to_delta.run(spark, job_args, settings, Stop()) != 0:
                 raise SystemExit("the job failed")
             return time.perf_counter() - started
 

@@ -3,16 +3,20 @@
 1. Start ``sparklog broker`` on a temporary directory (127.0.0.1, any free port).
 2. Produce 10,000 JSON events to topic ``events`` (3 partitions) with confluent-kafka; every
    50th one is malformed (truncated JSON, not an object, no id, a non-numeric amount).
-3. Run ``jobs/stream_to_delta.py --trigger availableNow`` as a child process: good events go
-   to a Delta table, malformed ones to the dead-letter topic ``events.dlq``.
+3. Run ``python -m sparklog.jobs.stream_to_delta --trigger availableNow`` as a child process
+   (with its defaults from the package): good events go to a Delta table, malformed ones to
+   the dead-letter topic ``events.dlq``.
 4. Print the counts (produced, rows in Delta, dead letters by error) and a few rows.
 
 ``python -m sparklog.demo produce --bootstrap HOST:PORT [--topic T] [--count N]`` only does
 step 2 against a running broker (docker-compose uses it).
 
-Invariant: everything lives in a temporary directory that is removed at the end; the process
-exits non-zero unless every good event is in the table once and every malformed one is in the
-dead-letter topic once.
+Invariants:
+- Everything lives in a temporary directory that is removed at the end; the process exits
+  non-zero unless every good event is in the table once and every malformed one is in the
+  dead-letter topic once.
+- It needs only the installed package (no repository checkout): the broker and the job are
+  modules run with this interpreter, which Spark's Python workers run too.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 from sparklog.broker.process import BrokerProcess
-from sparklog.jobs_support import REPO, ensure_topics
+from sparklog.client.admin import ensure_topics
 from sparklog.sample_events import SCHEMA, produce_events, read_topic
 
 EVENTS = 10_000
@@ -45,12 +49,12 @@ def _produce(bootstrap: str, topic: str, count: int) -> tuple[int, int]:
 
 
 def _stream(bootstrap: str, root: Path) -> None:
-    command = [sys.executable, str(REPO / "jobs" / "stream_to_delta.py"),
+    command = [sys.executable, "-m", "sparklog.jobs.stream_to_delta",
                "--bootstrap", bootstrap, "--topic", "events", "--table", str(root / "table"),
                "--checkpoint", str(root / "checkpoint"), "--schema", SCHEMA,
                "--trigger", "availableNow"]
-    print("running jobs/stream_to_delta.py --topic events --trigger availableNow "
-          f"--schema '{SCHEMA}' (Spark starts in ~15 s)")
+    print("running python -m sparklog.jobs.stream_to_delta --topic events --trigger "
+          f"availableNow --schema '{SCHEMA}' (Spark starts in ~15 s)")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     started = time.monotonic()
     output = []

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from sparklog.jobs_support import REPO, load_job
+from sparklog.jobs import stream_to_delta
 
+REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker-compose.yml"
 
 
@@ -169,8 +170,8 @@ def test_the_streaming_jobs_run_on_the_cluster(compose: dict[str, Any], job: str
                                                table: str) -> None:
     services = compose["services"]
     command = services[job]["command"]
-    assert command[:2] == ["python", "jobs/stream_to_delta.py"]
-    args = load_job("stream_to_delta").parse_args(command[2:])  # the job accepts them
+    assert command[:3] == ["python", "-m", "sparklog.jobs.stream_to_delta"]
+    args = stream_to_delta.parse_args(command[3:])  # the job accepts them
     assert args.bootstrap == bootstrap and args.table == table
     assert args.master == "spark://spark-master:7077"
     assert args.checkpoint.startswith("/lake/") and args.trigger == "processingTime=10s"
@@ -203,7 +204,10 @@ def test_the_dockerfile_ships_what_the_services_run() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
     copied = {word for line in dockerfile.splitlines() if line.startswith("COPY")
               for word in shlex.split(line)[1:-1]}
-    assert {"sparklog", "jobs", "conf", "pyproject.toml", "pyspark_sparklog.py"} <= copied
+    # the jobs and their default conf are in the package (tests/test_wheel_install.py checks
+    # that an installed wheel runs them), which the image installs with pip
+    assert {"sparklog", "pyproject.toml", "pyspark_sparklog.py"} <= copied
     assert all((REPO / path).exists() for path in copied)
-    assert "openjdk-17" in dockerfile and "SPARKLOG_CONF_DIR" in dockerfile
-    assert Path(REPO / "conf" / "jobs.properties").is_file()
+    assert "openjdk-17" in dockerfile and "pip install" in dockerfile
+    assert Path(REPO / "sparklog" / "jobs" / "stream_to_delta.py").is_file()
+    assert Path(REPO / "sparklog" / "conf" / "jobs.properties").is_file()

@@ -1,5 +1,5 @@
-"""The jobs in ``jobs/`` against a real broker: crash-safety of ``stream_to_delta``, idempotent
-backfills, dead-letter replay.
+"""The jobs in ``sparklog.jobs`` against a real broker: crash-safety of ``stream_to_delta``,
+idempotent backfills, dead-letter replay.
 
 The streaming job runs as a child process (its own SparkSession) that a fault point
 (``SPARKLOG_FAULT_POINT``) pauses at a named place; the test then SIGKILLs its whole process
@@ -23,14 +23,17 @@ import pytest
 from deltalake import DeltaTable
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.client.admin import ensure_topics
 from sparklog.datasource import register
 from sparklog.faults import MARKER_ENV, POINT_ENV
-from sparklog.jobs_support import REPO, JobSettings, StopFlag, ensure_topics, load_job
-from sparklog.sample_events import SCHEMA, event, produce_events, read_topic
+from sparklog.jobs import backfill, replay_dlq
+from sparklog.jobs.settings import JobSettings
+from sparklog.sample_events import SCHEMA, Produced, event, produce_events, read_topic
+from sparklog.signals import Stop
 
 pytestmark = pytest.mark.spark
 
-JOB = REPO / "jobs" / "stream_to_delta.py"
+JOB = [sys.executable, "-m", "sparklog.jobs.stream_to_delta"]
 RUN_TIMEOUT_S = 240
 
 
@@ -66,19 +69,27 @@ class JobRunner:
         self.workdir = workdir
         self.args = args
         self.runs = 0
+        self.signalled_at = 0  # how much the log held when the stop signal was sent
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"run-{self.runs}.log"
 
     def run(self, fault: str | None = None, *, stop_when: Callable[[], bool] | None = None,
+            stop_with: signal.Signals = signal.SIGTERM,
             extra: tuple[str, ...] = ()) -> tuple[str, str]:
-        """Run until it exits, is killed at ``fault``, or ``stop_when()`` (then SIGTERM)."""
+        """Run until it exits, is killed at ``fault``, or ``stop_when()``: then ``stop_with``
+        goes to the process (as ``kill`` or ``docker stop`` send it) or, for SIGINT, to its
+        whole group (as Ctrl-C in a terminal does)."""
         self.runs += 1
-        log_path = self.workdir / f"run-{self.runs}.log"
+        log_path = self.log_path
         marker = self.workdir / f"fault-{self.runs}"
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
         if fault:
             env.update({POINT_ENV: fault, MARKER_ENV: str(marker)})
         with open(log_path, "w") as log:
-            proc = subprocess.Popen([sys.executable, str(JOB), *self.args, *extra], stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, cwd=REPO,
+            proc = subprocess.Popen([*JOB, *self.args, *extra], stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
                                     start_new_session=True)
         deadline = time.monotonic() + RUN_TIMEOUT_S
         outcome = None
@@ -88,8 +99,12 @@ class JobRunner:
                 os.killpg(proc.pid, signal.SIGKILL)
                 outcome = "killed"
             elif stop_when and stop_when():
-                proc.send_signal(signal.SIGTERM)
-                outcome = f"exit {proc.wait(60)} after SIGTERM"
+                self.signalled_at = len(log_path.read_text())
+                if stop_with == signal.SIGINT:
+                    os.killpg(proc.pid, stop_with)
+                else:
+                    proc.send_signal(stop_with)
+                outcome = f"exit {proc.wait(60)} after {stop_with.name}"
             elif proc.poll() is not None:
                 outcome = f"exit {proc.returncode}"
             elif time.monotonic() > deadline:
@@ -100,16 +115,25 @@ class JobRunner:
         return outcome, log_path.read_text()
 
 
+def _stream_job(bootstrap: str, workdir: Path, topic: str, partitions: int, events: int,
+                *args: str) -> tuple[JobRunner, Produced, Path]:
+    """``events`` sample events (2% bad) in a new topic, and a runner of stream_to_delta
+    from it into ``<workdir>/table``."""
+    ensure_topics(bootstrap, {topic: partitions})
+    produced = produce_events(bootstrap, topic, events, bad_every=50)
+    table = workdir / "table"
+    runner = JobRunner(workdir, [
+        "--bootstrap", bootstrap, "--topic", topic, "--table", str(table),
+        "--checkpoint", str(workdir / "checkpoint"), "--schema", SCHEMA, *args])
+    return runner, produced, table
+
+
 @pytest.mark.timeout(900)  # four Spark starts in child processes on a shared machine
 def test_stream_to_delta_survives_kills_at_every_step(bootstrap: str, tmp_path: Path) -> None:
     topic = "kill-events"
-    ensure_topics(bootstrap, {topic: 3})
-    produced = produce_events(bootstrap, topic, 5000, bad_every=50)
-    table = tmp_path / "table"
-    runner = JobRunner(tmp_path, [
-        "--bootstrap", bootstrap, "--topic", topic, "--table", str(table),
-        "--checkpoint", str(tmp_path / "checkpoint"), "--schema", SCHEMA,
-        "--set", "stream.maxOffsetsPerTrigger=1000"])  # 5 micro-batches: 0..4
+    runner, produced, table = _stream_job(
+        bootstrap, tmp_path, topic, 3, 5000,
+        "--set", "stream.maxOffsetsPerTrigger=1000")  # 5 micro-batches: 0..4
 
     # killed while publishing batch 0's files (its dead letters are out already)
     outcome, log = runner.run("moving:0")
@@ -147,6 +171,28 @@ def test_stream_to_delta_survives_kills_at_every_step(bootstrap: str, tmp_path: 
                for r, h in zip(dead, map(_headers, dead), strict=True))
 
 
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("stop_with", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_stream_with_exit_0_and_one_line(bootstrap: str, tmp_path: Path,
+                                                           stop_with: signal.Signals) -> None:
+    runner, produced, table = _stream_job(bootstrap, tmp_path, f"stop-by-{stop_with.name}", 2,
+                                          500, "--trigger", "processingTime=1s")
+    idle_since: list[float] = []
+
+    def idle_after_the_first_batch() -> bool:  # waiting for records, between two batches
+        if not idle_since and "batch 0: " in runner.log_path.read_text():
+            idle_since.append(time.monotonic())
+        return bool(idle_since) and time.monotonic() - idle_since[0] > 3
+
+    outcome, log = runner.run(stop_when=idle_after_the_first_batch, stop_with=stop_with)
+    assert outcome == f"exit 0 after {stop_with.name}", log
+    assert "Traceback" not in log, log
+    ours = [line.split(": ", 1)[1] for line in log[runner.signalled_at:].splitlines()
+            if " sparklog." in line]
+    assert ours == [f"query stopped by signal {stop_with.name}"], log
+    assert len(_table_ids(table)) == produced.good
+
+
 def _settings() -> JobSettings:
     return JobSettings.load()
 
@@ -154,7 +200,6 @@ def _settings() -> JobSettings:
 def test_backfill_of_the_same_range_twice_adds_nothing(spark, bootstrap: str,
                                                       tmp_path: Path) -> None:
     register(spark)
-    backfill = load_job("backfill")
     topic = "backfill-events"
     ensure_topics(bootstrap, {topic: 3})
     produce_events(bootstrap, topic, 600, bad_every=50)
@@ -192,7 +237,6 @@ def test_backfill_of_the_same_range_twice_adds_nothing(spark, bootstrap: str,
 def test_replay_dlq_moves_fixed_records_and_parks_hopeless_ones(spark, bootstrap: str,
                                                                tmp_path: Path) -> None:
     register(spark)
-    backfill, replay = load_job("backfill"), load_job("replay_dlq")
     topic, table = "replay-events", tmp_path / "table"
     ensure_topics(bootstrap, {topic: 2})
     from confluent_kafka import Producer
@@ -222,7 +266,7 @@ def test_replay_dlq_moves_fixed_records_and_parks_hopeless_ones(spark, bootstrap
 
     argv = ["--bootstrap", bootstrap, "--dlq-topic", dlq, "--table", str(table),
             "--schema", relaxed, "--max-attempts", "3"]
-    assert replay.run(spark, replay.parse_args(argv), _settings(), StopFlag()) == 0
+    assert replay_dlq.run(spark, replay_dlq.parse_args(argv), _settings(), Stop()) == 0
     assert sorted(_table_ids(table)) == sorted(ids_of("good") + ids_of("fixable"))
     again = [h for h in map(_headers, read_topic(bootstrap, dlq)) if h["dlq.attempt"] != "1"]
     assert len(again) == 30 and {h["dlq.attempt"] for h in again} == {"2"}
@@ -230,7 +274,7 @@ def test_replay_dlq_moves_fixed_records_and_parks_hopeless_ones(spark, bootstrap
     assert read_topic(bootstrap, f"{dlq}.parking") == []
 
     # the next run sees only the re-sent records: a third failure parks them
-    assert replay.run(spark, replay.parse_args(argv), _settings(), StopFlag()) == 0
+    assert replay_dlq.run(spark, replay_dlq.parse_args(argv), _settings(), Stop()) == 0
     parked = [_headers(r) for r in read_topic(bootstrap, f"{dlq}.parking")]
     assert len(parked) == 30 and {h["dlq.attempt"] for h in parked} == {"3"}
     assert {h["dlq.original.topic"] for h in parked} == {topic}
@@ -239,7 +283,7 @@ def test_replay_dlq_moves_fixed_records_and_parks_hopeless_ones(spark, bootstrap
 
     # nothing left: a third run changes nothing
     version = DeltaTable(str(table)).version()
-    assert replay.run(spark, replay.parse_args(argv), _settings(), StopFlag()) == 0
+    assert replay_dlq.run(spark, replay_dlq.parse_args(argv), _settings(), Stop()) == 0
     assert DeltaTable(str(table)).version() == version
     assert len(read_topic(bootstrap, f"{dlq}.parking")) == 30
     assert sorted(_table_ids(table)) == sorted(ids_of("good") + ids_of("fixable"))

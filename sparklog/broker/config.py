@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from sparklog.errors import InvalidConfigError
+from sparklog.properties import read_properties
 from sparklog.storage.config import CONFIG_KEYS, broker_defaults
 
 log = logging.getLogger(__name__)
@@ -64,20 +65,6 @@ _BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.e
 _TOPIC_SYNONYMS = {k.broker_synonym for k in CONFIG_KEYS.values() if k.broker_synonym}
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Java-properties subset: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
-    props: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-        if sep < 0:
-            raise InvalidConfigError(f"cannot parse properties line {raw!r}: expected key=value")
-        props[line[:sep].strip()] = line[sep + 1 :].strip()
-    return props
-
-
 class BrokerConfig:
     def __init__(self, props: Mapping[str, str] | None = None) -> None:
         self.explicit = frozenset(props or {})
@@ -91,7 +78,7 @@ class BrokerConfig:
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
-        props = parse_properties(path.read_text()) if path else {}
+        props = read_properties(path) if path else {}
         for item in overrides:
             key, sep, value = item.partition("=")
             if not sep or not key.strip():

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from sparklog.broker.config import BrokerConfig
 from sparklog.broker.registry import load_handlers
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
+from sparklog.signals import WATCHED, Stop
 from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 
 log = logging.getLogger(__name__)
@@ -144,8 +144,9 @@ def run(config: BrokerConfig, data_dir: Path, listen: str) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        shutdown = Stop(on_request=stop.set)  # every signal, not just the first, stops cleanly
+        for sig in WATCHED:
+            loop.add_signal_handler(sig, shutdown.request, sig)
         await serve(config, data_dir, listen, stop)
 
     with contextlib.suppress(KeyboardInterrupt):

@@ -7,11 +7,11 @@ Invariants:
 - A failure the user can act on is a ``ToolError`` (or a ``KafkaException`` from the client);
   ``tool`` turns either into one line ``sparklog <tool>: <message>`` on stderr and exit code
   1 (2 for a usage error), never a traceback.
-- Under ``stop_on_signals`` the first SIGINT/SIGTERM only requests a stop: the tool sees
-  ``Stop.requested`` between two steps, and a blocking wait run through ``Stop.wait`` (a
-  read, poll or flush) returns None at once. Nothing else is interrupted, so a record is
-  never half handled (printed but not counted, read but not sent). The previous handlers
-  are restored at that first signal, so a second one aborts as it normally would.
+- Tools that run until stopped do so under ``sparklog.signals.stop_on_signals``: the first
+  SIGINT/SIGTERM only requests a stop, seen between two records, and a blocking wait run
+  through ``Stop.wait`` (a read, poll or flush) returns None at once, so a record is never
+  half handled (printed but not counted, read but not sent); a second signal aborts as it
+  normally would.
 - Headers are written and printed in one scheme, ``k1:v1,k2:v2`` (Kafka's
   ``headers.separator`` and ``headers.key.separator``); a header without a value is null.
 """
@@ -19,20 +19,15 @@ Invariants:
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from types import FrameType
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException
 
+from sparklog.client.admin import MISSING_TOPIC, TOPIC_EXISTS, kafka_error
+
 FAILED, USAGE = 1, 2
-REQUEST_TIMEOUT_S = 30.0
 Headers = list[tuple[str, bytes | None]]
-T = TypeVar("T")
 
 
 class ToolError(Exception):
@@ -103,20 +98,11 @@ def client_config(args: argparse.Namespace,
 # -- errors -----------------------------------------------------------------------------------
 
 
-MISSING_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
-
-
-def kafka_error(exc: KafkaException) -> KafkaError:
-    """The ``KafkaError`` an exception of the client carries."""
-    error = exc.args[0] if exc.args else None
-    return error if isinstance(error, KafkaError) else KafkaError(KafkaError._FAIL, str(exc))
-
-
 def topic_error(topic: str, error: KafkaError) -> ToolError:
     """A failure about ``topic``, worded by us for the common codes, else by the broker."""
     if error.code() in MISSING_TOPIC:
         return ToolError(f"topic {topic!r} does not exist")
-    if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+    if error.code() in TOPIC_EXISTS:
         return ToolError(f"topic {topic!r} already exists")
     return ToolError(f"topic {topic!r}: {error.str()}")
 
@@ -141,65 +127,6 @@ def tool(name: str, body: Callable[[argparse.Namespace], int]
 def complain(name: str, message: str) -> None:
     """One line on stderr in the tools' format, for failures and warnings alike."""
     print(f"sparklog {name}: {message}", file=sys.stderr)
-
-
-# -- signals ----------------------------------------------------------------------------------
-
-
-class _Interrupted(Exception):
-    """Raised by the first signal inside ``Stop.wait`` only, and caught there."""
-
-
-class Stop:
-    """Whether a stop was requested; see ``stop_on_signals``."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._waiting = False
-
-    def wait(self, blocking: Callable[..., T], *args: Any) -> T | None:
-        """``blocking(*args)``, or None if the first signal arrives meanwhile."""
-        try:
-            self._waiting = True
-            return blocking(*args)
-        except _Interrupted:
-            return None
-        finally:
-            self._waiting = False
-
-    def _request(self) -> None:
-        self.requested = True
-        if self._waiting:
-            raise _Interrupted
-
-
-@contextmanager
-def stop_on_signals() -> Iterator[Stop]:
-    """Within the block, the first SIGINT or SIGTERM requests a stop (see ``Stop``).
-
-    Outside the main thread signals cannot be handled: the stop is then never requested.
-    """
-    stop = Stop()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-    watched = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.getsignal(sig) for sig in watched}
-
-    def restore() -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-    def handle(signum: int, frame: FrameType | None) -> None:
-        restore()
-        stop._request()
-
-    for sig in watched:
-        signal.signal(sig, handle)
-    try:
-        yield stop
-    finally:
-        restore()
 
 
 # -- headers ----------------------------------------------------------------------------------

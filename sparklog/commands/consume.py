@@ -39,11 +39,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from sparklog.client.admin import MISSING_TOPIC, REQUEST_TIMEOUT_S
 from sparklog.commands._client import (
-    MISSING_TOPIC,
-    REQUEST_TIMEOUT_S,
     USAGE,
-    Stop,
     ToolError,
     add_header_arguments,
     client_config,
@@ -53,10 +51,10 @@ from sparklog.commands._client import (
     non_negative,
     separator,
     show,
-    stop_on_signals,
     tool,
     topic_error,
 )
+from sparklog.signals import Stop, stop_on_signals
 
 PLACEHOLDER_GROUP = "sparklog-console-consumer"
 MAX_BATCH = 500  # records already fetched are written (and stdout flushed) this many at once

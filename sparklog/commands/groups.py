@@ -33,18 +33,16 @@ from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
-    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, OffsetSpec
 
+from sparklog.client.admin import REQUEST_TIMEOUT_S, kafka_error, topic_partitions
 from sparklog.commands._client import (
-    REQUEST_TIMEOUT_S,
     USAGE,
     ToolError,
     client_config,
     client_parent,
-    kafka_error,
     tool,
     topic_error,
 )
@@ -151,10 +149,8 @@ class _Admin:
                 for tp, future in futures.items()}
 
     def partitions(self, topic: str) -> list[int]:
-        future = self.client.describe_topics(TopicCollection([topic]),
-                                             request_timeout=REQUEST_TIMEOUT_S)[topic]
         try:
-            return [p.id for p in future.result().partitions]
+            return topic_partitions(self.client, topic)
         except KafkaException as exc:
             raise topic_error(topic, kafka_error(exc)) from None
 

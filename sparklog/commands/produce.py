@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from sparklog.client.admin import kafka_error
 from sparklog.commands._client import (
     FAILED,
     Headers,
@@ -40,13 +41,12 @@ from sparklog.commands._client import (
     client_config,
     client_parent,
     complain,
-    kafka_error,
     non_negative,
     parse_headers,
     separator,
-    stop_on_signals,
     tool,
 )
+from sparklog.signals import stop_on_signals
 
 Record = tuple[bytes | None, bytes, Headers]
 
@@ -142,7 +142,10 @@ def run(args: argparse.Namespace) -> int:
                 bad_line = exc
                 break
             _send(producer, args, record, deliveries)
-        stop.wait(producer.flush)
+        if stop.requested:  # reading stopped: deliver what was read (a second signal aborts)
+            producer.flush()
+        else:
+            stop.wait(producer.flush)
     if queued := len(producer):
         deliveries.fail(KafkaError(KafkaError._FAIL, "stopped before delivery"), queued)
     print(f"Sent {deliveries.delivered} records to {args.topic}", file=sys.stderr)

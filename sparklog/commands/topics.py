@@ -20,7 +20,6 @@ import argparse
 from concurrent.futures import Future
 
 from confluent_kafka import (
-    KafkaError,
     KafkaException,
     Node,
     TopicCollection,
@@ -39,20 +38,22 @@ from confluent_kafka.admin import (
     TopicDescription,
 )
 
-from sparklog.commands._client import (
+from sparklog.client.admin import (
     MISSING_TOPIC,
     REQUEST_TIMEOUT_S,
+    TOPIC_EXISTS,
+    admin_result,
+    kafka_error,
+)
+from sparklog.commands._client import (
     USAGE,
     ToolError,
     client_config,
     client_parent,
-    kafka_error,
     parse_assignments,
     tool,
     topic_error,
 )
-
-EXISTS = frozenset({KafkaError.TOPIC_ALREADY_EXISTS})
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -113,13 +114,9 @@ def _admin(args: argparse.Namespace) -> AdminClient:
 def _wait(future: Future, topic: str, tolerated: frozenset[int] = frozenset()) -> bool:
     """Wait for one topic's admin result: True on success, False on a tolerated error."""
     try:
-        future.result()
+        return admin_result(future, tolerated)
     except KafkaException as exc:
-        error = kafka_error(exc)
-        if error.code() in tolerated:
-            return False
-        raise topic_error(topic, error) from None
-    return True
+        raise topic_error(topic, kafka_error(exc)) from None
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -127,7 +124,7 @@ def _create(args: argparse.Namespace) -> int:
     new = NewTopic(args.topic, args.partitions, args.replication_factor, config=configs)
     admin = _admin(args)
     futures = admin.create_topics([new], request_timeout=REQUEST_TIMEOUT_S)
-    if _wait(futures[args.topic], args.topic, EXISTS if args.if_not_exists else frozenset()):
+    if _wait(futures[args.topic], args.topic, TOPIC_EXISTS if args.if_not_exists else frozenset()):
         print(f"Created topic {args.topic}.")
     return 0
 

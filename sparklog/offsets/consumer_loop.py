@@ -9,21 +9,22 @@ Invariants:
   nothing after it is processed first. After ``max_attempts`` failures ``on_give_up`` is
   called (for example, to send it to a dead-letter topic) and the loop moves past it; with no
   ``on_give_up`` the error is raised and the loop closes (committing what was processed).
-- ``wakeup()`` only sets a flag, so it is safe from another thread or a signal handler; the
-  loop notices within one poll timeout, then commits synchronously and closes the consumer.
+- ``wakeup()`` only requests a stop (``sparklog.signals.Stop``), so it is safe from another
+  thread or a signal handler; the loop notices within one poll timeout, then commits
+  synchronously and closes the consumer. After ``install_signal_handlers`` the first SIGTERM
+  or SIGINT does the same, and a second one aborts as it would have without the loop.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import time
 from collections.abc import Callable
-from types import FrameType
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from sparklog.offsets.committer import OffsetCommitter
+from sparklog.signals import Stop
 
 log = logging.getLogger(__name__)
 
@@ -58,28 +59,22 @@ class ConsumerLoop:
         self._committed: dict[TP, int] = {}
         self._paused: dict[TP, tuple[float, int]] = {}  # resume time, offset to retry
         self._attempts: dict[tuple[TP, int], int] = {}
-        self._running = True
+        self._stop = Stop()
 
     def wakeup(self) -> None:
         """Ask the loop to stop (thread- and signal-safe)."""
-        self._running = False
+        self._stop.request()
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM and SIGINT call ``wakeup`` (Kafka's shutdown hook)."""
-
-        def handler(signum: int, frame: FrameType | None) -> None:
-            log.info("signal %d: stopping the consumer loop", signum)
-            self.wakeup()
-
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        """SIGTERM and SIGINT call ``wakeup`` (Kafka's shutdown hook) until the loop closes."""
+        self._stop.install()
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> None:
         self.consumer.subscribe(self.topics, on_revoke=self._on_revoke)
         next_commit = time.monotonic() + self.commit_interval_s
         try:
-            while self._running:
+            while not self._stop.requested:
                 self._resume_due()
                 message = self.consumer.poll(self.poll_timeout_s)
                 if message is not None:
@@ -87,6 +82,8 @@ class ConsumerLoop:
                 if time.monotonic() >= next_commit:
                     self._commit_async()
                     next_commit = time.monotonic() + self.commit_interval_s
+            if self._stop.signal is not None:
+                log.info("%s: stopping the consumer loop", self._stop.signal.name)
         finally:
             self.close()
 
@@ -162,6 +159,7 @@ class ConsumerLoop:
         try:
             self._commit_sync()
         finally:
+            self._stop.restore()
             self.committer.close()
             self.consumer.close()
             log.info("consumer loop closed after %d records", self.processed_count)

@@ -1,7 +1,7 @@
 """Backfill a Delta table from a range of a topic, once: running the same range again adds
 nothing.
 
-    python jobs/backfill.py --bootstrap HOST:PORT --topic T --table PATH --schema DDL \\
+    python -m sparklog.jobs.backfill --bootstrap HOST:PORT --topic T --table PATH --schema DDL \\
         (--from-offsets JSON --to-offsets JSON | --from-time T --to-time T) [--dlq-topic T]
 
 Offsets are Spark's Kafka JSON (``{"T": {"0": 0, "1": 0}}``, -2 earliest, -1 latest; the end is
@@ -31,20 +31,14 @@ from typing import TYPE_CHECKING
 
 from deltalake import Transaction
 
+from sparklog.client.admin import ensure_topics, partition_count
 from sparklog.delta.sink import DeltaSink
 from sparklog.dlq.parse import ParseSpec
 from sparklog.dlq.producer import DeadLetterProducer
-from sparklog.jobs_support import (
-    JobSettings,
-    build_spark,
-    dlq_state_dir,
-    ensure_topics,
-    job_parser,
-    partition_count,
-    route_batch,
-    setup_logging,
-    sparklog_reader,
-)
+from sparklog.jobs.routing import dlq_state_dir, route_batch
+from sparklog.jobs.runner import spark_job
+from sparklog.jobs.settings import JobSettings, job_parser
+from sparklog.jobs.spark import sparklog_reader
 
 if TYPE_CHECKING:
     import argparse
@@ -136,13 +130,8 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings) ->
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    setup_logging()
-    settings = JobSettings.load(args.conf_dir, args.set)
-    spark = build_spark("backfill", settings, args.master)
-    try:
+    with spark_job("backfill", args) as (spark, settings):
         return run(spark, args, settings)
-    finally:
-        spark.stop()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Stream a topic of JSON records into a Delta table exactly once; bad records to a dead-letter
 topic.
 
-    python jobs/stream_to_delta.py --bootstrap HOST:PORT --topic T --table PATH \\
+    python -m sparklog.jobs.stream_to_delta --bootstrap HOST:PORT --topic T --table PATH \\
         --checkpoint PATH --schema DDL [--dlq-topic T] [--trigger availableNow|processingTime=10s]
         [--group-id G] [--conf-dir DIR] [--set key=value ...] [--master URL]
 
@@ -17,8 +17,9 @@ Invariants:
   if it was committed; a new checkpoint is a new query that shares no versions with the old.
 - Every record read ends up exactly once in the table or in the dead-letter topic (see
   ``sparklog.dlq.producer`` for the dead-letter guarantee), whatever point the job dies at.
-- SIGTERM / Ctrl-C stop the query (an unfinished batch is replayed on the next start) and
-  exit 0; a failed query exits 1. ``--group-id`` is passed to the source as
+- SIGTERM / Ctrl-C stop the query between two polls (an unfinished batch is replayed on the
+  next start) and exit 0, logging ``query stopped by signal <name>``; a second signal exits
+  at once; a failed query exits 1. ``--group-id`` is passed to the source as
   ``groupId``: each batch's end offsets are committed to that group (offsets live in the
   checkpoint; the group is for lag tooling such as ``sparklog groups describe``).
 """
@@ -31,20 +32,15 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from sparklog.client.admin import ensure_topics, partition_count
 from sparklog.delta.sink import DeltaSink
 from sparklog.dlq.parse import ParseSpec
 from sparklog.dlq.producer import DeadLetterProducer
-from sparklog.jobs_support import (
-    JobSettings,
-    StopFlag,
-    dlq_state_dir,
-    ensure_topics,
-    job_parser,
-    partition_count,
-    route_batch,
-    run_job,
-    sparklog_reader,
-)
+from sparklog.jobs.routing import dlq_state_dir, route_batch
+from sparklog.jobs.runner import run_job
+from sparklog.jobs.settings import JobSettings, job_parser
+from sparklog.jobs.spark import sparklog_reader
+from sparklog.signals import Stop
 
 if TYPE_CHECKING:
     import argparse
@@ -140,7 +136,7 @@ def start(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
 
 
 def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
-        stop: StopFlag) -> int:
+        stop: Stop) -> int:
     """Run the query until it ends (availableNow), fails, or a signal stops it."""
     from pyspark.errors import StreamingQueryException
 
@@ -149,14 +145,15 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
     writer = BatchWriter(spark, args, settings, ParseSpec.from_ddl(args.schema), dlq_topic)
     query = start(spark, args, settings, writer)
     try:
-        while query.isActive and not stop.stopped:
+        while query.isActive and not stop.requested:
             query.awaitTermination(1)
     except StreamingQueryException:
         pass  # reported below
     finally:
         if query.isActive:
             query.stop()
-            log.info("query stopped by signal")
+            if stop.signal is not None:
+                log.info("query stopped by signal %s", stop.signal.name)
         writer.close()
     if query.exception() is not None:
         log.error("query failed: %s", query.exception())

@@ -2,8 +2,8 @@
 back to the dead-letter topic (one more attempt) or, after ``--max-attempts``, to a parking
 topic.
 
-    python jobs/replay_dlq.py --bootstrap HOST:PORT --dlq-topic D --table PATH --schema DDL \\
-        [--group-id G] [--max-attempts N] [--parking-topic P]
+    python -m sparklog.jobs.replay_dlq --bootstrap HOST:PORT --dlq-topic D --table PATH \\
+        --schema DDL [--group-id G] [--max-attempts N] [--parking-topic P]
 
 One run handles what the dead-letter topic holds when it starts (dead letters it sends back
 are for the next run), partition by partition, in chunks of ``replay.batchSize`` offsets from
@@ -41,23 +41,17 @@ from confluent_kafka import (
 )
 from deltalake import Transaction
 
+from sparklog.client.admin import ensure_topics, partition_count
 from sparklog.datasource.schema import source_schema
 from sparklog.delta.sink import DeltaSink
 from sparklog.dlq.headers import DeadLetter
 from sparklog.dlq.parse import ParseSpec
 from sparklog.dlq.producer import DeadLetterProducer
-from sparklog.jobs_support import (
-    BatchOutcome,
-    JobSettings,
-    StopFlag,
-    dlq_state_dir,
-    ensure_topics,
-    job_parser,
-    partition_count,
-    route_batch,
-    run_job,
-)
+from sparklog.jobs.routing import BatchOutcome, dlq_state_dir, route_batch
+from sparklog.jobs.runner import run_job
+from sparklog.jobs.settings import JobSettings, job_parser
 from sparklog.offsets import OffsetCommitter
+from sparklog.signals import Stop
 
 if TYPE_CHECKING:
     import argparse
@@ -172,15 +166,16 @@ class Replay:
 
 
 def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
-        stop: StopFlag) -> int:
+        stop: Stop) -> int:
     started = time.monotonic()
     replay = Replay(spark, args, settings)
     ensure_topics(args.bootstrap, {replay.parking: partition_count(args.bootstrap, replay.topic)})
     try:
-        replay.run(lambda: stop.stopped)
+        replay.run(lambda: stop.requested)
     finally:
         replay.close()
-    log.info("replay of %s for group %s done (%.2fs)", replay.topic, replay.group,
+    log.info("replay of %s for group %s %s (%.2fs)", replay.topic, replay.group,
+             f"stopped by signal {stop.signal.name}" if stop.signal else "done",
              time.monotonic() - started)
     return 0
 

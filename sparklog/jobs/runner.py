@@ -1,0 +1,67 @@
+"""A job as a program: logging, settings, a SparkSession, and a clean stop on SIGTERM/Ctrl-C.
+
+Invariants:
+- Settings are loaded and ``check``-ed before Spark starts, so a bad setting fails at once;
+  a failure the user can act on (a setting, a topic that is missing or cannot be created)
+  ends the job with one line naming it and exit code 1, not a traceback.
+- The session is stopped however the job ends.
+- ``run_job`` (the long-running jobs) handles SIGTERM and SIGINT from when the session is up
+  (it replaces PySpark's SIGINT handler, which raises KeyboardInterrupt into whatever py4j
+  call is running): the first signal requests a stop that the job polls between two steps
+  (``sparklog.signals.Stop``), and the job then exits 0 with one log line of its own (Spark
+  and py4j also report a batch the stop interrupts); a second signal ends the process at
+  once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from sparklog.client.admin import TopicError
+from sparklog.jobs.settings import JobSettings
+from sparklog.jobs.spark import build_spark
+from sparklog.signals import Stop, stop_on_signals
+
+if TYPE_CHECKING:
+    import argparse
+
+    from pyspark.sql import SparkSession
+
+JobRun = Callable[["SparkSession", "argparse.Namespace", JobSettings, Stop], int]
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+@contextmanager
+def spark_job(app_name: str, args: argparse.Namespace,
+              check: Callable[[JobSettings], object] | None = None,
+              ) -> Iterator[tuple[SparkSession, JobSettings]]:
+    """Logging, settings (``check`` refuses bad ones before Spark starts) and a session that
+    is stopped at the end; a ``TopicError`` becomes the job's one-line failure."""
+    setup_logging()
+    settings = JobSettings.load(args.conf_dir, args.set)
+    if check is not None:
+        check(settings)
+    spark = build_spark(app_name, settings, args.master)
+    try:
+        yield spark, settings
+    except TopicError as error:
+        raise SystemExit(str(error)) from None
+    finally:
+        spark.stop()
+
+
+def run_job(app_name: str, args: argparse.Namespace, run: JobRun,
+            check: Callable[[JobSettings], object] | None = None) -> int:
+    """The long-running jobs' main: ``run`` under ``spark_job`` with a stop on signals."""
+    with spark_job(app_name, args, check) as (spark, settings), \
+            stop_on_signals(exit_on_second=True) as stop:
+        return run(spark, args, settings, stop)
