@@ -17,6 +17,7 @@ subscribePattern never reads internal topics).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 import re
@@ -32,6 +33,7 @@ import pytest
 from broker_fixtures import Rec, admin, create_topic, module_broker, produce_confluent, unique_topic
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import NewPartitions
+from pyspark.errors import StreamingQueryException
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
@@ -39,6 +41,7 @@ from sparklog.broker.process import BrokerProcess
 from sparklog.client.cluster import Cluster
 from sparklog.datasource import register
 from sparklog.datasource.options import OptionError
+from sparklog.datasource.read import stream_reader
 from sparklog.datasource.read.arrow_records import ArrowRecordBuilder, next_position
 from sparklog.datasource.read.data_loss import DataLossError
 from sparklog.datasource.read.offsets import TopicPartition, from_json, to_json
@@ -363,6 +366,42 @@ def test_available_now_batches_and_restart(spark: Any, broker: BrokerProcess, to
     assert second[last + 1] == as_rows(more)  # then continues with no gap and no duplicate
 
 
+@pytest.mark.parametrize("fail", [True, False])
+def test_records_deleted_under_a_running_stream_are_data_loss(
+        spark: Any, broker: BrokerProcess, topic: str, tmp_path: Path, fail: bool) -> None:
+    """While the first micro-batch is processed, DeleteRecords removes offsets the next
+    batches were to read: with failOnDataLoss the query fails naming them; without, it goes
+    on from the new log start and ends with every offset that was still there."""
+    create_topic(broker.bootstrap, topic)
+    sent = produce(broker, topic, keyed(0, 50))
+    client = admin(broker.bootstrap)
+    batches: dict[int, list[Row]] = {}
+
+    def collect(df: Any, batch_id: int) -> None:
+        batches[batch_id] = rows_of(df)
+        if batch_id == 0:
+            for future in client.delete_records([CkTopicPartition(topic, 0, 30)]).values():
+                future.result(30)
+
+    query = (spark.readStream.format("sparklog")
+             .options(**options(broker, subscribe=topic, startingOffsets="earliest",
+                                maxOffsetsPerTrigger="10", failOnDataLoss=str(fail).lower()))
+             .load().writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    with contextlib.suppress(StreamingQueryException):  # checked below
+        query.awaitTermination(120)
+    read = sorted(r for rows in batches.values() for r in rows)
+    if fail:
+        assert query.exception() is not None
+        message = str(query.exception())
+        assert "DataLossError" in message and f"{topic}-0: offsets [10, " in message
+        assert read == as_rows(sent)[:10]
+    else:
+        assert query.exception() is None, query.exception()
+        assert read == as_rows(sent)[:10] + as_rows(sent)[30:]
+
+
 def collect_available_now(spark: Any, broker: BrokerProcess, checkpoint: Path,
                           **extra: str) -> tuple[dict[int, list[Row]], Any]:
     """Run an AvailableNow query into foreachBatch; the rows of each batch id, and the query."""
@@ -398,7 +437,20 @@ def wait_until_rows(spark: Any, query: Any, name: str, count: int, timeout: floa
 # -- admission control on the driver (no Spark) --------------------------------------------------
 
 
-def test_admission_control(broker: BrokerProcess, topic: str) -> None:
+class Clock:
+    """The reader's wall clock (``time.time``), moved by the test instead of by sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def time(self) -> float:
+        return self.now
+
+
+def test_admission_control(broker: BrokerProcess, topic: str,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(stream_reader, "time", clock)
     create_topic(broker.bootstrap, topic, partitions=2)
     produce(broker, topic, keyed(0, 30) + keyed(1, 10))
     reader = SparklogStreamReader(options(broker, subscribe=topic, startingOffsets="earliest",
@@ -411,8 +463,9 @@ def test_admission_control(broker: BrokerProcess, topic: str) -> None:
         limit = reader.getDefaultReadLimit()
         first = reader.latestOffset(start, limit)  # the first batch never waits
         assert first == {topic: {"0": 15, "1": 5}}  # 20 shared 30:10
+        clock.now += 0.25
         assert reader.latestOffset(first, limit) is first  # 20 < 100 new offsets: wait
-        time.sleep(0.35)
+        clock.now += 0.1
         assert reader.latestOffset(first, limit) == {topic: {"0": 30, "1": 10}}  # delay over
         assert reader.latestOffset(start, ReadMaxRows(8)) == {topic: {"0": 6, "1": 2}}
         assert reader.latestOffset(start, ReadAllAvailable()) == {topic: {"0": 30, "1": 10}}
