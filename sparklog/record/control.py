@@ -4,8 +4,12 @@ Format (Kafka's ``ControlRecordType`` and ``EndTransactionMarker``): the key is 
 (0) + int16 type (0 ABORT, 1 COMMIT); the value is int16 version (0) + int32 coordinator
 epoch. A control batch holds exactly one such record and has attribute bit 5 set.
 
-Invariant: ``decode_marker`` never raises; anything that is not a well-formed marker is None,
-so tools can show it as they find it.
+Invariants:
+- ``decode_marker`` never raises; anything that is not a well-formed marker is None, so tools
+  can show it as they find it.
+- ``marker_batch`` is a complete, CRC-sealed control batch as a partition leader writes it
+  for a coordinator: transactional and control bits set, the producer's id and epoch, no
+  sequence, one record holding the marker.
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ import struct
 from enum import IntEnum
 from typing import NamedTuple
 
+from sparklog.record.records import build_batch
+
 _KEY = struct.Struct(">hh")  # version, type
 _VALUE = struct.Struct(">hi")  # version, coordinator epoch
+CONTROL_VERSION = 0
 
 
 class ControlType(IntEnum):
@@ -44,3 +51,13 @@ def decode_marker(key: bytes | None, value: bytes | None) -> Marker | None:
     _, kind = _KEY.unpack(key)
     _, epoch = _VALUE.unpack(value)
     return Marker(kind, epoch)
+
+
+def marker_batch(kind: ControlType, producer_id: int, producer_epoch: int,
+                 coordinator_epoch: int, timestamp_ms: int) -> bytes:
+    """The control batch ending ``producer_id``'s transaction with ``kind`` (offsets are
+    assigned on append, like any batch)."""
+    key = _KEY.pack(CONTROL_VERSION, kind)
+    value = _VALUE.pack(CONTROL_VERSION, coordinator_epoch)
+    return build_batch([(key, value, (), timestamp_ms)], producer_id=producer_id,
+                       producer_epoch=producer_epoch, transactional=True, is_control=True)

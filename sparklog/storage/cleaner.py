@@ -82,14 +82,7 @@ from sparklog.storage.index import OffsetIndex, TimeIndex
 from sparklog.storage.log import CLEANED_SUFFIX, CrashPoint, PartitionLog, no_crash
 from sparklog.storage.log_manager import LogManager
 from sparklog.storage.offset_map import OffsetMap, key_digest
-from sparklog.storage.segment import (
-    INDEX_SUFFIX,
-    INT32_MAX,
-    LOG_SUFFIX,
-    TIMEINDEX_SUFFIX,
-    LogSegment,
-    segment_name,
-)
+from sparklog.storage.segment import FILE_EXTENSIONS, INT32_MAX, LogSegment, segment_name
 
 log = logging.getLogger(__name__)
 
@@ -406,7 +399,7 @@ class Cleaner:
 
 def _cleaned_segment(partition_log: PartitionLog, base_offset: int, now_ms: int) -> LogSegment:
     """A new, empty ``.cleaned`` segment (replacing any leftover of a failed clean)."""
-    for extension in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+    for extension in FILE_EXTENSIONS:
         stale = partition_log.directory / f"{segment_name(base_offset)}{extension}{CLEANED_SUFFIX}"
         stale.unlink(missing_ok=True)
     return LogSegment(partition_log.directory, base_offset, partition_log.config, now_ms,

@@ -12,6 +12,14 @@ Invariants:
   shutdown every segment from the one holding the recovery point is re-validated, a torn or
   corrupt tail is truncated, and later segments are dropped; after a clean shutdown the
   indexes are only sanity-checked.
+- Transactions (KIP-98): producer state tracks each producer's open transaction; the last
+  stable offset is the first offset of the oldest open one, else the log end.
+  ``append_marker`` writes the COMMIT or ABORT marker a transaction coordinator asks for;
+  an ABORT indexes its transaction in the marker's segment (``.txnindex``: producer, first
+  offset, marker offset, and the stable offset right after the marker), which is what
+  ``aborted_transactions`` answers read_committed fetches from. After an unclean shutdown
+  the txn indexes of the recovered segments are rebuilt while producer state is replayed
+  from a snapshot at or before the first of them.
 - Retention and DeleteRecords remove whole segments only; the active segment is rolled
   first when it must go.
 - Threads: the event loop appends, reads and applies retention; the log cleaner's thread
@@ -54,18 +62,19 @@ from sparklog.record.batch import (
     split_batches,
     validate_produced,
 )
+from sparklog.record.control import ControlType, marker_batch
 from sparklog.record.records import decode_records
 from sparklog.storage.checkpoint import fsync_directory
 from sparklog.storage.config import LogConfig
-from sparklog.storage.producer_state import ProducerStateManager
+from sparklog.storage.producer_state import CompletedTxn, ProducerStateManager
 from sparklog.storage.segment import (
     DELETED_SUFFIX,
-    INDEX_SUFFIX,
+    FILE_EXTENSIONS,
     LOG_SUFFIX,
-    TIMEINDEX_SUFFIX,
     FileSlice,
     LogSegment,
 )
+from sparklog.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -118,14 +127,16 @@ class PartitionLog:
         self._unflushed = 0
         self._last_flush_ms = now_ms
         self._pending_flushes: list[Future[None]] = []
-        self._load(now_ms, clean_shutdown)
+        recovered = self._load(now_ms, clean_shutdown)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.recovery_point = min(max(self.recovery_point, 0), self.log_end_offset)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(recovered)
 
     # -- loading -------------------------------------------------------------------------
-    def _load(self, now_ms: int, clean: bool) -> None:
+    def _load(self, now_ms: int, clean: bool) -> list[LogSegment]:
+        """Open every segment; return the ones recovered (their txn indexes need a rebuild)."""
+        recovered = []
         self._settle_interrupted_swaps(now_ms)
         for path in self.directory.iterdir():
             if path.suffix in _LEFTOVER_SUFFIXES:
@@ -143,6 +154,7 @@ class PartitionLog:
             next_base = None if is_last else bases[bases.index(base) + 1]
             needs_recovery = not clean and (next_base is None or next_base > self.recovery_point)
             if needs_recovery:
+                recovered.append(segment)
                 cut = segment.recover()
                 if cut:
                     log.warning("%s: truncated %d bytes of torn or corrupt data from %s",
@@ -156,6 +168,7 @@ class PartitionLog:
         if not self.segments:
             self.segments.append(LogSegment(self.directory, 0, self.config, now_ms))
         self.active.open_for_append()
+        return [s for s in recovered if s in self.segments]
 
     def _settle_interrupted_swaps(self, now_ms: int) -> None:
         """Finish what a crash cut short in ``replace_segments``: drop uncommitted
@@ -172,7 +185,7 @@ class PartitionLog:
             swap.close_for_append()
             for old in self.directory.glob(f"*{LOG_SUFFIX}"):
                 if old.stem.isdigit() and swap.base_offset <= int(old.stem) < swap.next_offset:
-                    for extension in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, LOG_SUFFIX):
+                    for extension in FILE_EXTENSIONS:
                         old.with_suffix(extension).unlink(missing_ok=True)
             swap.change_suffix("")
             swap.close()
@@ -182,14 +195,23 @@ class PartitionLog:
             if path.suffix == SWAP_SUFFIX:
                 path.unlink()
 
-    def _rebuild_producer_state(self) -> None:
-        start = self.producer_state.load_snapshot(self.log_end_offset)
-        start = max(start, self.log_start_offset)
+    def _rebuild_producer_state(self, recovered: list[LogSegment]) -> None:
+        """Replay batch headers after a snapshot; the txn indexes of ``recovered`` segments are
+        rebuilt on the way (the replay starts at or before the first of them)."""
+        limit = min([s.base_offset for s in recovered] + [self.log_end_offset])
+        start = max(self.producer_state.load_snapshot(limit, self.log_end_offset),
+                    self.log_start_offset)
+        rebuilt = {id(s) for s in recovered}
+        for segment in recovered:
+            segment.txn_index.reset()
         for segment in self.segments[_segment_at(self.segments, start):]:
             _, position = segment.offset_index.lookup(start)
             for header in segment.iter_headers(position):
                 if header.last_offset >= start:
-                    self.producer_state.update(header)
+                    aborted = header.is_control and segment.marker_aborts(header)
+                    completed = self.producer_state.update(header, aborted)
+                    if completed is not None and completed.aborted and id(segment) in rebuilt:
+                        segment.txn_index.append(self._aborted_txn(completed))
 
     # -- offsets -------------------------------------------------------------------------
     @property
@@ -206,8 +228,31 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """No transaction is tracked as open yet: everything appended is stable."""
-        return self.log_end_offset
+        """The first offset of the oldest ongoing transaction, else the log end (here, the
+        high watermark)."""
+        first = self.producer_state.first_unstable_offset()
+        return self.log_end_offset if first is None else first
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound): what a
+        read_committed fetch of that range must tell the client to drop."""
+        segments = self.segments
+        found: list[AbortedTxn] = []
+        for segment in segments[_segment_at(segments, fetch_offset):]:
+            more, complete = segment.txn_index.collect(fetch_offset, upper_bound)
+            found += more
+            if complete:
+                break
+        return found
+
+    def _aborted_txn(self, completed: CompletedTxn) -> AbortedTxn:
+        """The index entry of an aborted transaction, with the last stable offset right after
+        its marker (a replay runs after the whole log is loaded: never read the log end)."""
+        after_marker = completed.last_offset + 1
+        first_unstable = self.producer_state.first_unstable_offset()
+        stable = after_marker if first_unstable is None else min(first_unstable, after_marker)
+        return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
+                          stable)
 
     def inactive_segments(self) -> list[LogSegment]:
         """Every segment but the active one, as of now."""
@@ -243,6 +288,21 @@ class PartitionLog:
         if self._compact:
             _require_keys(records, header)
         append_time = now_ms if self._log_append_time else -1
+        return self._write(records, header, now_ms, leader_epoch, append_time)
+
+    def append_marker(self, kind: ControlType, producer_id: int, producer_epoch: int,
+                      coordinator_epoch: int, *, now_ms: int, leader_epoch: int = 0) -> AppendInfo:
+        """Append the COMMIT or ABORT marker ending ``producer_id``'s transaction (a partition
+        leader does this for the transaction coordinator: WriteTxnMarkers). A marker from an
+        epoch older than the producer's is fenced; an ABORT indexes the transaction it ends."""
+        batch = marker_batch(kind, producer_id, producer_epoch, coordinator_epoch, now_ms)
+        header = parse_header(batch)
+        self.producer_state.check(header)
+        return self._write(batch, header, now_ms, leader_epoch, -1, kind == ControlType.ABORT)
+
+    def _write(self, records: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int,
+               leader_epoch: int, append_time: int, aborted: bool = False) -> AppendInfo:
+        """Assign offsets to one validated batch and write it; update producer state."""
         with self.lock:
             active = self.segments[-1]
             buffers, header = prepare_append(records, header, active.next_offset, leader_epoch,
@@ -251,7 +311,9 @@ class PartitionLog:
                                 header.base_offset + header.last_offset_delta, now_ms):
                 active = self.roll(now_ms)
             active.append(buffers, (header,))
-            self.producer_state.update(header)
+            completed = self.producer_state.update(header, aborted)
+            if completed is not None and completed.aborted:
+                active.txn_index.append(self._aborted_txn(completed))
         self._unflushed += header.record_count
         if self._unflushed >= self._flush_messages:
             self.flush(now_ms)
@@ -269,9 +331,15 @@ class PartitionLog:
             if self.active.must_roll(len(records), max(h.max_timestamp for h in headers),
                                      headers[-1].last_offset, now_ms):
                 self.roll(now_ms)
-            self.active.append([records], headers)
+            active = self.active
+            position = active.size
+            active.append([records], headers)
             for header in headers:
-                self.producer_state.update(header)
+                aborted = header.is_control and active.marker_aborts(
+                    header._replace(position=position + header.position))
+                completed = self.producer_state.update(header, aborted)
+                if completed is not None and completed.aborted:
+                    active.txn_index.append(self._aborted_txn(completed))
 
     def _validate(self, header: BatchHeader, now_ms: int) -> None:
         if header.size > self._max_message_bytes:

@@ -1,4 +1,5 @@
-"""Idempotent-producer state of one partition: epoch and recent sequence ranges per producer.
+"""Producer state of one partition: per producer its epoch, recent sequence ranges and open
+transaction; and the partition's ongoing transactions, which bound its last stable offset.
 
 Invariants:
 - For each producer id the state keeps its current epoch and the metadata of its last five
@@ -7,9 +8,15 @@ Invariants:
   answered with the original offsets and not appended again.
 - Within one epoch a batch's first sequence must follow the previous batch's last sequence
   (wrapping at int32); a new epoch must start at sequence 0; an older epoch is fenced.
+- A transaction starts at its producer's first transactional batch and ends at the control
+  batch (COMMIT or ABORT marker) the coordinator has written for it; ``update`` returns the
+  ``CompletedTxn`` a marker ends. ``first_unstable_offset`` is the smallest first offset of
+  an ongoing transaction: the last stable offset is it, or the log end when none is open.
+- A marker from an older epoch than the producer's is fenced (INVALID_PRODUCER_EPOCH); one
+  from a newer epoch moves the producer to it, so its next batch must start at sequence 0.
 - The state is derived from the log: it is rebuilt by replaying batch headers after the
-  latest snapshot (``<offset>.snapshot``, written on roll and clean shutdown), so it survives
-  restarts without reading whole batches.
+  latest snapshot (``<offset>.snapshot``, written on roll and clean shutdown; it carries open
+  transactions), so it survives restarts without reading whole batches.
 """
 
 from __future__ import annotations
@@ -36,10 +43,21 @@ class BatchMetadata:
     last_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended in this partition."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
+
+
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    txn_first_offset: int = -1  # the ongoing transaction's first offset, -1 when none
 
     @property
     def last_seq(self) -> int:
@@ -52,9 +70,17 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest ongoing transaction, None when none is open."""
+        return min(self.ongoing.values()) if self.ongoing else None
 
     def check(self, header: BatchHeader) -> BatchMetadata | None:
         """Validate a producer batch before append; return the original if it is a duplicate."""
+        if header.is_control:
+            self._check_marker_epoch(header)
+            return None
         if header.producer_id < 0 or header.base_sequence < 0:
             return None
         entry = self.producers.get(header.producer_id)
@@ -83,17 +109,41 @@ class ProducerStateManager:
             )
         return None
 
-    def update(self, header: BatchHeader) -> None:
-        """Record an appended batch (offsets assigned)."""
-        if header.producer_id < 0:
-            return
+    def _check_marker_epoch(self, header: BatchHeader) -> None:
         entry = self.producers.get(header.producer_id)
+        if entry is not None and header.producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"marker of producer {header.producer_id} epoch {header.producer_epoch} is "
+                f"fenced by epoch {entry.epoch}")
+
+    def update(self, header: BatchHeader, aborted: bool = False) -> CompletedTxn | None:
+        """Record an appended batch (offsets assigned); a marker (``aborted`` says which kind)
+        returns the transaction it completed."""
+        pid = header.producer_id
+        if pid < 0:
+            return None
+        entry = self.producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = self.producers[header.producer_id] = ProducerEntry(header.producer_epoch)
+            first = entry.txn_first_offset if entry is not None else -1
+            entry = self.producers[pid] = ProducerEntry(header.producer_epoch,
+                                                        txn_first_offset=first)
+        if header.is_control:
+            return self._complete(entry, pid, header, aborted)
         if header.base_sequence >= 0:
             entry.batches.append(BatchMetadata(
                 header.base_sequence, header.last_sequence, header.base_offset, header.last_offset
             ))
+        if header.is_transactional and entry.txn_first_offset < 0:
+            entry.txn_first_offset = self.ongoing[pid] = header.base_offset
+        return None
+
+    def _complete(self, entry: ProducerEntry, pid: int, header: BatchHeader,
+                  aborted: bool) -> CompletedTxn | None:
+        first, entry.txn_first_offset = entry.txn_first_offset, -1
+        self.ongoing.pop(pid, None)
+        if first < 0:
+            return None  # a marker for a transaction with no data here (a retried marker)
+        return CompletedTxn(pid, first, header.base_offset, aborted)
 
     def last_data_offsets(self) -> dict[int, int]:
         """Producer id -> last offset of its latest batch: the batches compaction keeps (empty
@@ -109,7 +159,7 @@ class ProducerStateManager:
     def snapshot(self, offset: int) -> bytes:
         """The state as of ``offset``, serialised (cheap; writing it is the slow part)."""
         state = {
-            str(pid): {"epoch": e.epoch, "batches": [
+            str(pid): {"epoch": e.epoch, "txn": e.txn_first_offset, "batches": [
                 [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
             for pid, e in self.producers.items()
         }
@@ -123,17 +173,19 @@ class ProducerStateManager:
         for old in self.snapshot_offsets()[:-2]:
             (self.directory / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
 
-    def load_snapshot(self, max_offset: int) -> int:
+    def load_snapshot(self, max_offset: int, log_end: int) -> int:
         """Load the newest readable snapshot at or below ``max_offset``; return its offset.
 
-        Returns -1 (and an empty state) when there is none; snapshots above the log end
-        (from before a truncation) are deleted.
+        Returns -1 (and an empty state) when there is none; snapshots above ``log_end`` (from
+        before a truncation) are deleted.
         """
-        self.producers = {}
+        self.producers, self.ongoing = {}, {}
         for offset in reversed(self.snapshot_offsets()):
             path = self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
-            if offset > max_offset:
+            if offset > log_end:
                 path.unlink(missing_ok=True)
+                continue
+            if offset > max_offset:
                 continue
             try:
                 data = json.loads(path.read_text())
@@ -141,8 +193,10 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
                 continue
             for pid, raw in data["producers"].items():
-                entry = ProducerEntry(raw["epoch"])
+                entry = ProducerEntry(raw["epoch"], txn_first_offset=raw.get("txn", -1))
                 entry.batches.extend(BatchMetadata(*b) for b in raw["batches"])
                 self.producers[int(pid)] = entry
+                if entry.txn_first_offset >= 0:
+                    self.ongoing[int(pid)] = entry.txn_first_offset
             return offset
         return -1

@@ -1,4 +1,5 @@
-"""One log segment: a ``.log`` file of record batches plus its ``.index`` and ``.timeindex``.
+"""One log segment: a ``.log`` file of record batches plus its ``.index``, ``.timeindex`` and
+``.txnindex``.
 
 Invariants:
 - The ``.log`` file holds whole, CRC-valid batches back to back, with offsets strictly
@@ -10,6 +11,9 @@ Invariants:
 - An offset index entry (batch last offset, batch position) is added whenever more than
   ``index.interval.bytes`` were appended since the last entry; the time index gets
   (largest timestamp so far, its offset) at the same points. Both are rebuilt by ``recover``.
+- The ``.txnindex`` lists the transactions aborted by markers in this segment; the
+  partition log writes it and rebuilds it after a recovery (it knows the transactions'
+  first offsets, from producer state); ``recover`` rebuilds the other two indexes.
 - Reads return file ranges (``FileSlice``) that start on a batch boundary; nothing is copied
   into Python memory except 61-byte headers while searching.
 """
@@ -32,12 +36,18 @@ from sparklog.record.batch import (
     crc_matches,
     parse_header,
 )
+from sparklog.record.control import ControlType, decode_marker
 from sparklog.record.records import decode_records
 from sparklog.storage.config import LogConfig
 from sparklog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from sparklog.storage.reservation import BlockReservation
+from sparklog.storage.txn_index import TransactionIndex
 
 LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX = ".log", ".index", ".timeindex"
+TXNINDEX_SUFFIX = ".txnindex"
+FILE_EXTENSIONS = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, LOG_SUFFIX)
+"""A segment's files, the log last: renames and deletes go in this order, so the log's name
+tells the state of the whole segment."""
 DELETED_SUFFIX = ".deleted"
 INT32_MAX = (1 << 31) - 1
 
@@ -80,6 +90,7 @@ class LogSegment:
                                         config.segment_index_bytes)
         self.time_index = TimeIndex(self._path(TIMEINDEX_SUFFIX, suffix), base_offset,
                                     config.segment_index_bytes)
+        self.txn_index = TransactionIndex(self._path(TXNINDEX_SUFFIX, suffix))
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -262,6 +273,13 @@ class LogSegment:
             yield header
             position += header.size
 
+    def marker_aborts(self, header: BatchHeader) -> bool:
+        """Whether the control batch at ``header.position`` is an ABORT marker."""
+        data = os.pread(self.fd, header.size, header.position)
+        records = decode_records(data, parse_header(data))
+        marker = decode_marker(records[0].key, records[0].value) if records else None
+        return marker is not None and marker.kind == ControlType.ABORT
+
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchHeader | None:
         """The first batch whose last offset is >= ``offset`` (searching from the index)."""
         _, position = self.offset_index.lookup(offset)
@@ -310,6 +328,7 @@ class LogSegment:
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close_for_append(self) -> None:
         """The segment stops being active: fsync it and turn its indexes read-only."""
@@ -327,6 +346,7 @@ class LogSegment:
         self._reservation.release(self.size)
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         os.close(self.fd)
 
     def _path(self, extension: str, suffix: str) -> Path:
@@ -338,6 +358,7 @@ class LogSegment:
         serving reads."""
         self.offset_index.rename(self._path(INDEX_SUFFIX, suffix))
         self.time_index.rename(self._path(TIMEINDEX_SUFFIX, suffix))
+        self.txn_index.rename(self._path(TXNINDEX_SUFFIX, suffix))
         path = self._path(LOG_SUFFIX, suffix)
         os.replace(self.log_path, path)
         self.log_path = path
@@ -348,7 +369,8 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in (self.offset_index.path, self.time_index.path, self.txn_index.path,
+                     self.log_path):
             path.unlink(missing_ok=True)
 
     @property
