@@ -7,9 +7,13 @@ Behaviour:
   may be cut short, as with Kafka). Record data goes out with sendfile.
 - Long poll: while fewer than ``min_bytes`` are available the request waits, up to
   ``max_wait``, for an append to one of its partitions.
-- high watermark = last stable offset = log end offset (single node, no open
-  transactions); ``aborted_transactions`` is an empty list (read_committed consumers
-  need it present), ``log_start_offset`` is reported from v5.
+- The high watermark is the log end offset (a single node is the whole ISR); the last
+  stable offset (v4+) is the first offset of the oldest open transaction, else the high
+  watermark. ``isolation_level`` read_committed (v4+) returns nothing at or past the last
+  stable offset and lists, in ``aborted_transactions``, the transactions aborted in the
+  range returned, so the client drops their records; read_uncommitted reads to the high
+  watermark and gets an empty list (clients need it present). ``log_start_offset`` from
+  v5.
 - No fetch sessions: ``session_id`` is 0 and every requested partition is answered each time.
 - An offset outside [log start, log end] is OFFSET_OUT_OF_RANGE; a current leader epoch
   above ours is UNKNOWN_LEADER_EPOCH, below it FENCED_LEADER_EPOCH.
@@ -25,7 +29,7 @@ from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.fetch_response import FetchPartition, FetchResponse, FetchTopic, FileRegion
 from sparklog.protocol.framing import RequestHeader
-from sparklog.protocol.versions import ApiKey
+from sparklog.protocol.versions import ApiKey, IsolationLevel
 
 if TYPE_CHECKING:
     from kio.schema.fetch.v11.request import FetchRequest
@@ -37,8 +41,9 @@ async def fetch(broker: Broker, header: RequestHeader,
                 request: FetchRequest) -> FetchResponse:
     deadline = time.monotonic() + request.max_wait.total_seconds()
     wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    committed = getattr(request, "isolation_level", 0) == IsolationLevel.READ_COMMITTED
     while True:
-        topics, total, errors = _read(broker, request)
+        topics, total, errors = _read(broker, request, committed)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
             break
@@ -46,14 +51,15 @@ async def fetch(broker: Broker, header: RequestHeader,
     return FetchResponse(topics)
 
 
-def _read(broker: Broker, request: Any) -> tuple[list[FetchTopic], int, bool]:
+def _read(broker: Broker, request: Any, committed: bool) -> tuple[list[FetchTopic], int, bool]:
     budget = request.max_bytes
     total, errors = 0, False
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            result = _read_partition(broker, topic.topic, p, budget if total else None)
+            result = _read_partition(broker, topic.topic, p, budget if total else None,
+                                     committed)
             partitions.append(result)
             if result.error_code:
                 errors = True
@@ -64,8 +70,11 @@ def _read(broker: Broker, request: Any) -> tuple[list[FetchTopic], int, bool]:
     return topics, total, errors
 
 
-def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None) -> FetchPartition:
-    """One partition; ``budget`` is what the response may still carry (None: first data)."""
+def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None,
+                    committed: bool) -> FetchPartition:
+    """One partition; ``budget`` is what the response may still carry (None: first data);
+    ``committed`` (read_committed) stops at the last stable offset and lists the aborted
+    transactions of what is returned."""
     try:
         epoch = getattr(p, "current_leader_epoch", -1)
         if epoch > LEADER_EPOCH:
@@ -73,18 +82,21 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None) -> F
         if 0 <= epoch < LEADER_EPOCH:
             return FetchPartition(p.partition, ErrorCode.FENCED_LEADER_EPOCH)
         log = broker.get_log(topic, p.partition)
-        end, start = log.log_end_offset, log.log_start_offset
-        records = None
+        end, start, stable = log.log_end_offset, log.log_start_offset, log.last_stable_offset
+        records, aborted = None, ()
         if budget is None or budget > 0:
             limit = p.partition_max_bytes if budget is None else min(p.partition_max_bytes, budget)
-            found = log.read(p.fetch_offset, limit)
+            found = log.read(p.fetch_offset, limit, stable if committed else None)
             if found is not None:
                 records = FileRegion(found.fd, found.position, found.length)
-        return FetchPartition(p.partition, ErrorCode.NONE, end, end, start, records)
+                if committed:
+                    aborted = tuple((t.producer_id, t.first_offset)
+                                    for t in log.aborted_transactions(p.fetch_offset, stable))
+        return FetchPartition(p.partition, ErrorCode.NONE, end, stable, start, records, aborted)
     except KafkaError as exc:
         try:
             log = broker.get_log(topic, p.partition)
             end, start = log.log_end_offset, log.log_start_offset
         except KafkaError:
             end = start = -1
-        return FetchPartition(p.partition, exc.code, end, end, start)
+        return FetchPartition(p.partition, exc.code, end, -1, start)

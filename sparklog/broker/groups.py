@@ -3,9 +3,10 @@
 ListGroups (16, v0-v2), DeleteGroups (42, v0-v1).
 
 Behaviour (the group logic itself is ``sparklog.coordinator``; this module translates):
-- FindCoordinator: this node coordinates every group (key type 0). Transactions (key type
-  1) are not served: COORDINATOR_NOT_AVAILABLE. Another key type is INVALID_REQUEST. The API
-  must be advertised in any case: librdkafka only enables LZ4 when it is.
+- FindCoordinator: this node coordinates every group (key type 0) and every transactional
+  id (key type 1); another key type is INVALID_REQUEST, a stopped coordinator
+  COORDINATOR_NOT_AVAILABLE. The API must be advertised in any case: librdkafka only
+  enables LZ4 when it is.
 - JoinGroup: v0 has no rebalance timeout (the session timeout serves as both); from v4 a
   dynamic member (no ``group.instance.id``, v5+) joining with an empty member id gets
   MEMBER_ID_REQUIRED and its member id, and must join again with it. The response is parked
@@ -28,7 +29,7 @@ from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
-from sparklog.protocol.versions import ApiKey
+from sparklog.protocol.versions import ApiKey, CoordinatorType
 
 if TYPE_CHECKING:
     from kio.schema.delete_groups.v1.request import DeleteGroupsRequest
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from kio.schema.sync_group.v3.request import SyncGroupRequest
 
 
-GROUP_KEY, TRANSACTION_KEY = 0, 1
 # Kafka's AclOperation codes READ (3), DELETE (6), DESCRIBE (8): all a group supports.
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _UNREQUESTED_OPERATIONS = -(1 << 31)
@@ -55,18 +55,19 @@ def _ms(duration: timedelta) -> int:
 async def find_coordinator(broker: Broker, header: RequestHeader,
                            request: FindCoordinatorRequest) -> Any:
     build = Build(header)
-    key_type = getattr(request, "key_type", GROUP_KEY)
+    key_type = getattr(request, "key_type", CoordinatorType.GROUP)
 
     def error(code: ErrorCode, message: str) -> Any:
         return build.response(error_code=code, error_message=message, node_id=-1, host="",
                               port=-1)
 
-    if key_type == TRANSACTION_KEY:
-        return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not served")
-    if key_type != GROUP_KEY:
+    coordinators = {CoordinatorType.GROUP: broker.coordinator,
+                    CoordinatorType.TRANSACTION: broker.txn_coordinator}
+    coordinator = coordinators.get(key_type)
+    if coordinator is None:
         return error(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
-    if not broker.coordinator.active:
-        return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is stopped")
+    if not coordinator.active:
+        return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is stopped")
     return build.response(error_code=ErrorCode.NONE, error_message=None,
                           node_id=broker.node_id, host=broker.host, port=broker.port)
 

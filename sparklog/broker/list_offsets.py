@@ -1,10 +1,10 @@
 """ListOffsets (key 2), v0-v5.
 
-Behaviour: timestamp -2 is the log start offset (earliest), -1 the log end offset (latest);
-any other timestamp gives the first record whose timestamp is at or after it, with that
-record's timestamp, or offset -1 when there is none (as Kafka answers). ``leader_epoch`` is
-``LEADER_EPOCH`` for a found offset. The isolation level changes nothing: without open
-transactions the last stable offset is the log end.
+Behaviour: timestamp -2 is the log start offset (earliest), -1 latest: the log end offset
+(the high watermark), or under read_committed (``isolation_level`` 1, v2+) the last stable
+offset, as Kafka answers; any other timestamp gives the first record whose timestamp is at
+or after it, with that record's timestamp, or offset -1 when there is none.
+``leader_epoch`` is ``LEADER_EPOCH`` for a found offset.
 """
 
 from __future__ import annotations
@@ -17,25 +17,24 @@ from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
-from sparklog.protocol.versions import ApiKey
+from sparklog.protocol.versions import ApiKey, IsolationLevel
 
 if TYPE_CHECKING:
     from kio.schema.list_offsets.v5.request import ListOffsetsRequest
 
 
 EARLIEST, LATEST = -2, -1
-
-
 @handles(ApiKey.LIST_OFFSETS, versions=(0, 5))
 async def list_offsets(broker: Broker, header: RequestHeader,
                        request: ListOffsetsRequest) -> Any:
     build = Build(header)
+    committed = getattr(request, "isolation_level", 0) == IsolationLevel.READ_COMMITTED
     return build.response(topics=per_partition(
         build, request.topics, "ListOffsetsTopicResponse",
-        lambda topic, p: _lookup(build, broker, topic, p)))
+        lambda topic, p: _lookup(build, broker, topic, p, committed)))
 
 
-def _lookup(build: Build, broker: Broker, topic: str, p: Any) -> Any:
+def _lookup(build: Build, broker: Broker, topic: str, p: Any, committed: bool) -> Any:
     def answer(code: ErrorCode, timestamp: int = -1, offset: int = -1, epoch: int = -1) -> Any:
         return build("ListOffsetsPartitionResponse", partition_index=p.partition_index,
                      error_code=code, timestamp=timestamp, offset=offset, leader_epoch=epoch,
@@ -48,7 +47,8 @@ def _lookup(build: Build, broker: Broker, topic: str, p: Any) -> Any:
     if p.timestamp == EARLIEST:
         return answer(ErrorCode.NONE, -1, log.log_start_offset, LEADER_EPOCH)
     if p.timestamp == LATEST:
-        return answer(ErrorCode.NONE, -1, log.log_end_offset, LEADER_EPOCH)
+        latest = log.last_stable_offset if committed else log.log_end_offset
+        return answer(ErrorCode.NONE, -1, latest, LEADER_EPOCH)
     found = log.offset_for_timestamp(p.timestamp)
     if found is None:
         return answer(ErrorCode.NONE)

@@ -1,10 +1,11 @@
 """InitProducerId (key 22), v0-v1.
 
 Behaviour: a non-transactional producer gets a fresh producer id with epoch 0 from
-``Broker.producer_ids`` (ids persist in blocks, so they are never reused after a restart).
-Transactions are not served yet: a request with a transactional id is answered
-COORDINATOR_NOT_AVAILABLE, so a transactional producer fails at start-up with a clear error
-instead of appending batches no coordinator could ever commit.
+``Broker.producer_ids`` (ids persist in blocks, so they are never reused after a restart). A
+transactional producer (a ``transactional_id``) is served by the transaction coordinator:
+its id's producer id and a bumped epoch, which fences older producers of the id (see
+``sparklog.coordinator.txn_coordinator``); CONCURRENT_TRANSACTIONS asks it to retry while
+an open transaction of the id is aborted.
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ if TYPE_CHECKING:
     from kio.schema.init_producer_id.v1.request import InitProducerIdRequest
 
 
-
 @handles(ApiKey.INIT_PRODUCER_ID, versions=(0, 1))
 async def init_producer_id(broker: Broker, header: RequestHeader,
                            request: InitProducerIdRequest) -> Any:
     build = Build(header)
-    if request.transactional_id is not None:
-        return build.response(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1,
-                              producer_epoch=-1)
-    return build.response(error_code=ErrorCode.NONE, producer_id=broker.producer_ids.next_id(),
-                          producer_epoch=0)
+    if request.transactional_id is None:
+        return build.response(error_code=ErrorCode.NONE,
+                              producer_id=broker.producer_ids.next_id(), producer_epoch=0)
+    timeout_ms = round(request.transaction_timeout.total_seconds() * 1000)
+    result = await broker.txn_coordinator.init_producer_id(request.transactional_id,
+                                                           timeout_ms)
+    return build.response(error_code=result.error, producer_id=result.producer_id,
+                          producer_epoch=result.producer_epoch)

@@ -26,9 +26,12 @@ from pathlib import Path
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.faults import ACTIVE, Faults
 from sparklog.broker.internal_topics import LogTopic
+from sparklog.broker.markers import local_marker_writer
 from sparklog.coordinator.coordinator import GroupConfig, GroupCoordinator
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.coordinator.offsets_store import OffsetsStore
+from sparklog.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
+from sparklog.coordinator.txn_records import TRANSACTION_TOPIC
 from sparklog.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
 from sparklog.storage.checkpoint import write_atomically
 from sparklog.storage.log import PartitionLog
@@ -80,6 +83,15 @@ class Broker:
         self.coordinator = GroupCoordinator(
             group_config, OffsetsStore(offsets_topic, group_config.load_buffer_bytes),
             self.partition_count, self.now_ms)
+        self.txn_coordinator = TransactionCoordinator(
+            TxnConfig.from_props(config.props),
+            LogTopic(self.logs, TRANSACTION_TOPIC,
+                     config.get_int("transaction.state.log.num.partitions"),
+                     {"segment.bytes": config.get_int("transaction.state.log.segment.bytes")},
+                     LEADER_EPOCH, self.notify_append),
+            self.producer_ids.next_id, self.partition_count,
+            lambda group: (OFFSETS_TOPIC, self.coordinator.store.partition_for(group)),
+            local_marker_writer(self), self.now_ms)
 
     @property
     def cluster_id(self) -> str:
@@ -146,10 +158,18 @@ class Broker:
                         del self._waiters[tp]
 
     # -- lifecycle -----------------------------------------------------------------------
+    @property
+    def leader_epoch(self) -> int:
+        """The epoch this node leads its partitions in (a single node: always the first)."""
+        return LEADER_EPOCH
+
+    # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         """Load what must be in memory before serving (on the event loop)."""
         self.coordinator.start()
+        self.txn_coordinator.start()
 
     def close(self) -> None:
+        self.txn_coordinator.stop()
         self.coordinator.stop()
         self.logs.close()

@@ -182,16 +182,21 @@ class GroupCoordinator:
     def load(self, partition: int) -> None:
         """Become the coordinator of the groups of ``partition``: replay it."""
         loaded = self.store.replay(partition)
-        for group_id in loaded.groups.keys() | loaded.offsets.keys():
+        pending_groups = {g for by_group in loaded.pending.values() for g in by_group}
+        group_ids = loaded.groups.keys() | loaded.offsets.keys() | pending_groups
+        for group_id in group_ids:
             record = loaded.groups.get(group_id)
             group = Group(group_id, self._now_ms())
             if record is not None:
                 self._restore(group, record)
             group.offsets = loaded.offsets.get(group_id, {})
+            group.pending_txn_offsets = {pid: by_group[group_id]
+                                         for pid, by_group in loaded.pending.items()
+                                         if group_id in by_group}
             self.groups[group_id] = group
         self.loaded.add(partition)
         log.info("group coordinator loaded %s-%d: %d groups", OFFSETS_TOPIC, partition,
-                 len(loaded.groups.keys() | loaded.offsets.keys()))
+                 len(group_ids))
 
     def unload(self, partition: int) -> None:
         """Stop coordinating the groups of ``partition``; their parked requests are answered
@@ -639,7 +644,32 @@ class GroupCoordinator:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return None  # Stable, or PreparingRebalance (commits of this generation still count)
 
-    def _store_offsets(self, group: Group, offsets: Mapping[TopicPartition, OffsetCommit]
+    def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
+                   offsets: Mapping[TopicPartition, OffsetCommit]
+                   ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: offsets written in the producer's transaction, which count (for
+        OffsetFetch and at every later load) only once its COMMIT marker reaches the group's
+        partition (``complete_txn``). As in Kafka, the group need not have members."""
+        error = self._check(group_id)
+        if error is not None:
+            return dict.fromkeys(offsets, error)
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, self._now_ms())
+        return self._store_offsets(group, offsets, (producer_id, producer_epoch))
+
+    def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A marker of ``producer_id``'s transaction was written to ``__consumer_offsets``
+        partition ``partition``: its offsets count now (COMMIT) or never (ABORT)."""
+        for group in self.groups.values():
+            if self.store.partition_for(group.group_id) != partition:
+                continue
+            done = group.pending_txn_offsets.pop(producer_id, None)
+            if done and commit:
+                group.offsets.update(done)
+
+    def _store_offsets(self, group: Group, offsets: Mapping[TopicPartition, OffsetCommit],
+                       producer: tuple[int, int] | None = None
                        ) -> dict[TopicPartition, ErrorCode]:
         now = self._now_ms()
         result: dict[TopicPartition, ErrorCode] = {}
@@ -657,10 +687,13 @@ class GroupCoordinator:
             records = [(offset_key(group.group_id, *tp), offset_value(value))
                        for tp, value in accepted.items()]
             try:
-                self.store.append(group.group_id, records, now)
+                self.store.append(group.group_id, records, now, producer)
             except KafkaError as exc:
                 return result | dict.fromkeys(accepted, exc.code)
-            group.offsets.update(accepted)
+            if producer is None:
+                group.offsets.update(accepted)
+            else:
+                group.pending_txn_offsets.setdefault(producer[0], {}).update(accepted)
         return result | dict.fromkeys(accepted, ErrorCode.NONE)
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None
@@ -745,7 +778,8 @@ class GroupCoordinator:
 
     def _cleanup(self, group: Group, removed: list[TopicPartition]) -> None:
         """Tombstone ``removed`` offsets; an Empty group left without offsets dies."""
-        dies = group.state is GroupState.EMPTY and set(removed) >= group.offsets.keys()
+        dies = (group.state is GroupState.EMPTY and set(removed) >= group.offsets.keys()
+                and not group.pending_txn_offsets)
         tombstones: list[Record] = [(offset_key(group.group_id, *tp), None) for tp in removed]
         if dies and group.generation > 0:  # generation 0 never wrote group metadata
             tombstones.append((group_key(group.group_id), None))

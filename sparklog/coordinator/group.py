@@ -125,6 +125,9 @@ class Group:
     # Member ids handed out with MEMBER_ID_REQUIRED, not joined yet -> their expiry timer.
     pending_members: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    # Offsets of open transactions (TxnOffsetCommit), by producer id: committed at its marker.
+    pending_txn_offsets: dict[int, dict[TopicPartition, OffsetAndMetadata]] = field(
+        default_factory=dict)
     # The delayed join: its timer, and while the initial delay (group.initial.rebalance.
     # delay.ms) runs, the rebalance time it may still extend into (None otherwise).
     join_timer: asyncio.TimerHandle | None = None

@@ -8,22 +8,45 @@ it runs and is tested without a data directory.
 Invariants:
 - ``append_records`` writes the records of one change as ONE batch to one partition: they
   are stored together or not at all; it returns only once the topic took the batch, so a
-  caller that changes its memory after it never acknowledges what is not in the log.
-- ``replay`` yields a partition's (key, value) records in offset order, skipping control
-  batches and records without a key; a None value is a tombstone. It holds one read buffer
-  (``buffer_bytes``, Kafka's ``offsets.load.buffer.size``) at a time.
+  caller that changes its memory after it never acknowledges what is not in the log. A
+  refusal raises ``KafkaError`` with the code a coordinator answers (Kafka's mapping: a
+  missing partition is COORDINATOR_NOT_AVAILABLE, a lost leadership or a storage error
+  NOT_COORDINATOR, others as the caller's ``errors`` say, else UNKNOWN_SERVER_ERROR).
+- ``replay`` yields a partition's records in offset order, skipping records without a key
+  (a None value is a tombstone), each with its producer id when its batch is
+  transactional, and the transaction markers of control batches, so a coordinator that
+  writes transactional records (``__consumer_offsets`` for TxnOffsetCommit) applies them
+  only once committed. It holds one read buffer (``buffer_bytes``, Kafka's
+  ``offsets.load.buffer.size``) at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Protocol
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import NamedTuple, Protocol
 
+from sparklog.errors import ErrorCode, KafkaError
 from sparklog.record.batch import parse_header
+from sparklog.record.control import ControlType, decode_marker
 from sparklog.record.records import build_batch, decode_records
+
+log = logging.getLogger(__name__)
 
 Record = tuple[bytes, bytes | None]
 """A key and its value; a None value is a tombstone."""
+
+NO_PRODUCER = -1
+
+
+class Replayed(NamedTuple):
+    """A record (``marker`` None) or a transaction marker (``key`` and ``value`` None) of a
+    replayed partition; ``producer_id`` is the transaction's producer, else -1."""
+
+    key: bytes | None
+    value: bytes | None
+    producer_id: int = NO_PRODUCER
+    marker: ControlType | None = None
 
 
 class InternalTopic(Protocol):
@@ -43,17 +66,44 @@ class InternalTopic(Protocol):
         time."""
 
 
+_APPEND_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+}
+
+
 def append_records(topic: InternalTopic, partition: int, records: Sequence[Record],
-                   now_ms: int) -> None:
-    topic.append(partition, build_batch([(key, value, (), now_ms) for key, value in records]),
-                 now_ms)
+                   now_ms: int, *, producer: tuple[int, int] | None = None,
+                   errors: Mapping[ErrorCode, ErrorCode] | None = None) -> None:
+    """Append ``records`` as one batch; ``producer`` (id, epoch) makes it part of that
+    producer's transaction. See the module invariants for what a refusal raises."""
+    pid, epoch = producer or (NO_PRODUCER, -1)
+    batch = build_batch([(key, value, (), now_ms) for key, value in records],
+                        producer_id=pid, producer_epoch=epoch, transactional=producer is not None)
+    try:
+        topic.append(partition, batch, now_ms)
+    except (KafkaError, OSError) as exc:
+        if isinstance(exc, KafkaError):
+            code = {**_APPEND_ERRORS, **(errors or {})}.get(exc.code,
+                                                            ErrorCode.UNKNOWN_SERVER_ERROR)
+        else:
+            code = ErrorCode.NOT_COORDINATOR
+        log.error("cannot append to %s-%d: %s", topic.name, partition, exc)
+        raise KafkaError(str(exc), code) from exc
 
 
-def replay(topic: InternalTopic, partition: int, buffer_bytes: int) -> Iterator[Record]:
+def replay(topic: InternalTopic, partition: int, buffer_bytes: int) -> Iterator[Replayed]:
     for batch in topic.batches(partition, buffer_bytes):
         header = parse_header(batch)
+        records = decode_records(batch, header)
         if header.is_control:
+            marker = decode_marker(records[0].key, records[0].value) if records else None
+            if marker is not None and marker.kind in iter(ControlType):
+                yield Replayed(None, None, header.producer_id, ControlType(marker.kind))
             continue
-        for record in decode_records(batch, header):
+        pid = header.producer_id if header.is_transactional else NO_PRODUCER
+        for record in records:
             if record.key is not None:
-                yield record.key, record.value
+                yield Replayed(record.key, record.value, pid)

@@ -54,10 +54,11 @@ class Field:
 
     def annotation(self, version: int) -> Any:
         if self.struct is not None:
-            return tuple[self.struct.entity(version), ...]  # type: ignore[name-defined]
-        if self.kafka_type.startswith("[]"):
-            return tuple[_PRIMITIVES[self.kafka_type[2:]], ...]  # type: ignore[misc]
-        base = _PRIMITIVES[self.kafka_type]
+            base: Any = tuple[self.struct.entity(version), ...]  # type: ignore[name-defined]
+        elif self.kafka_type.startswith("[]"):
+            base = tuple[_PRIMITIVES[self.kafka_type[2:]], ...]  # type: ignore[misc]
+        else:
+            base = _PRIMITIVES[self.kafka_type]
         nullable = self.nullable_from is not None and version >= self.nullable_from
         return base | None if nullable else base
 
@@ -108,7 +109,7 @@ def _build(schema: DataSchema, version: int, values: Mapping[str, Any]) -> Any:
         if not f.in_version(version):
             continue
         value = values[f.name]
-        if f.struct is not None:
+        if f.struct is not None and value is not None:
             value = tuple(_build(f.struct, version, item) for item in value)
         kwargs[f.name] = value
     return schema.entity(version)(**kwargs)

@@ -1,4 +1,5 @@
-"""API keys, and which header versions a request or response of a (key, version) uses.
+"""API keys, which header versions a request or response of a (key, version) uses, and the
+small enumerations requests carry (isolation levels, coordinator key types).
 
 Which APIs and versions the broker serves is not decided here: each handler declares it
 (``sparklog.broker.registry``). This module only knows protocol facts.
@@ -73,6 +74,20 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+
+
+class IsolationLevel(IntEnum):
+    """Fetch and ListOffsets ``isolation_level`` (Kafka's ``IsolationLevel``)."""
+
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+
+class CoordinatorType(IntEnum):
+    """FindCoordinator ``key_type`` (Kafka's ``CoordinatorType``)."""
+
+    GROUP = 0
+    TRANSACTION = 1
 
 
 @cache

@@ -1,0 +1,159 @@
+"""The transaction APIs (KIP-98): AddPartitionsToTxn (24, v0-v2), AddOffsetsToTxn (25,
+v0-v2), EndTxn (26, v0-v2), WriteTxnMarkers (27, v1), TxnOffsetCommit (28, v0-v2),
+DescribeTransactions (65, v0), ListTransactions (66, v0-v1).
+
+Behaviour (the state machine itself is ``sparklog.coordinator.txn_coordinator``; this module
+translates):
+- A fenced producer (an older epoch) is answered PRODUCER_FENCED, except by the versions
+  that predate that error (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn before v2), which
+  get INVALID_PRODUCER_EPOCH, as Kafka answers them (KIP-588).
+- TxnOffsetCommit stores the offsets in the producer's transaction on the group's
+  ``__consumer_offsets`` partition; they count once the COMMIT marker lands there.
+- WriteTxnMarkers (what a coordinator sends a partition leader) appends each marker and
+  answers per partition; DescribeTransactions answers per id (TRANSACTIONAL_ID_NOT_FOUND
+  for an unknown one); ListTransactions filters by state names (unknown ones are echoed in
+  ``unknown_state_filters``), producer ids, and (v1) the minimum time open.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from sparklog.broker.markers import write_marker
+from sparklog.broker.registry import handles
+from sparklog.broker.state import Broker
+from sparklog.coordinator.coordinator import OffsetCommit
+from sparklog.coordinator.txn_metadata import TransactionState
+from sparklog.errors import ErrorCode
+from sparklog.protocol.entities import Build, timestamp_ms
+from sparklog.protocol.framing import RequestHeader
+from sparklog.protocol.versions import ApiKey
+
+if TYPE_CHECKING:
+    from kio.schema.add_offsets_to_txn.v2.request import AddOffsetsToTxnRequest
+    from kio.schema.add_partitions_to_txn.v2.request import AddPartitionsToTxnRequest
+    from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+    from kio.schema.end_txn.v2.request import EndTxnRequest
+    from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+    from kio.schema.txn_offset_commit.v2.request import TxnOffsetCommitRequest
+    from kio.schema.write_txn_markers.v1.request import WriteTxnMarkersRequest
+
+NO_LEADER_EPOCH = -1
+_STATE_NAMES = frozenset(s.display for s in TransactionState)
+
+
+def fenced_as(header: RequestHeader, error: ErrorCode) -> ErrorCode:
+    """PRODUCER_FENCED as the request's version knows it."""
+    if error == ErrorCode.PRODUCER_FENCED and header.api_version < 2:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
+
+
+@handles(ApiKey.ADD_PARTITIONS_TO_TXN, versions=(0, 2))
+async def add_partitions_to_txn(broker: Broker, header: RequestHeader,
+                                request: AddPartitionsToTxnRequest) -> Any:
+    build = Build(header)
+    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    errors = broker.txn_coordinator.add_partitions(
+        request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+        request.v3_and_below_producer_epoch, wanted)
+    return build.response(results_by_topic_v3_and_below=tuple(
+        build("AddPartitionsToTxnTopicResult", name=t.name, results_by_partition=tuple(
+            build("AddPartitionsToTxnPartitionResult", partition_index=p,
+                  partition_error_code=fenced_as(header, errors[(t.name, p)]))
+            for p in t.partitions))
+        for t in request.v3_and_below_topics))
+
+
+@handles(ApiKey.ADD_OFFSETS_TO_TXN, versions=(0, 2))
+async def add_offsets_to_txn(broker: Broker, header: RequestHeader,
+                             request: AddOffsetsToTxnRequest) -> Any:
+    error = broker.txn_coordinator.add_offsets(request.transactional_id, request.producer_id,
+                                               request.producer_epoch, request.group_id)
+    return Build(header).response(error_code=fenced_as(header, error))
+
+
+@handles(ApiKey.END_TXN, versions=(0, 2))
+async def end_txn(broker: Broker, header: RequestHeader, request: EndTxnRequest) -> Any:
+    error = await broker.txn_coordinator.end_txn(request.transactional_id, request.producer_id,
+                                                 request.producer_epoch, request.committed)
+    return Build(header).response(error_code=fenced_as(header, error))
+
+
+@handles(ApiKey.TXN_OFFSET_COMMIT, versions=(0, 2))
+async def txn_offset_commit(broker: Broker, header: RequestHeader,
+                            request: TxnOffsetCommitRequest) -> Any:
+    build = Build(header)
+    offsets = {
+        (t.name, p.partition_index): OffsetCommit(
+            p.committed_offset, getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
+            p.committed_metadata)
+        for t in request.topics for p in t.partitions}
+    errors = broker.coordinator.txn_commit(request.group_id, request.producer_id,
+                                           request.producer_epoch, offsets)
+    return build.response(topics=tuple(
+        build("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            build("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
+                  error_code=errors[(t.name, p.partition_index)])
+            for p in t.partitions))
+        for t in request.topics))
+
+
+@handles(ApiKey.WRITE_TXN_MARKERS, versions=(1, 1))
+async def write_txn_markers(broker: Broker, header: RequestHeader,
+                            request: WriteTxnMarkersRequest) -> Any:
+    build = Build(header)
+    results = []
+    for marker in request.markers:
+        topics = tuple(
+            build("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(
+                build("WritableTxnMarkerPartitionResult", partition_index=p,
+                      error_code=write_marker(broker, (t.name, p), marker.producer_id,
+                                              marker.producer_epoch, marker.transaction_result,
+                                              marker.coordinator_epoch))
+                for p in t.partition_indexes))
+            for t in marker.topics)
+        results.append(build("WritableTxnMarkerResult", producer_id=marker.producer_id,
+                             topics=topics))
+    return build.response(markers=tuple(results))
+
+
+@handles(ApiKey.DESCRIBE_TRANSACTIONS, versions=(0, 0))
+async def describe_transactions(broker: Broker, header: RequestHeader,
+                                request: DescribeTransactionsRequest) -> Any:
+    build = Build(header)
+    described = []
+    for tid in request.transactional_ids:
+        error, meta = broker.txn_coordinator.describe(tid)
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(meta.partitions if meta else ()):
+            topics.setdefault(topic, []).append(partition)
+        described.append(build(
+            "TransactionState", error_code=error, transactional_id=tid,
+            transaction_state=meta.state.display if meta else "",
+            transaction_timeout=timedelta(milliseconds=meta.timeout_ms if meta else 0),
+            transaction_start_time=timestamp_ms(meta.start_ms if meta else -1),
+            producer_id=meta.producer_id if meta else -1,
+            producer_epoch=meta.producer_epoch if meta else -1,
+            topics=tuple(build("TopicData", topic=t, partitions=tuple(ps))
+                         for t, ps in topics.items())))
+    return build.response(transaction_states=tuple(described))
+
+
+@handles(ApiKey.LIST_TRANSACTIONS, versions=(0, 1))
+async def list_transactions(broker: Broker, header: RequestHeader,
+                            request: ListTransactionsRequest) -> Any:
+    build = Build(header)
+    states = set(request.state_filters)
+    known, unknown = states & _STATE_NAMES, sorted(states - _STATE_NAMES)
+    error, found = broker.txn_coordinator.list(
+        known, request.producer_id_filters, getattr(request, "duration_filter", -1))
+    if states and not known:
+        found = []  # only unknown states asked for: none matches
+    return build.response(error_code=error, unknown_state_filters=tuple(unknown),
+                          transaction_states=tuple(
+                              build("TransactionState", transactional_id=m.transactional_id,
+                                    producer_id=m.producer_id,
+                                    transaction_state=m.state.display)
+                              for m in found))

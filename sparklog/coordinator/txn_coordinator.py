@@ -1,0 +1,423 @@
+"""The transaction coordinator (KIP-98): transactional ids, their producer ids and epochs, and
+the two-phase end of each transaction.
+
+Behaviour (Kafka's ``TransactionCoordinator``):
+- InitProducerId with a transactional id gives a producer id (a new one the first time) and
+  a bumped epoch, which fences every older producer of that id. An open transaction of the
+  id is aborted first, under a fencing epoch: that call answers CONCURRENT_TRANSACTIONS and
+  the client's retry gets the next epoch. A timeout above ``transaction.max.timeout.ms`` is
+  INVALID_TRANSACTION_TIMEOUT.
+- AddPartitionsToTxn / AddOffsetsToTxn add partitions (a group's ``__consumer_offsets``
+  partition for the latter) and open the transaction. EndTxn writes PrepareCommit or
+  PrepareAbort, then the markers (``write_markers``: COMMIT/ABORT control batches in every
+  partition of the transaction), then CompleteCommit or CompleteAbort, and answers.
+- A request from an older epoch is PRODUCER_FENCED, from another producer id
+  INVALID_PRODUCER_ID_MAPPING; a request while markers are written CONCURRENT_TRANSACTIONS;
+  an EndTxn that does not fit the state INVALID_TXN_STATE (a retried EndTxn of a completed
+  transaction succeeds).
+- Transactions open longer than their timeout are aborted under a fencing epoch, checked
+  every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``; ids idle (finished)
+  for ``transactional.id.expiration.ms`` are removed (tombstoned).
+
+Invariants:
+- Every state change is appended to ``__transaction_state`` before it is applied in memory
+  or answered, PrepareCommit/PrepareAbort before any marker: after a crash (or when the
+  coordinator moves), ``load`` replays the partition and finishes every transaction found
+  in PrepareCommit or PrepareAbort, so a transaction ends exactly as recorded.
+- Its inputs are narrow (settings, its ``InternalTopic``, a producer-id allocator, a
+  partition-count lookup, the group's offsets partition, a marker writer, a clock); it never
+  touches storage or the broker, and serves only ids of the partitions it has loaded
+  (NOT_COORDINATOR otherwise).
+- All of it runs on the broker's event loop; ``fault_point`` names the steps of a commit a
+  crash test can stop the process at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from sparklog.coordinator.group_records import partition_for
+from sparklog.coordinator.internal_topic import InternalTopic, Record, append_records, replay
+from sparklog.coordinator.txn_metadata import (
+    COMPLETING,
+    FINISHED,
+    MAX_EPOCH,
+    TransactionMetadata,
+    TransactionState,
+)
+from sparklog.coordinator.txn_records import (
+    TRANSACTION_TOPIC,
+    TopicPartition,
+    decode_txn_key,
+    decode_txn_value,
+    txn_key,
+    txn_value,
+)
+from sparklog.errors import ErrorCode, KafkaError
+from sparklog.faults import fault_point
+
+log = logging.getLogger(__name__)
+
+S = TransactionState
+MarkerWriter = Callable[[list[TopicPartition], int, int, bool, int], Awaitable[None]]
+"""``(partitions, producer id, producer epoch, commit, coordinator epoch)``: write the
+markers; raises only if a marker could not be written in a partition that still exists."""
+
+@dataclass(frozen=True, slots=True)
+class TxnConfig:
+    """The broker settings the transaction coordinator reads (Kafka's names and defaults)."""
+
+    max_timeout_ms: int = 900000
+    id_expiration_ms: int = 604800000
+    abort_check_ms: int = 10000
+    expire_check_ms: int = 3600000
+    load_buffer_bytes: int = 5 * 1024 * 1024
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str]) -> TxnConfig:
+        default = cls()
+
+        def get(key: str, fallback: int) -> int:
+            return int(props.get(key, fallback))
+
+        return cls(
+            max_timeout_ms=get("transaction.max.timeout.ms", default.max_timeout_ms),
+            id_expiration_ms=get("transactional.id.expiration.ms", default.id_expiration_ms),
+            abort_check_ms=get("transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                               default.abort_check_ms),
+            expire_check_ms=get("transaction.remove.expired.transaction.cleanup.interval.ms",
+                                default.expire_check_ms),
+            load_buffer_bytes=get("transaction.state.log.load.buffer.size",
+                                  default.load_buffer_bytes),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAndEpoch:
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class TransactionCoordinator:
+    def __init__(self, config: TxnConfig, topic: InternalTopic,
+                 next_producer_id: Callable[[], int], partition_count: Callable[[str], int],
+                 offsets_partition: Callable[[str], TopicPartition],
+                 write_markers: MarkerWriter, clock: Callable[[], int]) -> None:
+        self.config = config
+        self.topic = topic
+        self._next_producer_id = next_producer_id
+        self._partition_count = partition_count
+        self._offsets_partition = offsets_partition
+        self._write_markers = write_markers
+        self._now_ms = clock
+        self.transactions: dict[str, TransactionMetadata] = {}
+        self.loaded: dict[int, int] = {}  # partition -> coordinator epoch
+        self.active = False
+        self._completing: set[str] = set()
+        self._timers: list[asyncio.TimerHandle] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Load every ``__transaction_state`` partition; needs the running loop."""
+        for partition in range(self.topic.partitions):
+            self.load(partition, coordinator_epoch=0)
+        self.active = True
+        self._schedule(self.config.abort_check_ms, self.abort_timed_out)
+        self._schedule(self.config.expire_check_ms, self.expire_ids)
+
+    def stop(self) -> None:
+        self.active = False
+        for timer in self._timers:
+            timer.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for partition in list(self.loaded):
+            self.unload(partition)
+
+    def _schedule(self, interval_ms: int, action: Callable[[], None]) -> None:
+        loop = asyncio.get_running_loop()
+
+        def run() -> None:
+            try:
+                action()
+            except Exception:
+                log.exception("transaction coordinator maintenance failed")
+            self._timers.append(loop.call_later(interval_ms / 1000, run))
+
+        self._timers.append(loop.call_later(interval_ms / 1000, run))
+
+    def load(self, partition: int, coordinator_epoch: int) -> None:
+        """Become the coordinator of the ids of ``partition``: replay it, then finish every
+        transaction it recorded as PrepareCommit or PrepareAbort."""
+        found: dict[str, TransactionMetadata] = {}
+        for item in replay(self.topic, partition, self.config.load_buffer_bytes):
+            if item.key is None:
+                continue  # no transaction writes to this topic: no markers either
+            try:
+                tid = decode_txn_key(item.key)
+                if item.value is None:
+                    found.pop(tid, None)
+                else:
+                    found[tid] = TransactionMetadata.from_record(tid,
+                                                                 decode_txn_value(item.value))
+            except ValueError as exc:
+                log.warning("skipping an undecodable %s record: %s", TRANSACTION_TOPIC, exc)
+        self.transactions.update(found)
+        self.loaded[partition] = coordinator_epoch
+        log.info("transaction coordinator loaded %s-%d: %d transactional ids",
+                 TRANSACTION_TOPIC, partition, len(found))
+        for meta in found.values():
+            if meta.state in COMPLETING:
+                log.info("transactional id %s was %s: finishing it", meta.transactional_id,
+                         meta.state.display)
+                self._spawn(self._complete(meta))
+
+    def unload(self, partition: int) -> None:
+        self.loaded.pop(partition, None)
+        for tid in [t for t in self.transactions if self._partition_of(t) == partition]:
+            del self.transactions[tid]
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _partition_of(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.topic.partitions)
+
+    def _check(self, transactional_id: str | None) -> ErrorCode | None:
+        if not transactional_id:
+            return ErrorCode.INVALID_REQUEST
+        if not self.active:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self._partition_of(transactional_id) not in self.loaded:
+            return ErrorCode.NOT_COORDINATOR
+        return None
+
+    def _store(self, meta: TransactionMetadata) -> None:
+        """Append ``meta``'s state; KafkaError (with the code to answer) if refused."""
+        self._append(meta.transactional_id, [(txn_key(meta.transactional_id),
+                                              txn_value(meta.record()))])
+
+    def _append(self, transactional_id: str, records: list[Record]) -> None:
+        append_records(self.topic, self._partition_of(transactional_id), records,
+                       self._now_ms())
+
+    def _commit(self, new: TransactionMetadata) -> None:
+        """Store ``new`` (a changed copy of the live state), then make it the live state."""
+        self._store(new)
+        self.transactions[new.transactional_id] = new
+
+    # -- InitProducerId -------------------------------------------------------------------
+    async def init_producer_id(self, transactional_id: str,
+                               timeout_ms: int) -> ProducerIdAndEpoch:
+        error = self._check(transactional_id)
+        if error is None and not 0 < timeout_ms <= self.config.max_timeout_ms:
+            error = ErrorCode.INVALID_TRANSACTION_TIMEOUT
+        if error is not None:
+            return ProducerIdAndEpoch(error)
+        now = self._now_ms()
+        meta = self.transactions.get(transactional_id)
+        try:
+            if meta is None:
+                new = TransactionMetadata(transactional_id, self._next_producer_id(), 0,
+                                          timeout_ms, S.EMPTY, now)
+                self._commit(new)
+                return ProducerIdAndEpoch(ErrorCode.NONE, new.producer_id, new.producer_epoch)
+            if meta.state in COMPLETING or transactional_id in self._completing:
+                return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+            if meta.state is S.ONGOING:
+                await self._fence_and_abort(meta, "a new producer initialised the id")
+                return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+            new = self._bumped(meta, now)
+            new.timeout_ms = timeout_ms
+            new.transition(S.EMPTY, now)
+            new.partitions = set()
+            self._commit(new)
+        except KafkaError as exc:
+            return ProducerIdAndEpoch(exc.code)
+        log.info("transactional id %s: producer %d epoch %d", transactional_id,
+                 new.producer_id, new.producer_epoch)
+        return ProducerIdAndEpoch(ErrorCode.NONE, new.producer_id, new.producer_epoch)
+
+    def _bumped(self, meta: TransactionMetadata, now: int) -> TransactionMetadata:
+        """A copy with the next epoch, or a new producer id once the epochs are used up."""
+        if meta.producer_epoch >= MAX_EPOCH - 1:
+            return replace(meta, producer_id=self._next_producer_id(), producer_epoch=0,
+                           last_update_ms=now, partitions=set(meta.partitions))
+        return replace(meta, producer_epoch=meta.producer_epoch + 1, last_update_ms=now,
+                       partitions=set(meta.partitions))
+
+    async def _fence_and_abort(self, meta: TransactionMetadata, reason: str) -> None:
+        """Abort an open transaction under a bumped epoch (its producer is fenced)."""
+        new = self._bumped(meta, self._now_ms())
+        new.transition(S.PREPARE_ABORT, self._now_ms())
+        self._commit(new)
+        log.info("transactional id %s: aborting its transaction (%s), epoch now %d",
+                 meta.transactional_id, reason, new.producer_epoch)
+        await self._complete(new)
+
+    # -- AddPartitionsToTxn, AddOffsetsToTxn ----------------------------------------------
+    def _producer_error(self, transactional_id: str, producer_id: int,
+                        producer_epoch: int) -> ErrorCode | None:
+        """Kafka's checks of a request from a transactional producer, in its order."""
+        error = self._check(transactional_id)
+        if error is not None:
+            return error
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if meta.state in COMPLETING or transactional_id in self._completing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return None
+
+    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        wanted = list(dict.fromkeys(partitions))
+        error = self._producer_error(transactional_id, producer_id, producer_epoch)
+        if error is not None:
+            return dict.fromkeys(wanted, error)
+        unknown = {tp for tp in wanted if not 0 <= tp[1] < self._partition_count(tp[0])}
+        if unknown:
+            return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                    else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
+        meta = self.transactions[transactional_id]
+        if meta.state is S.ONGOING and meta.partitions.issuperset(wanted):
+            return dict.fromkeys(wanted, ErrorCode.NONE)
+        new = replace(meta, partitions=meta.partitions | set(wanted))
+        new.transition(S.ONGOING, self._now_ms())
+        try:
+            self._commit(new)
+        except KafkaError as exc:
+            return dict.fromkeys(wanted, exc.code)
+        return dict.fromkeys(wanted, ErrorCode.NONE)
+
+    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                    group_id: str) -> ErrorCode:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        tp = self._offsets_partition(group_id)
+        return self.add_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
+
+    # -- EndTxn ---------------------------------------------------------------------------
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool) -> ErrorCode:
+        error = self._check(transactional_id)
+        meta = self.transactions.get(transactional_id)
+        if error is None and (meta is None or meta.producer_id != producer_id):
+            error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if error is None and meta is not None and meta.producer_epoch != producer_epoch:
+            error = ErrorCode.PRODUCER_FENCED
+        if error is not None:
+            return error
+        assert meta is not None
+        done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+        if meta.state is done and transactional_id not in self._completing:
+            return ErrorCode.NONE  # a retry of an EndTxn that completed
+        if meta.state in COMPLETING or transactional_id in self._completing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if meta.state is not S.ONGOING:
+            return ErrorCode.INVALID_TXN_STATE
+        new = replace(meta, partitions=set(meta.partitions))
+        new.transition(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, self._now_ms())
+        fault_point("txn_end_prepared", "before")
+        try:
+            self._commit(new)
+        except KafkaError as exc:
+            return exc.code
+        fault_point("txn_end_prepared", "after")
+        try:
+            await self._complete(new)
+        except KafkaError as exc:  # recorded as prepared: finished at the next load
+            return exc.code
+        return ErrorCode.NONE
+
+    async def _complete(self, meta: TransactionMetadata) -> None:
+        """Write the markers of a prepared transaction, then record it complete."""
+        tid = meta.transactional_id
+        commit = meta.state is S.PREPARE_COMMIT
+        self._completing.add(tid)
+        try:
+            await self._write_markers(sorted(meta.partitions), meta.producer_id,
+                                      meta.producer_epoch, commit,
+                                      self.loaded.get(self._partition_of(tid), 0))
+            fault_point("txn_markers_written", "all")
+            if self.transactions.get(tid) is not meta:
+                return  # unloaded meanwhile: the next coordinator finishes it
+            new = replace(meta, partitions=set())
+            new.transition(S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, self._now_ms())
+            self._commit(new)
+        finally:
+            self._completing.discard(tid)
+
+    # -- timeouts and expiration ----------------------------------------------------------
+    def abort_timed_out(self) -> None:
+        """Abort (under a fencing epoch) every transaction open longer than its timeout."""
+        now = self._now_ms()
+        for meta in list(self.transactions.values()):
+            if (meta.state is S.ONGOING and meta.transactional_id not in self._completing
+                    and now - meta.start_ms > meta.timeout_ms):
+                self._spawn(self._fence_and_abort(
+                    meta, f"open longer than its timeout of {meta.timeout_ms} ms"))
+
+    def expire_ids(self) -> None:
+        """Remove ids whose last transaction finished ``transactional.id.expiration.ms`` ago."""
+        now = self._now_ms()
+        for meta in list(self.transactions.values()):
+            if (meta.state in FINISHED and meta.transactional_id not in self._completing
+                    and now - meta.last_update_ms >= self.config.id_expiration_ms):
+                try:
+                    self._append(meta.transactional_id, [(txn_key(meta.transactional_id), None)])
+                except KafkaError as exc:
+                    log.warning("cannot expire transactional id %s: %s",
+                                meta.transactional_id, exc)
+                    continue
+                del self.transactions[meta.transactional_id]
+                log.info("transactional id %s expired", meta.transactional_id)
+
+    # -- DescribeTransactions, ListTransactions, and the admin's abort --------------------
+    def describe(self, transactional_id: str) -> tuple[ErrorCode, TransactionMetadata | None]:
+        error = self._check(transactional_id)
+        if error is not None:
+            return error, None
+        meta = self.transactions.get(transactional_id)
+        if meta is None:
+            return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
+        return ErrorCode.NONE, meta
+
+    def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+             min_duration_ms: int = -1) -> tuple[ErrorCode, list[TransactionMetadata]]:
+        """Ids in any of ``states`` (Kafka's names; all when empty), of any of
+        ``producer_ids`` (all when empty), open at least ``min_duration_ms`` (-1: any)."""
+        if not self.active:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        wanted_states, pids = set(states), set(producer_ids)
+        now = self._now_ms()
+        return ErrorCode.NONE, [
+            meta for meta in self.transactions.values()
+            if (not wanted_states or meta.state.display in wanted_states)
+            and (not pids or meta.producer_id in pids)
+            and (min_duration_ms < 0 or (meta.state is S.ONGOING
+                                         and now - meta.start_ms >= min_duration_ms))]
+
+    async def abort(self, transactional_id: str) -> ErrorCode:
+        """Abort the id's open transaction now, fencing its producer (``sparklog
+        transactions abort --transactional-id``)."""
+        error, meta = self.describe(transactional_id)
+        if error != ErrorCode.NONE:
+            return error
+        assert meta is not None
+        if meta.state is not S.ONGOING or transactional_id in self._completing:
+            return ErrorCode.INVALID_TXN_STATE
+        try:
+            await self._fence_and_abort(meta, "aborted by an administrator")
+        except KafkaError as exc:
+            return exc.code
+        return ErrorCode.NONE
