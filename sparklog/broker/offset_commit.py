@@ -39,24 +39,32 @@ NO_LEADER_EPOCH = -1
 @handles(ApiKey.OFFSET_COMMIT, versions=(0, 7))
 async def offset_commit(broker: Broker, header: RequestHeader,
                         request: OffsetCommitRequest) -> Any:
-    build = Build(header)
     generation = request.generation_id_or_member_epoch if header.api_version >= 1 \
         else NO_GENERATION
-    offsets = {
-        (topic.name, p.partition_index): OffsetCommit(
-            p.committed_offset, getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
-            p.committed_metadata)
-        for topic in request.topics for p in topic.partitions
-    }
     errors = broker.coordinator.commit(request.group_id, request.member_id,
                                        getattr(request, "group_instance_id", None), generation,
-                                       offsets)
+                                       requested_offsets(request.topics))
+    return commit_response(Build(header), request.topics, errors, "OffsetCommit")
+
+
+def requested_offsets(topics: Any) -> dict[TopicPartition, OffsetCommit]:
+    """The offsets an OffsetCommit or TxnOffsetCommit request carries."""
+    return {(topic.name, p.partition_index): OffsetCommit(
+                p.committed_offset, getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
+                p.committed_metadata)
+            for topic in topics for p in topic.partitions}
+
+
+def commit_response(build: Build, topics: Any, errors: dict[TopicPartition, ErrorCode],
+                    api: str) -> Any:
+    """An OffsetCommit or TxnOffsetCommit (``api``) response: each requested partition with
+    its error."""
     return build.response(topics=tuple(
-        build("OffsetCommitResponseTopic", name=topic.name, partitions=tuple(
-            build("OffsetCommitResponsePartition", partition_index=p.partition_index,
+        build(f"{api}ResponseTopic", name=topic.name, partitions=tuple(
+            build(f"{api}ResponsePartition", partition_index=p.partition_index,
                   error_code=errors[(topic.name, p.partition_index)])
             for p in topic.partitions))
-        for topic in request.topics))
+        for topic in topics))
 
 
 @handles(ApiKey.OFFSET_FETCH, versions=(0, 5))

@@ -21,9 +21,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.markers import write_marker
+from sparklog.broker.offset_commit import commit_response, requested_offsets
 from sparklog.broker.registry import handles
 from sparklog.broker.state import Broker
-from sparklog.coordinator.coordinator import OffsetCommit
 from sparklog.coordinator.txn_metadata import TransactionState
 from sparklog.errors import ErrorCode
 from sparklog.protocol.entities import Build, timestamp_ms
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from kio.schema.txn_offset_commit.v2.request import TxnOffsetCommitRequest
     from kio.schema.write_txn_markers.v1.request import WriteTxnMarkersRequest
 
-NO_LEADER_EPOCH = -1
 _STATE_NAMES = frozenset(s.display for s in TransactionState)
 
 
@@ -84,20 +83,10 @@ async def end_txn(broker: Broker, header: RequestHeader, request: EndTxnRequest)
 @handles(ApiKey.TXN_OFFSET_COMMIT, versions=(0, 2))
 async def txn_offset_commit(broker: Broker, header: RequestHeader,
                             request: TxnOffsetCommitRequest) -> Any:
-    build = Build(header)
-    offsets = {
-        (t.name, p.partition_index): OffsetCommit(
-            p.committed_offset, getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
-            p.committed_metadata)
-        for t in request.topics for p in t.partitions}
     errors = broker.coordinator.txn_commit(request.group_id, request.producer_id,
-                                           request.producer_epoch, offsets)
-    return build.response(topics=tuple(
-        build("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
-            build("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
-                  error_code=errors[(t.name, p.partition_index)])
-            for p in t.partitions))
-        for t in request.topics))
+                                           request.producer_epoch,
+                                           requested_offsets(request.topics))
+    return commit_response(Build(header), request.topics, errors, "TxnOffsetCommit")
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, versions=(1, 1))
