@@ -538,6 +538,13 @@ def kp_request(api_key: int) -> type[ApiMessage]:
     return _kp_requests()[api_key]
 
 
+def kp_response(api_key: int) -> type[ApiMessage]:
+    """kafka-python's response class of ``api_key`` (beside its request class)."""
+    request = kp_request(api_key)
+    module = importlib.import_module(request.__module__)
+    return getattr(module, request.__name__.removesuffix("Request") + "Response")
+
+
 def produce_request(topic: str, partition: int, records: bytes, *, acks: int = -1,
                     version: int = 3) -> ProduceRequest:
     """A Produce request (kafka-python's protocol classes) carrying one records blob."""

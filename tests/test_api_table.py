@@ -3,14 +3,13 @@ served, checked end to end with an independent encoder (kafka-python's protocol 
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 from broker_fixtures import (
     RawConnection,
     embedded,
     embedded_module,
     kp_request,
+    kp_response,
     parse_api_versions_v0,
     request_frame,
 )
@@ -48,8 +47,7 @@ def test_every_advertised_version_is_answered(embedded: EmbeddedBroker, api_key:
     request_class = kp_request(api_key)
     extra = {"acks": 1} if api_key == ApiKey.PRODUCE else {}
     request: ApiMessage = request_class(version=version, **extra)
-    module = importlib.import_module(request_class.__module__)
-    response_class = getattr(module, request_class.__name__.removesuffix("Request") + "Response")
+    response_class = kp_response(api_key)
     with RawConnection(embedded.bootstrap) as conn:
         response = conn.call(request, response_class)
         assert response.header.correlation_id == 1

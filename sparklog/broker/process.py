@@ -27,9 +27,11 @@ _LISTENING = re.compile(r"listening on (?P<host>[^\s:]+):(?P<port>\d+)")
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, config: Mapping[str, str] | None = None, *,
-                 port: int = 0, log_file: Path | None = None) -> None:
+                 port: int = 0, log_file: Path | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.config = dict(config or {})
+        self.env = dict(env or {})  # e.g. SPARKLOG_FAULT_POINT for crash tests
         self.port = port
         self.log_file = log_file or data_dir.with_name(data_dir.name + ".broker.log")
         self.host = "127.0.0.1"
@@ -46,7 +48,7 @@ class BrokerProcess:
             cmd += ["--set", f"{key}={value}"]
         stderr = open(self.log_file, "a")  # the child inherits it; ours closes below
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         stderr.close()
         deadline = time.monotonic() + timeout
         assert self._proc.stdout is not None

@@ -96,6 +96,7 @@ class BrokerService:
         config = self.config
         broker = self.broker = Broker(config, self.data_dir)
         broker.start()
+        await broker.txn_coordinator.settle()
         self._server = BrokerServer(broker, self.listen_host, self.listen_port)
         _, bound_port = await self._server.start()
         broker.host, broker.port = advertised_address(config, self.listen_host, bound_port)

@@ -182,6 +182,12 @@ class TransactionCoordinator:
         for tid in [t for t in self.transactions if self._partition_of(t) == partition]:
             del self.transactions[tid]
 
+    async def settle(self) -> None:
+        """Wait for the transactions ``load`` is finishing (a broker waits before serving,
+        so no client sees a prepared transaction half-finished after a restart)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
