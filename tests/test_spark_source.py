@@ -25,12 +25,13 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from broker_fixtures import Rec, admin, create_topic, module_broker, produce_confluent, unique_topic
+from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import NewPartitions
 from pyspark.errors import StreamingQueryException
@@ -271,6 +272,46 @@ def test_compacted_topic_reads_gaps_and_tombstones(spark: Any, broker: BrokerPro
     assert (0, 55, b"k0", None) in got  # the tombstone, with a null value
     from_zero = read(spark, broker, subscribe=topic, startingOffsets=json.dumps({topic: {"0": 0}}))
     assert rows_of(from_zero) == got
+
+
+def test_read_committed_skips_aborted_and_open_transactions_with_exact_offsets(
+        spark: Any, broker: BrokerProcess, topic: str, tmp_path: Path) -> None:
+    create_topic(broker.bootstrap, topic, partitions=2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": topic,
+                         "log_level": 0})
+    producer.init_transactions(30)
+    sent: dict[bytes, tuple[int, int]] = {}
+
+    def transaction(prefix: str, end: Callable[[float], None] | None) -> None:
+        producer.begin_transaction()
+        for i in range(6):
+            producer.produce(topic, f"{prefix}{i}".encode(), partition=i % 2,
+                             on_delivery=lambda e, m: sent.__setitem__(
+                                 m.value(), (m.partition(), m.offset())))
+        producer.flush(30)
+        if end is not None:
+            end(30)
+
+    transaction("committed", producer.commit_transaction)
+    transaction("aborted", producer.abort_transaction)
+    transaction("again", producer.commit_transaction)
+    transaction("open", None)  # still open: the stable offset stays before it
+    committed = sorted((p, o, v) for v, (p, o) in sent.items()
+                       if v.startswith((b"committed", b"again")))
+    everything = sorted((p, o, v) for v, (p, o) in sent.items())
+
+    def values(df: Any) -> list[tuple[int, int, bytes]]:
+        return sorted((r.partition, r.offset, bytes(r.value))
+                      for r in df.select("partition", "offset", "value").collect())
+
+    isolation = {"kafka.isolation.level": "read_committed"}
+    assert values(read(spark, broker, subscribe=topic, **isolation)) == committed
+    assert values(read(spark, broker, subscribe=topic)) == everything  # read_uncommitted
+    streamed, _ = collect_available_now(spark, broker, tmp_path / "ck", subscribe=topic,
+                                        startingOffsets="earliest", maxOffsetsPerTrigger="5",
+                                        **isolation)
+    assert sorted((p, o, v) for rows in streamed.values() for p, o, _, v in rows) == committed
+    producer.abort_transaction(30)
 
 
 def test_deleted_records_are_data_loss(spark: Any, broker: BrokerProcess, topic: str) -> None:

@@ -1,6 +1,7 @@
 """Transactions in the log, against a model: ongoing transactions and the last stable offset,
 COMMIT and ABORT markers, the aborted-transaction index (``.txnindex``), and both surviving
-clean and unclean restarts (the index rebuilt from the log).
+clean and unclean restarts (the index rebuilt from the log); and ``committed_only``, the
+filter the Spark source applies to read_committed answers, on the same logs.
 
 The read_committed view is computed the way a Kafka consumer computes it (its algorithm,
 reading the segment files with kafka-python's record classes), from the log's aborted
@@ -24,6 +25,7 @@ from sparklog.errors import InvalidProducerEpochError
 from sparklog.record.batch import split_batches
 from sparklog.record.control import ControlType
 from sparklog.record.records import build_batch
+from sparklog.record.transactions import committed_only
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import LogManager
 
@@ -108,12 +110,25 @@ def read_committed(log: PartitionLog) -> list[int]:
     return seen
 
 
+def filtered_by_sparklog(log: PartitionLog) -> list[int]:
+    """The same view through ``sparklog.record.transactions.committed_only`` (what the Spark
+    source applies to a read_committed Fetch answer)."""
+    bound = log.last_stable_offset
+    aborted = [(t.producer_id, t.first_offset) for t in log.aborted_transactions(0, bound)]
+    data = b"".join(path.read_bytes() for path in sorted(log.directory.glob("*.log")))
+    kept = committed_only(data, aborted)
+    return [o for h in split_batches(kept) if not h.is_control
+            for o in range(h.base_offset, h.last_offset + 1) if o < bound]
+
+
 def check(log: PartitionLog, model: Model) -> None:
     assert log.last_stable_offset == model.last_stable_offset
     assert sorted((t.producer_id, t.first_offset)
                   for t in log.aborted_transactions(0, log.log_end_offset)) == sorted(
         model.aborted)
-    assert read_committed(log) == model.committed_below(model.last_stable_offset)
+    expected = model.committed_below(model.last_stable_offset)
+    assert read_committed(log) == expected
+    assert filtered_by_sparklog(log) == expected
 
 
 operations = st.lists(st.one_of(

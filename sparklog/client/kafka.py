@@ -31,7 +31,7 @@ from sparklog.client.connection import API_NAMES, BrokerConnection
 from sparklog.client.errors import RETRIABLE, KafkaClientError, RetriableError, error_name
 from sparklog.client.settings import Address, ClientConfig, RetryPolicy
 from sparklog.errors import ErrorCode
-from sparklog.protocol.versions import ApiKey
+from sparklog.protocol.versions import ApiKey, IsolationLevel
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,14 @@ class FetchedPartition:
     error_code: int
     high_watermark: int
     records: bytes
+    last_stable_offset: int = -1
+    aborted: tuple[tuple[int, int], ...] = ()
+    """(producer id, first offset) of the transactions aborted in the range (read_committed)."""
+
+    @property
+    def readable_end(self) -> int:
+        """Where the records a consumer of this isolation may read end."""
+        return self.last_stable_offset if self.last_stable_offset >= 0 else self.high_watermark
 
 
 class KafkaClient:
@@ -139,7 +147,8 @@ class KafkaClient:
                     topics.setdefault(tp.topic, []).append(
                         {"partition_index": tp.partition, "current_leader_epoch": -1,
                          "timestamp": wanted[tp]})
-                body = {"replica_id": -1, "isolation_level": 0, "topics": [
+                body = {"replica_id": -1, "isolation_level": self.config.isolation_level,
+                        "topics": [
                     {"name": name, "partitions": parts} for name, parts in topics.items()]}
                 answer = self._call(self._connection(address), ApiKey.LIST_OFFSETS, body)
                 for topic in answer.topics:
@@ -203,7 +212,7 @@ class KafkaClient:
             "replica_id": -1,
             "max_wait": timedelta(milliseconds=config.fetch_max_wait_ms),
             "min_bytes": config.fetch_min_bytes, "max_bytes": max_bytes,
-            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "isolation_level": config.isolation_level, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": tp.topic, "partitions": [{
                 "partition": tp.partition, "current_leader_epoch": -1, "fetch_offset": offset,
                 "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
@@ -231,7 +240,12 @@ class KafkaClient:
                     if p.error_code in RETRIABLE:
                         self._leaders.pop(tp, None)
                         raise RetriableError(f"Fetch for {tp}: {error_name(p.error_code)}")
-                    return FetchedPartition(p.error_code, p.high_watermark, p.records or b"")
+                    committed = self.config.isolation_level == IsolationLevel.READ_COMMITTED
+                    return FetchedPartition(
+                        p.error_code, p.high_watermark, p.records or b"",
+                        p.last_stable_offset if committed else -1,
+                        tuple((a.producer_id, a.first_offset)
+                              for a in p.aborted_transactions or ()))
         raise KafkaClientError(f"broker {connection.address} did not answer for {tp}")
 
     # -- plumbing ---------------------------------------------------------------------------

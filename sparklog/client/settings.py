@@ -51,6 +51,9 @@ class ClientConfig:
     fetch_max_wait_ms: int = DEFAULT_FETCH_MAX_WAIT_MS
     fetch_min_bytes: int = DEFAULT_FETCH_MIN_BYTES
     retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_MS / 1000
+    isolation_level: int = 0
+    """Kafka's: 0 read_uncommitted, 1 read_committed (up to the last stable offset, the
+    records of aborted transactions dropped)."""
 
     @property
     def servers(self) -> str:

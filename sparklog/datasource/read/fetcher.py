@@ -31,6 +31,7 @@ from sparklog.datasource.read.data_loss import report_data_loss
 from sparklog.datasource.read.offsets import TopicPartition
 from sparklog.datasource.read.planning import KafkaInputPartition
 from sparklog.errors import ErrorCode
+from sparklog.record.transactions import committed_only
 
 
 def read_partition(task: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
@@ -73,17 +74,17 @@ def fetch_records(client: KafkaClient, tp: TopicPartition, start: int, until: in
             if fetched.records:
                 raise KafkaClientError(f"Fetch for {tp} at offset {position} returned no "
                                        "record batch at or after that offset")
-            if fetched.high_watermark > position:
-                position = min(until, fetched.high_watermark)  # [position, hw): compacted away
+            if fetched.readable_end > position:
+                position = min(until, fetched.readable_end)  # [position, end): compacted away
                 continue
             report_data_loss(fail_on_data_loss,
                              f"{tp}: offsets [{position}, {until}) do not exist, the log ends "
-                             f"at {fetched.high_watermark} (it was truncated or recreated)")
+                             f"at {fetched.readable_end} (it was truncated or recreated)")
             return
         fetch_bytes = client.config.fetch_max_bytes
         if following < until:
             client.prefetch(tp, following, fetch_bytes)
-        yield fetched.records, first
+        yield committed_only(fetched.records, fetched.aborted), first
         position = following
 
 
