@@ -12,7 +12,8 @@ import logging
 import sys
 
 # Modules registered in this order; each provides add_parser(subparsers).
-COMMAND_MODULES = ("broker", "dump_log", "topics", "produce", "consume", "groups")
+COMMAND_MODULES = ("broker", "dump_log", "topics", "produce", "consume", "groups",
+                   "transactions")
 
 
 def build_parser() -> argparse.ArgumentParser:

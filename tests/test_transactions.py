@@ -15,7 +15,9 @@ from aiokafka import AIOKafkaProducer
 from broker_fixtures import (
     CONSUMERS,
     TIMEOUT,
+    RawConnection,
     create_topic,
+    raw_produce,
     unique_topic,
     wait_until,
 )
@@ -23,7 +25,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kafka import KafkaProducer
 
 from sparklog.broker.embedded import EmbeddedBroker
+from sparklog.cli import main
 from sparklog.coordinator.txn_metadata import TransactionState
+from sparklog.record.records import build_batch
 
 CONFIG = {
     "transaction.state.log.num.partitions": "4",
@@ -216,15 +220,21 @@ def _fatal(exc: KafkaException) -> KafkaError:
     return exc.args[0]
 
 
+def open_transaction(bootstrap: str, tid: str, topic: str, value: bytes) -> Producer:
+    """A confluent-kafka producer whose transaction holds ``value`` and stays open."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+                         "log_level": 0})
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    producer.produce(topic, value)
+    producer.flush(TIMEOUT)
+    return producer
+
+
 def test_a_second_producer_with_the_same_id_fences_the_first(broker: EmbeddedBroker,
                                                              topic: str) -> None:
     tid = f"fence-{topic}"
-    zombie = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": tid,
-                       "log_level": 0})
-    zombie.init_transactions(TIMEOUT)
-    zombie.begin_transaction()
-    zombie.produce(topic, b"zombie")
-    zombie.flush(TIMEOUT)
+    zombie = open_transaction(broker.bootstrap, tid, topic, b"zombie")
     TRANSACTORS["confluent"](broker.bootstrap, tid, topic, [([b"new"], True)])
     with pytest.raises(KafkaException) as refused:
         zombie.commit_transaction(TIMEOUT)
@@ -279,3 +289,64 @@ def test_transaction_state_survives_a_restart(tmp_path: Path) -> None:
                                                               before.producer_epoch + 1)
         assert consume("confluent", broker.bootstrap, topic, 2, "read_committed") == [b"1",
                                                                                       b"2"]
+
+
+# -- sparklog transactions (like kafka-transactions.sh) -----------------------------------------
+
+
+def run_tool(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
+    code = main(["transactions", *args])
+    out = capsys.readouterr()
+    return code, out.out.splitlines() + [f"ERR {line}" for line in out.err.splitlines()]
+
+
+def test_the_tool_lists_describes_and_aborts_by_id(broker: EmbeddedBroker, topic: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    tid = f"tool-{topic}"
+    producer = open_transaction(broker.bootstrap, tid, topic, b"stuck")
+    server = ["--bootstrap-server", broker.bootstrap]
+
+    code, lines = run_tool(capsys, "list", *server, "--state", "Ongoing")
+    assert code == 0
+    assert lines[0].split() == ["TRANSACTIONALID", "COORDINATOR", "PRODUCERID",
+                                "TRANSACTIONSTATE"]
+    assert [line.split()[0::3] for line in lines[1:]] == [[tid, "Ongoing"]]
+    code, lines = run_tool(capsys, "describe", *server, "--transactional-id", tid)
+    assert code == 0
+    row = dict(zip(lines[0].split(), lines[1].split(), strict=True))
+    assert (row["TRANSACTIONSTATE"], row["TOPICPARTITIONS"], row["PRODUCEREPOCH"]) == (
+        "Ongoing", f"{topic}-0", "0")
+
+    code, lines = run_tool(capsys, "abort", *server, "--transactional-id", tid)
+    assert (code, lines) == (0, [f"aborted the open transaction of {tid!r} (producer "
+                                 f"{row['PRODUCERID']} is now at epoch 2)"])
+    code, lines = run_tool(capsys, "describe", *server, "--transactional-id", tid)
+    assert "CompleteAbort" in lines[1].split() or "Empty" in lines[1].split()
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(TIMEOUT)  # fenced by the abort
+    assert consume("confluent", broker.bootstrap, topic, 0, "read_committed") == []
+
+    code, lines = run_tool(capsys, "describe", *server, "--transactional-id", "nobody")
+    assert code == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in lines[-1]
+
+
+def test_the_tool_aborts_a_hanging_transaction_with_a_marker(
+        broker: EmbeddedBroker, topic: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A transactional batch no coordinator knows of holds the stable offset (a hanging
+    transaction); an ABORT marker written by the tool releases it."""
+    with RawConnection(broker.bootstrap) as conn:
+        batch = build_batch([(None, b"hanging", (), int(time.time() * 1000))],
+                            producer_id=999_999, producer_epoch=3, base_sequence=0,
+                            transactional=True)
+        assert raw_produce(conn, topic, 0, batch).error_code == 0
+    stable = broker.call(lambda b: b.logs.get_log(topic, 0).last_stable_offset)
+    assert stable == 0
+    code, lines = run_tool(capsys, "abort", "--bootstrap-server", broker.bootstrap, "--topic",
+                           topic, "--partition", "0", "--producer-id", "999999",
+                           "--producer-epoch", "3", "--coordinator-epoch", "0")
+    assert (code, lines) == (0, [f"wrote an ABORT marker for producer 999999 epoch 3 to "
+                                 f"{topic}-0"])
+    assert broker.call(lambda b: b.logs.get_log(topic, 0).last_stable_offset) == 2
+    code, lines = run_tool(capsys, "abort", "--bootstrap-server", broker.bootstrap,
+                           "--topic", topic)
+    assert code == 2 and "give --transactional-id" in lines[-1]

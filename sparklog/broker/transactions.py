@@ -26,7 +26,7 @@ from sparklog.broker.registry import handles
 from sparklog.broker.state import Broker
 from sparklog.coordinator.txn_metadata import TransactionState
 from sparklog.errors import ErrorCode
-from sparklog.protocol.entities import Build, timestamp_ms
+from sparklog.protocol.entities import Build, instant_ms
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
@@ -122,7 +122,7 @@ async def describe_transactions(broker: Broker, header: RequestHeader,
             "TransactionState", error_code=error, transactional_id=tid,
             transaction_state=meta.state.display if meta else "",
             transaction_timeout=timedelta(milliseconds=meta.timeout_ms if meta else 0),
-            transaction_start_time=timestamp_ms(meta.start_ms if meta else -1),
+            transaction_start_time=instant_ms(meta.start_ms if meta else -1),
             producer_id=meta.producer_id if meta else -1,
             producer_epoch=meta.producer_epoch if meta else -1,
             topics=tuple(build("TopicData", topic=t, partitions=tuple(ps))

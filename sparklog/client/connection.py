@@ -1,13 +1,16 @@
 """One blocking connection to one broker, speaking Kafka's wire protocol through kio.
 
-Requests and responses are kio (0.6) dataclasses built and read by ``sparklog.protocol``;
-only non-flexible versions are used (Metadata v1-8, ListOffsets v1-5, Fetch v4-11), which
-Apache Kafka 3.x and 4.x accept.
+Requests and responses are kio (0.6) dataclasses built and read by ``sparklog.protocol``:
+Metadata v1-8, ListOffsets v1-5 and Fetch v4-11 (which Apache Kafka 3.x and 4.x accept) are
+required; the coordinator APIs the tools and the transactional sink use (FindCoordinator,
+InitProducerId, EndTxn, the transaction admin APIs, WriteTxnMarkers) are spoken when the
+broker offers them.
 
 Invariants:
 - The connection negotiates with ApiVersions when it opens: each API is spoken at the
-  highest version inside ``RANGES`` that the broker advertises (``versions``); a broker
-  outside a range is refused with ``KafkaClientError`` naming the API and both ranges.
+  highest version inside ``RANGES`` (or ``OPTIONAL``) that the broker advertises
+  (``versions``); a broker outside a required range is refused with ``KafkaClientError``
+  naming the API and both ranges; an optional API it lacks is missing from ``versions``.
 - Responses are read in request order (Kafka answers in order), so a caller may send the
   next request before it reads the previous answer; a correlation id out of order closes
   nothing but raises ``ConnectionError`` (the caller drops the connection).
@@ -30,9 +33,17 @@ from sparklog.protocol.entities import build
 from sparklog.protocol.versions import ApiKey
 
 RANGES = {ApiKey.FETCH: (4, 11), ApiKey.LIST_OFFSETS: (1, 5), ApiKey.METADATA: (1, 8)}
-"""The versions this client can speak, per API."""
+"""The versions this client can speak of the APIs it requires, per API."""
+OPTIONAL = {ApiKey.FIND_COORDINATOR: (1, 2), ApiKey.INIT_PRODUCER_ID: (0, 1),
+            ApiKey.END_TXN: (0, 2), ApiKey.WRITE_TXN_MARKERS: (1, 1),
+            ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 1)}
+"""The versions it can speak of the APIs it uses where a broker offers them."""
 API_NAMES = {ApiKey.FETCH: "Fetch", ApiKey.LIST_OFFSETS: "ListOffsets",
-             ApiKey.METADATA: "Metadata"}
+             ApiKey.METADATA: "Metadata", ApiKey.FIND_COORDINATOR: "FindCoordinator",
+             ApiKey.INIT_PRODUCER_ID: "InitProducerId", ApiKey.END_TXN: "EndTxn",
+             ApiKey.WRITE_TXN_MARKERS: "WriteTxnMarkers",
+             ApiKey.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
+             ApiKey.LIST_TRANSACTIONS: "ListTransactions"}
 
 _SIZE = struct.Struct(">i")
 
@@ -64,6 +75,10 @@ class BrokerConnection:
                     f"{'not at all' if theirs is None else f'v{theirs[0]}-{theirs[1]}'}; the "
                     f"sparklog client needs a version in v{low}-{high}")
             versions[key] = min(high, theirs[1])
+        for key, (low, high) in OPTIONAL.items():
+            theirs = offered.get(key)
+            if theirs is not None and theirs[0] <= high and theirs[1] >= low:
+                versions[key] = min(high, theirs[1])
         return versions
 
     def send(self, api_key: int, version: int, body: Mapping[str, Any]) -> None:

@@ -22,6 +22,13 @@ RETRIABLE = frozenset({
 })
 
 
+COORDINATOR_RETRIABLE = frozenset({
+    ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS,
+})
+"""Errors after which a coordinator request is retried with a fresh FindCoordinator."""
+
+
 class KafkaClientError(RuntimeError):
     """A request failed for good: the broker, API or partition and the Kafka error named."""
 

@@ -28,10 +28,16 @@ from typing import Any, TypeVar
 
 from sparklog.client.cluster import Cluster, TopicPartition
 from sparklog.client.connection import API_NAMES, BrokerConnection
-from sparklog.client.errors import RETRIABLE, KafkaClientError, RetriableError, error_name
+from sparklog.client.errors import (
+    COORDINATOR_RETRIABLE,
+    RETRIABLE,
+    KafkaClientError,
+    RetriableError,
+    error_name,
+)
 from sparklog.client.settings import Address, ClientConfig, RetryPolicy
 from sparklog.errors import ErrorCode
-from sparklog.protocol.versions import ApiKey, IsolationLevel
+from sparklog.protocol.versions import ApiKey, CoordinatorType, IsolationLevel
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +127,50 @@ class KafkaClient:
                     self._leaders[TopicPartition(topic.name, p.partition_index)] = (
                         brokers[p.leader_id])
         return Cluster(brokers, partitions, frozenset(internal))
+
+    # -- coordinators -----------------------------------------------------------------------
+
+    def coordinator_request(self, key: str, key_type: CoordinatorType, api_key: ApiKey,
+                            body: Mapping[str, Any], error: Callable[[Any], int]) -> Any:
+        """Send ``body`` to the coordinator of ``key`` (FindCoordinator first) and return the
+        answer; ``error(answer)`` gives its error code, and the coordinator errors
+        (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,
+        CONCURRENT_TRANSACTIONS) are retried with a fresh lookup until the deadline."""
+        def attempt() -> Any:
+            _, address = self._coordinator(key, key_type)
+            answer = self._call(self._connection(address), api_key, body)
+            code = error(answer)
+            if code in COORDINATOR_RETRIABLE:
+                raise RetriableError(f"{API_NAMES[api_key]} for {key!r}: {error_name(code)}")
+            return answer
+
+        return self._retrying(attempt, f"{API_NAMES[api_key]} for {key!r}")
+
+    def coordinator(self, key: str, key_type: CoordinatorType) -> tuple[int, Address]:
+        """The node id and address of ``key``'s coordinator (FindCoordinator)."""
+        return self._retrying(lambda: self._coordinator(key, key_type), "FindCoordinator")
+
+    def _coordinator(self, key: str, key_type: CoordinatorType) -> tuple[int, Address]:
+        body = {"key": key, "key_type": key_type}
+        answer = self._call(self._bootstrap_connection(), ApiKey.FIND_COORDINATOR, body)
+        if answer.error_code in COORDINATOR_RETRIABLE:
+            raise RetriableError(f"FindCoordinator for {key!r}: {error_name(answer.error_code)}")
+        if answer.error_code != ErrorCode.NONE:
+            raise KafkaClientError(f"FindCoordinator for {key!r} failed: "
+                                   f"{error_name(answer.error_code)}")
+        return answer.node_id, (answer.host, answer.port)
+
+    def broker_request(self, address: Address, api_key: ApiKey, body: Mapping[str, Any]) -> Any:
+        """Send ``body`` to the broker at ``address`` and return the answer."""
+        return self._retrying(lambda: self._call(self._connection(address), api_key, body),
+                              f"{API_NAMES[api_key]} to {address[0]}:{address[1]}")
+
+    def leader_request(self, tp: TopicPartition, api_key: ApiKey,
+                       body: Mapping[str, Any]) -> Any:
+        """Send ``body`` to the leader of ``tp`` and return the answer (one try per leader
+        lookup; errors inside the answer are the caller's to read)."""
+        return self._retrying(lambda: self._call(self._connection(self.leader_address(tp)),
+                                                 api_key, body), f"{API_NAMES[api_key]} {tp}")
 
     def leader_address(self, tp: TopicPartition) -> Address:
         if tp not in self._leaders:
@@ -263,6 +313,9 @@ class KafkaClient:
                 time.sleep(self.retry.backoff_s)
 
     def _call(self, connection: BrokerConnection, api_key: int, body: Mapping[str, Any]) -> Any:
+        if api_key not in connection.versions:
+            raise KafkaClientError(f"broker {connection.address} does not serve "
+                                   f"{API_NAMES[api_key]}")
         if self._prefetched is not None and self._prefetched[3] is connection:
             self._prefetched = None  # the request below reads past (and drops) its answer
         try:

@@ -26,6 +26,8 @@ DEFAULT_FETCH_MAX_BYTES = 8 << 20
 DEFAULT_FETCH_MAX_WAIT_MS = 500
 DEFAULT_FETCH_MIN_BYTES = 1
 DEFAULT_RETRY_BACKOFF_MS = 100
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+"""Kafka's ``isolation.level`` values and their Fetch / ListOffsets wire values."""
 
 
 class SettingsError(ValueError):
@@ -51,7 +53,7 @@ class ClientConfig:
     fetch_max_wait_ms: int = DEFAULT_FETCH_MAX_WAIT_MS
     fetch_min_bytes: int = DEFAULT_FETCH_MIN_BYTES
     retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_MS / 1000
-    isolation_level: int = 0
+    isolation_level: int = ISOLATION_LEVELS["read_uncommitted"]
     """Kafka's: 0 read_uncommitted, 1 read_committed (up to the last stable offset, the
     records of aborted transactions dropped)."""
 

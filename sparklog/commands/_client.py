@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from confluent_kafka import KafkaError, KafkaException
 
 from sparklog.client.admin import MISSING_TOPIC, TOPIC_EXISTS, kafka_error
+from sparklog.client.errors import KafkaClientError
 
 FAILED, USAGE = 1, 2
 Headers = list[tuple[str, bytes | None]]
@@ -119,6 +120,9 @@ def tool(name: str, body: Callable[[argparse.Namespace], int]
             return exc.exit_code
         except KafkaException as exc:
             complain(name, kafka_error(exc).str())
+            return FAILED
+        except KafkaClientError as exc:
+            complain(name, str(exc))
             return FAILED
 
     return run

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 
 from confluent_kafka import (
@@ -46,6 +46,7 @@ from sparklog.commands._client import (
     tool,
     topic_error,
 )
+from sparklog.commands._table import print_table
 
 NAME = "groups"
 INACTIVE = frozenset({ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD})
@@ -169,15 +170,6 @@ class _Admin:
 # -- output -------------------------------------------------------------------------------------
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
-    """Left-aligned columns as wide as their widest cell, one space apart (None is ``-``)."""
-    cells = [list(header)] + [["-" if v is None else str(v) for v in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        print(" ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-              .rstrip())
-
-
 def _state(description: ConsumerGroupDescription) -> str:
     return STATE_NAMES.get(description.state, str(description.state))
 
@@ -199,7 +191,7 @@ def _list(args: argparse.Namespace) -> int:
         for group in groups:
             print(group)
         return 0
-    _table(("GROUP", "STATE"), ((g, _state(admin.describe(g))) for g in groups))
+    print_table(("GROUP", "STATE"), ((g, _state(admin.describe(g))) for g in groups))
     return 0
 
 
@@ -215,7 +207,7 @@ def _describe(args: argparse.Namespace) -> int:
     partitions = sorted(owners.keys() | committed.keys())
     ends = admin.offsets(OffsetSpec.latest(), partitions)
     coordinator = description.coordinator
-    _table(("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
+    print_table(("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
            [(group, f"{coordinator.host}:{coordinator.port} ({coordinator.id})",
              description.partition_assignor or None, _state(description),
              len(description.members))])
@@ -228,13 +220,13 @@ def _describe(args: argparse.Namespace) -> int:
         rows.append((group, tp[0], tp[1], current, ends[tp] if ends[tp] >= 0 else None, lag,
                      member and member.member_id, member and member.host,
                      member and member.client_id))
-    _table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+    print_table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
             "CONSUMER-ID", "HOST", "CLIENT-ID"), rows)
     print()
     if not description.members:
         print(f"Consumer group '{group}' has no active members.")
         return 0
-    _table(("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"),
+    print_table(("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"),
            [(group, m.member_id, m.host, m.client_id, len(m.assignment.topic_partitions),
              _assignment_text((tp.topic, tp.partition) for tp in m.assignment.topic_partitions))
             for m in sorted(description.members, key=lambda m: m.member_id)])
@@ -255,7 +247,7 @@ def _reset(args: argparse.Namespace) -> int:
     plan = _plan(admin, args, partitions, committed)
     if args.execute and plan:
         admin.commit(group, plan)
-    _table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
+    print_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
            [(group, topic, partition, offset) for (topic, partition), offset in plan.items()])
     if not args.execute:
         print("Dry run: nothing was changed (add --execute to commit these offsets).",

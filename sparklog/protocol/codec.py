@@ -12,6 +12,8 @@ Invariants:
   request's (key, version) (correlation id, plus an empty tagged-field section for header
   v1) and the body.
 - Readers, writers and classes are built once per (key, version) and cached.
+- The client side decodes responses into kio's classes, except the few with a non-nullable
+  ``datetime_i64`` field, whose -1 ("none") kio refuses: those fields read as int64 ms.
 - kio 0.6.5 has no schema for some old versions we advertise (Kafka 4 dropped them, KIP-896):
   Produce 0-2, Fetch 0-3, ListOffsets 0, OffsetCommit 0-1, OffsetFetch 0, CreateTopics 0-1,
   DeleteTopics 0, OffsetForLeaderEpoch 0-1, DescribeConfigs 0. Those are read and written
@@ -175,6 +177,8 @@ class _ClientCodec:
 def _client_codec(api_key: int, version: int) -> _ClientCodec:
     request_cls = load_request_schema(api_key, version)
     response_cls = load_response_schema(api_key, version)
+    if _has_instant(response_cls):
+        response_cls = _wire_class(response_cls, version, _Legacy(version, instants_as_ms=True))
     flexible = request_header_version(api_key, version) == 2
     return _ClientCodec(request_cls, entity_writer(request_cls), entity_reader(response_cls),
                         b"\x00" if flexible else b"",
@@ -203,7 +207,12 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: b
 
 def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> ResponsePayload:
     """The response in ``frame`` (a frame's bytes after its size: the correlation id first,
-    which the caller checks); raises ``DecodeError`` for bytes that do not decode."""
+    which the caller checks); raises ``DecodeError`` for bytes that do not decode.
+
+    Kio's class, except where the response has a non-nullable ``datetime_i64`` field (such
+    as DescribeTransactions' ``transaction_start_time``): Kafka sends -1 there for "none",
+    which kio refuses to read, so those responses decode into a derived class of the same
+    shape whose instant fields are int64 milliseconds (-1 included)."""
     codec = _client_codec(api_key, version)
     offset = skip_tagged_fields(frame, 4) if codec.tagged_response_header else 4
     response, _ = codec.read(frame, offset)
@@ -241,10 +250,11 @@ class _Legacy:
     drop: frozenset[str] = frozenset()
     extras: tuple[_Extra, ...] = ()
     derive: Derive = field(default_factory=dict)
+    instants_as_ms: bool = False  # non-nullable datetime_i64 fields read as int64 ms
 
     @property
     def same_wire_format(self) -> bool:
-        return not (self.drop or self.extras or self.derive)
+        return not (self.drop or self.extras or self.derive or self.instants_as_ms)
 
 
 def _drop(*names: str) -> frozenset[str]:
@@ -441,10 +451,28 @@ def _wire_class(canonical: type, version: int, legacy: _Legacy) -> type:
     return wire
 
 
+def _is_instant(f: Any) -> bool:
+    return f.metadata.get("kafka_type") == "datetime_i64" and get_origin(f.type) is not UnionType
+
+
+@cache
+def _has_instant(cls: type) -> bool:
+    """Whether ``cls`` or an entity in it has a non-nullable ``datetime_i64`` field."""
+    for f in fields(cls):
+        if _is_instant(f):
+            return True
+        for inner in (f.type, *get_args(f.type)):
+            if is_dataclass(inner) and _has_instant(inner):  # type: ignore[arg-type]
+                return True
+    return False
+
+
 def _derive_entity(cls: type, version: int, legacy: _Legacy, build: Callable[[type], type]) -> type:
     specs: list[tuple[str, Any, Any]] = []
     for f in fields(cls):
-        if f"{cls.__name__}.{f.name}" not in legacy.drop:
+        if legacy.instants_as_ms and _is_instant(f):
+            specs.append((f.name, int, field(metadata={**f.metadata, "kafka_type": "int64"})))
+        elif f"{cls.__name__}.{f.name}" not in legacy.drop:
             copied = field(
                 default=f.default, default_factory=f.default_factory, metadata=f.metadata
             )

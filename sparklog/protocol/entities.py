@@ -82,7 +82,13 @@ class Build:
 
 
 def timestamp_ms(ms: int) -> datetime | None:
-    """A Kafka int64 millisecond timestamp as kio's ``datetime_i64`` (None for -1)."""
+    """A Kafka int64 millisecond timestamp as kio's nullable ``datetime_i64`` (None for -1)."""
     if ms < 0:
         return None
+    return instant_ms(ms)
+
+
+def instant_ms(ms: int) -> datetime:
+    """A Kafka int64 millisecond timestamp as kio's non-nullable ``datetime_i64`` (-1, "none",
+    is the millisecond before the epoch, which kio writes back as -1)."""
     return _EPOCH + timedelta(milliseconds=ms)

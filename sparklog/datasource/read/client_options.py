@@ -21,12 +21,12 @@ from sparklog.client.settings import (
     DEFAULT_FETCH_MIN_BYTES,
     DEFAULT_REQUEST_TIMEOUT_MS,
     DEFAULT_RETRY_BACKOFF_MS,
+    ISOLATION_LEVELS,
     ClientConfig,
     SettingsError,
     parse_bootstrap,
 )
 from sparklog.datasource.options import OptionError
-from sparklog.protocol.versions import IsolationLevel
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,6 @@ _USED = frozenset({
     "max.partition.fetch.bytes", "fetch.max.wait.ms", "fetch.min.bytes", "retry.backoff.ms",
     "security.protocol", "isolation.level", "group.id",
 })
-_ISOLATION_LEVELS = {"read_uncommitted": IsolationLevel.READ_UNCOMMITTED,
-                     "read_committed": IsolationLevel.READ_COMMITTED}
 
 
 def client_config(params: Mapping[str, str]) -> ClientConfig:
@@ -67,7 +65,7 @@ def client_config(params: Mapping[str, str]) -> ClientConfig:
             raise OptionError(f"kafka.{name}: TLS and SASL are not supported by the "
                               "sparklog source yet (only PLAINTEXT)")
     isolation = lowered.get("isolation.level", "read_uncommitted")
-    if isolation not in _ISOLATION_LEVELS:
+    if isolation not in ISOLATION_LEVELS:
         raise OptionError(f"kafka.isolation.level={isolation} is not a Kafka isolation level; "
                           "allowed: read_uncommitted, read_committed")
     ignored = sorted(set(lowered) - _USED)
@@ -88,7 +86,7 @@ def client_config(params: Mapping[str, str]) -> ClientConfig:
         fetch_max_wait_ms=_positive(lowered, "fetch.max.wait.ms", DEFAULT_FETCH_MAX_WAIT_MS),
         fetch_min_bytes=_positive(lowered, "fetch.min.bytes", DEFAULT_FETCH_MIN_BYTES),
         retry_backoff_s=_positive(lowered, "retry.backoff.ms", DEFAULT_RETRY_BACKOFF_MS) / 1000,
-        isolation_level=_ISOLATION_LEVELS[isolation],
+        isolation_level=ISOLATION_LEVELS[isolation],
     )
 
 
