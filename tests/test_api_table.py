@@ -3,6 +3,9 @@ served, checked end to end with an independent encoder (kafka-python's protocol 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from broker_fixtures import (
     RawConnection,
@@ -80,3 +83,25 @@ def test_a_second_handler_for_a_key_is_refused_at_import() -> None:
     with pytest.raises(DuplicateHandlerError, match=r"sparklog\.broker\.produce\.produce"):
         handles(ApiKey.PRODUCE, versions=(0, 8))(impostor)
     assert served() == SERVED  # the first registration stands
+
+
+def _readme_table() -> dict[int, tuple[int, int]]:
+    """(low, high) of each API the README's "What the broker does" table lists."""
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    section = text.split("## What the broker does", 1)[1].split("\n## ", 1)[0]
+    table: dict[int, tuple[int, int]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if not line.startswith("| ") or cells[0] == "Kafka API":
+            continue
+        names, ranges = cells[0].split(", "), cells[1].split(", ")
+        assert len(names) == len(ranges), line
+        for name, versions in zip(names, ranges, strict=True):
+            key = ApiKey[re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper()]
+            low, _, high = versions.partition("-")
+            table[key] = (int(low), int(high or low))
+    return table
+
+
+def test_the_readme_lists_exactly_the_served_versions() -> None:
+    assert _readme_table() == SERVED
