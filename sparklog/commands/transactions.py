@@ -14,8 +14,8 @@
   way a new producer of the id would (InitProducerId).
 
 Invariants:
-- These requests have no confluent-kafka API; they go through ``sparklog.client``'s
-  protocol client, so they work against any Kafka broker that serves the APIs.
+- These requests have no confluent-kafka API; they go through
+  ``sparklog.client.transactions``, so they work against any Kafka broker that serves them.
 - stdout is for results; a failure is one line on stderr and exit code 1.
 """
 
@@ -23,20 +23,21 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import timedelta
 
 from sparklog.client.cluster import TopicPartition
-from sparklog.client.errors import error_name
 from sparklog.client.kafka import KafkaClient
 from sparklog.client.settings import ClientConfig, RetryPolicy, SettingsError, parse_bootstrap
+from sparklog.client.transactions import (
+    abort_by_id,
+    describe_transaction,
+    list_transactions,
+    write_abort_marker,
+)
 from sparklog.commands._client import ToolError, client_parent, tool
 from sparklog.commands._table import print_table
-from sparklog.errors import ErrorCode
-from sparklog.protocol.versions import ApiKey, CoordinatorType
 
 NAME = "transactions"
 RETRY = RetryPolicy(timeout_s=30.0, backoff_s=0.1)
-ABORT_TIMEOUT_MS = 60_000  # the transaction timeout the fencing InitProducerId asks for
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -76,37 +77,25 @@ def _client(args: argparse.Namespace) -> KafkaClient:
 
 
 def _list(args: argparse.Namespace) -> int:
-    rows = []
     with _client(args) as client:
-        for node, address in sorted(client.metadata([]).brokers.items()):
-            answer = client.broker_request(address, ApiKey.LIST_TRANSACTIONS, {
-                "state_filters": args.state, "producer_id_filters": args.producer_id})
-            _check(answer.error_code, f"ListTransactions on broker {node}")
-            rows += [(t.transactional_id, node, t.producer_id, t.transaction_state)
-                     for t in answer.transaction_states]
+        found = list_transactions(client, args.state, args.producer_id)
     print_table(("TRANSACTIONALID", "COORDINATOR", "PRODUCERID", "TRANSACTIONSTATE"),
-                sorted(rows))
+                sorted((t.transactional_id, t.coordinator, t.producer_id, t.state)
+                       for t in found))
     return 0
 
 
 def _describe(args: argparse.Namespace) -> int:
-    tid = args.transactional_id
     with _client(args) as client:
-        answer = client.coordinator_request(
-            tid, CoordinatorType.TRANSACTION, ApiKey.DESCRIBE_TRANSACTIONS,
-            {"transactional_ids": [tid]}, lambda a: a.transaction_states[0].error_code)
-        node, _ = client.coordinator(tid, CoordinatorType.TRANSACTION)
-    (state,) = answer.transaction_states
-    _check(state.error_code, f"transactional id {tid!r}")
-    start = state.transaction_start_time  # int ms, -1 when no transaction is open
-    duration = int(time.time() * 1000) - start if start >= 0 else None
-    partitions = ",".join(f"{t.topic}-{p}" for t in state.topics for p in t.partitions)
+        txn = describe_transaction(client, args.transactional_id)
+    duration = int(time.time() * 1000) - txn.start_ms if txn.start_ms >= 0 else None
+    partitions = ",".join(f"{tp.topic}-{tp.partition}" for tp in txn.partitions)
     print_table(("COORDINATORID", "TRANSACTIONALID", "PRODUCERID", "PRODUCEREPOCH",
                  "TRANSACTIONSTATE", "TRANSACTIONTIMEOUTMS", "CURRENTTRANSACTIONSTARTTIMEMS",
                  "TRANSACTIONDURATIONMS", "TOPICPARTITIONS"),
-                [(node, tid, state.producer_id, state.producer_epoch, state.transaction_state,
-                  int(state.transaction_timeout.total_seconds() * 1000),
-                  start if start >= 0 else None, duration, partitions or None)])
+                [(txn.coordinator, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                  txn.state, txn.timeout_ms, txn.start_ms if txn.start_ms >= 0 else None,
+                  duration, partitions or None)])
     return 0
 
 
@@ -120,41 +109,14 @@ def _abort(args: argparse.Namespace) -> int:
                         "--producer-epoch --coordinator-epoch", 2)
     with _client(args) as client:
         if by_id:
-            return _abort_by_id(client, args.transactional_id)
-        return _abort_marker(client, *marker)
-
-
-def _abort_by_id(client: KafkaClient, tid: str) -> int:
-    """InitProducerId of the id: its coordinator aborts the open transaction under a bumped
-    epoch, answering CONCURRENT_TRANSACTIONS (retried) until the abort is complete."""
-    answer = client.coordinator_request(
-        tid, CoordinatorType.TRANSACTION, ApiKey.INIT_PRODUCER_ID,
-        {"transactional_id": tid, "transaction_timeout": _timedelta_ms(ABORT_TIMEOUT_MS)},
-        lambda a: a.error_code)
-    _check(answer.error_code, f"transactional id {tid!r}")
-    print(f"aborted the open transaction of {tid!r} (producer {answer.producer_id} is now at "
-          f"epoch {answer.producer_epoch})")
+            tid = args.transactional_id
+            producer_id, epoch = abort_by_id(client, tid)
+            print(f"aborted the open transaction of {tid!r} (producer {producer_id} is now at "
+                  f"epoch {epoch})")
+        else:
+            topic, partition, producer_id, epoch, coordinator_epoch = marker
+            write_abort_marker(client, TopicPartition(topic, partition), producer_id, epoch,
+                               coordinator_epoch)
+            print(f"wrote an ABORT marker for producer {producer_id} epoch {epoch} to "
+                  f"{topic}-{partition}")
     return 0
-
-
-def _abort_marker(client: KafkaClient, topic: str, partition: int, producer_id: int,
-                  producer_epoch: int, coordinator_epoch: int) -> int:
-    answer = client.leader_request(TopicPartition(topic, partition), ApiKey.WRITE_TXN_MARKERS, {
-        "markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
-                     "transaction_result": False, "coordinator_epoch": coordinator_epoch,
-                     "topics": [{"name": topic, "partition_indexes": [partition]}]}]})
-    (result,) = answer.markers
-    _check(result.topics[0].partitions[0].error_code, f"{topic}-{partition}")
-    print(f"wrote an ABORT marker for producer {producer_id} epoch {producer_epoch} to "
-          f"{topic}-{partition}")
-    return 0
-
-
-def _check(code: int, what: str) -> None:
-    if code != ErrorCode.NONE:
-        raise ToolError(f"{what}: {error_name(code)}")
-
-
-def _timedelta_ms(ms: int) -> timedelta:
-    return timedelta(milliseconds=ms)
-
