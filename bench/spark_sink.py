@@ -8,6 +8,9 @@ two partitions:
 - ``df.write.format("sparklog")`` of a cached DataFrame (two tasks), records/s, after a
   warm-up write and read of N/10 records whose times (Python workers starting, imports,
   the JVM's JIT) are shown apart;
+- the same write with ``deliveryGuarantee=exactly-once`` (a transaction per task, committed
+  by the driver), and its ratio to the at-least-once write; the two alternate, twice each,
+  and the medians count;
 - the plain operation it is built on: one confluent-kafka idempotent producer in this
   process sending the same number of 100 B records (records/s, and the sink's ratio to it);
 - reading the written records back: ``spark.read.format("sparklog")`` into the ``noop``
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from typing import Any
@@ -58,7 +62,8 @@ def start_spark() -> Any:
     return spark
 
 
-def sink_write(spark: Any, bootstrap: str, topic: str, records: int) -> float:
+def sink_write(spark: Any, bootstrap: str, topic: str, records: int,
+               guarantee: str = "at-least-once") -> float:
     """Seconds for ``df.write.format("sparklog")`` of ``records`` cached 100 B values."""
     from pyspark.sql import functions as F
 
@@ -69,7 +74,7 @@ def sink_write(spark: Any, bootstrap: str, topic: str, records: int) -> float:
     df.count()  # materialise the cache: the timing below is the sink's alone
     start = time.perf_counter()
     (df.write.format("sparklog").option("kafka.bootstrap.servers", bootstrap)
-     .option("topic", topic).mode("append").save())
+     .option("topic", topic).option("deliveryGuarantee", guarantee).mode("append").save())
     elapsed = time.perf_counter() - start
     df.unpersist()
     return elapsed
@@ -141,8 +146,17 @@ def main() -> int:
             warm_topic = create_topic(bootstrap, "bench-warm-up")
             warm_s = sink_write(spark, bootstrap, warm_topic, warm_up)
             warm_read_s = source_read(spark, bootstrap, warm_topic)
+            sink_write(spark, bootstrap, warm_topic, warm_up, "exactly-once")
             sink_topic = create_topic(bootstrap, "bench-sink")
-            sink_s = sink_write(spark, bootstrap, sink_topic, records)
+            at_least_once, exactly_once = [], []
+            for run in range(2):
+                at_least_once.append(sink_write(
+                    spark, bootstrap, sink_topic if run == 0 else create_topic(
+                        bootstrap, "bench-sink-again"), records))
+                exactly_once.append(sink_write(
+                    spark, bootstrap, create_topic(bootstrap, f"bench-sink-eo-{run}"), records,
+                    "exactly-once"))
+            sink_s, eo_s = statistics.median(at_least_once), statistics.median(exactly_once)
             read_s = source_read(spark, bootstrap, sink_topic)
             # Before the plain clients, whose pre-built values would count as the driver's.
             rss = (f"peak RSS: driver JVM {vm_hwm_mib(spark.sparkContext._gateway.proc.pid):.0f}"
@@ -155,12 +169,16 @@ def main() -> int:
                 [rate_row("warm-up write (cold workers and JIT)", warm_up, warm_s, None),
                  rate_row("warm-up read", warm_up, warm_read_s, None),
                  rate_row('df.write.format("sparklog"), 2 tasks', records, sink_s, plain_s),
+                 rate_row("  the same, deliveryGuarantee=exactly-once", records, eo_s, plain_s),
                  rate_row("plain confluent-kafka producer, 1 process", records, plain_s,
                           plain_s),
                  rate_row('read back: spark.read.format("sparklog") -> noop', records, read_s,
                           plain_read_s),
                  rate_row("read back: plain confluent-kafka consumer", records, plain_read_s,
                           plain_read_s)])
+            print(f"exactly-once / at-least-once write: {sink_s / eo_s:.2f} (runs: "
+                  f"{', '.join(f'{t:.2f}' for t in at_least_once)} s vs "
+                  f"{', '.join(f'{t:.2f}' for t in exactly_once)} s)")
             print(f"{rss}, broker {vm_hwm_mib(broker.pid):.0f} MiB")
         finally:
             broker.stop()

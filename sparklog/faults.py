@@ -1,8 +1,9 @@
 """Named fault points: deterministic places where a crash test can stop a job and kill it.
 
 ``SPARKLOG_FAULT_POINT=name:batch[,name:batch...]`` makes ``fault_point(name, batch)`` pause
-the process forever once it reaches that point for that batch, after creating the file named
-by ``SPARKLOG_FAULT_MARKER`` (when set) with ``name:batch`` in it. A test waits for the marker,
+the process forever once it reaches that point for that batch (``name:*``: for any batch),
+after creating the file named by ``SPARKLOG_FAULT_MARKER`` (when set) with ``name:batch`` in
+it. A test waits for the marker,
 then SIGKILLs the job's process group: the job dies exactly there, not somewhere near.
 
 Invariant: with the variable unset (production), ``fault_point`` only reads one environment
@@ -32,7 +33,10 @@ def _armed() -> set[tuple[str, str]]:
 
 def fault_point(name: str, batch: int | str) -> None:
     """Pause here forever when ``name:batch`` is armed; otherwise return at once."""
-    if not os.environ.get(POINT_ENV) or (name, str(batch)) not in _armed():
+    if not os.environ.get(POINT_ENV):
+        return
+    armed = _armed()
+    if (name, str(batch)) not in armed and (name, "*") not in armed:
         return
     log.warning("fault point %s:%s reached: pausing until killed", name, batch)
     marker = os.environ.get(MARKER_ENV)

@@ -10,22 +10,20 @@ session's ``spark`` fixture.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from child_runner import ChildRunner
 from deltalake import DeltaTable
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.client.admin import ensure_topics
 from sparklog.datasource import register
-from sparklog.faults import MARKER_ENV, POINT_ENV
 from sparklog.jobs import backfill, replay_dlq
 from sparklog.jobs.settings import JobSettings
 from sparklog.sample_events import SCHEMA, Produced, event, produce_events, read_topic
@@ -34,7 +32,6 @@ from sparklog.signals import Stop
 pytestmark = pytest.mark.spark
 
 JOB = [sys.executable, "-m", "sparklog.jobs.stream_to_delta"]
-RUN_TIMEOUT_S = 240
 
 
 @pytest.fixture(scope="module")
@@ -51,79 +48,15 @@ def _headers(record: tuple) -> dict[str, str]:
     return {k: (v or b"").decode() for k, v in record[4]}
 
 
-def _group_gone(pgid: int, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False
-
-
-class JobRunner:
-    """Runs stream_to_delta as a child process group, optionally killing it at a fault point."""
-
-    def __init__(self, workdir: Path, args: list[str]) -> None:
-        self.workdir = workdir
-        self.args = args
-        self.runs = 0
-        self.signalled_at = 0  # how much the log held when the stop signal was sent
-
-    @property
-    def log_path(self) -> Path:
-        return self.workdir / f"run-{self.runs}.log"
-
-    def run(self, fault: str | None = None, *, stop_when: Callable[[], bool] | None = None,
-            stop_with: signal.Signals = signal.SIGTERM,
-            extra: tuple[str, ...] = ()) -> tuple[str, str]:
-        """Run until it exits, is killed at ``fault``, or ``stop_when()``: then ``stop_with``
-        goes to the process (as ``kill`` or ``docker stop`` send it) or, for SIGINT, to its
-        whole group (as Ctrl-C in a terminal does)."""
-        self.runs += 1
-        log_path = self.log_path
-        marker = self.workdir / f"fault-{self.runs}"
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
-        if fault:
-            env.update({POINT_ENV: fault, MARKER_ENV: str(marker)})
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen([*JOB, *self.args, *extra], stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
-                                    start_new_session=True)
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        outcome = None
-        while outcome is None:
-            time.sleep(0.2)
-            if fault and marker.exists():
-                os.killpg(proc.pid, signal.SIGKILL)
-                outcome = "killed"
-            elif stop_when and stop_when():
-                self.signalled_at = len(log_path.read_text())
-                if stop_with == signal.SIGINT:
-                    os.killpg(proc.pid, stop_with)
-                else:
-                    proc.send_signal(stop_with)
-                outcome = f"exit {proc.wait(60)} after {stop_with.name}"
-            elif proc.poll() is not None:
-                outcome = f"exit {proc.returncode}"
-            elif time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                pytest.fail(f"run {self.runs} timed out:\n{log_path.read_text()[-3000:]}")
-        proc.wait()
-        assert _group_gone(proc.pid), "the job left processes behind"
-        return outcome, log_path.read_text()
-
-
 def _stream_job(bootstrap: str, workdir: Path, topic: str, partitions: int, events: int,
-                *args: str) -> tuple[JobRunner, Produced, Path]:
+                *args: str) -> tuple[ChildRunner, Produced, Path]:
     """``events`` sample events (2% bad) in a new topic, and a runner of stream_to_delta
     from it into ``<workdir>/table``."""
     ensure_topics(bootstrap, {topic: partitions})
     produced = produce_events(bootstrap, topic, events, bad_every=50)
     table = workdir / "table"
-    runner = JobRunner(workdir, [
-        "--bootstrap", bootstrap, "--topic", topic, "--table", str(table),
+    runner = ChildRunner(workdir, [
+        *JOB, "--bootstrap", bootstrap, "--topic", topic, "--table", str(table),
         "--checkpoint", str(workdir / "checkpoint"), "--schema", SCHEMA, *args])
     return runner, produced, table
 

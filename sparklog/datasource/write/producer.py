@@ -31,6 +31,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pyspark.sql.datasource import WriterCommitMessage
 
 from sparklog.datasource.options import OptionError
+from sparklog.datasource.write.commit_intents import SinkTransaction
 from sparklog.datasource.write.write_options import SinkSpec
 
 METADATA_TIMEOUT_S = 30.0
@@ -57,6 +58,8 @@ class SinkCommitMessage(WriterCommitMessage):
     records: int
     bytes: int
     """Key and value bytes (headers not counted)."""
+    transaction: SinkTransaction | None = None
+    """With exactly-once: the task's open transaction, holding all of its records."""
 
 
 def check_config(config: Mapping[str, str]) -> None:
@@ -109,10 +112,12 @@ def _headers(column: pa.ListArray | pa.LargeListArray) -> list[list[Header] | No
 class TaskProducer:
     """Sends a write task's Arrow batches; ``finish`` returns the task's commit message."""
 
-    def __init__(self, spec: SinkSpec) -> None:
+    def __init__(self, spec: SinkSpec, config: Mapping[str, str] | None = None) -> None:
+        """``config``: settings on top of the spec's (a transactional id)."""
         self._spec = spec
         self._failures = _Failures()
-        self._producer = Producer({**spec.producer_config, "delivery.report.only.error": True,
+        self._producer = Producer({**spec.producer_config, **(config or {}),
+                                   "delivery.report.only.error": True,
                                    "on_delivery": self._failures})
         self._checked_topics: set[str] = set()
         self._records = 0
@@ -211,3 +216,6 @@ class TaskProducer:
                 f"{failures.count} of {self._records} records failed delivery to "
                 f"{self._spec.bootstrap}; the first: {failures.first}")
         return SinkCommitMessage(records=self._records, bytes=self._bytes)
+
+    def abandon(self) -> None:
+        """The task failed: undo what can be undone (nothing, once records are sent)."""

@@ -9,8 +9,14 @@ Invariants:
   ``value`` column, a column of a type the sink cannot write, no topic at all), raised
   here, so no record is ever sent by a write that was bound to fail on its schema.
 - The producer is always idempotent: ``enable.idempotence`` is forced on and a user's
-  ``false`` is refused (librdkafka then insists on ``acks=all``); transactional ids are
-  refused (the sink is at-least-once).
+  ``false`` is refused (librdkafka then insists on ``acks=all``). ``transactional.id`` is
+  refused: with ``deliveryGuarantee=exactly-once`` the sink derives one per task from
+  ``transactionalIdPrefix``, which defaults to a digest of the streaming query's checkpoint
+  location (the same after a restart, distinct between queries) or, for a batch write, a
+  random one per write.
+- ``deliveryGuarantee`` is ``at-least-once`` (the default) or ``exactly-once``, Flink's
+  words; exactly-once sets ``transaction.timeout.ms`` to 15 minutes (the broker's default
+  ceiling) unless a ``kafka.transaction.timeout.ms`` option gives it.
 - Columns are found by their exact lower-case names, as Spark's Kafka sink does; columns
   other than ``key``, ``value``, ``headers``, ``topic`` and ``partition`` are ignored, so a
   DataFrame read with the ``sparklog`` source can be written back unchanged.
@@ -19,6 +25,8 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -34,9 +42,13 @@ from pyspark.sql.types import (
 from sparklog.datasource.options import OptionError, check_known, get_option, kafka_params
 from sparklog.datasource.schema import HEADER_TYPE
 
-SINK_OPTIONS = {"topic", "checkpointLocation"}
+SINK_OPTIONS = {"topic", "checkpointLocation", "deliveryGuarantee", "transactionalIdPrefix"}
 """Options besides ``kafka.*`` and ``bootstrap.servers``; Spark itself passes
 ``checkpointLocation`` to a streaming writer."""
+AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
+TRANSACTION_TIMEOUT_MS = "900000"
+"""Exactly-once's ``transaction.timeout.ms``: Kafka's default ``transaction.max.timeout.ms``,
+the longest a broker allows unless configured otherwise."""
 
 PRODUCER_DEFAULTS: Mapping[str, str] = {
     # Java's default partitioner, so a key lands where Spark's Kafka sink would put it.
@@ -45,7 +57,8 @@ PRODUCER_DEFAULTS: Mapping[str, str] = {
 """Producer settings a user's ``kafka.*`` option may override."""
 
 _REFUSED = {
-    "transactional.id": "transactions are not supported yet: the sink is at-least-once",
+    "transactional.id": "the sink derives one transactional id per task (with "
+                        "deliveryGuarantee=exactly-once): set transactionalIdPrefix instead",
     "delivery.report.only.error": "the sink checks every delivery report itself",
 }
 """``kafka.*`` settings the sink owns; librdkafka itself rejects unknown or invalid ones
@@ -67,6 +80,14 @@ class SinkSpec:
     headers: bool = False
     topic_column: bool = False
     partition: bool = False
+    transactional_id_prefix: str | None = None
+    """Set with exactly-once: every task writes in a transaction of an id with this prefix."""
+    checkpoint_location: str | None = None
+    """A streaming query's checkpoint, where exactly-once keeps its commit intents."""
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.transactional_id_prefix is not None
 
     @property
     def bootstrap(self) -> str:
@@ -116,10 +137,41 @@ def _same_type(found: DataType, want: DataType) -> bool:
     return found == want
 
 
-def sink_spec(options: Mapping[str, str], schema: StructType) -> SinkSpec:
+def _transactional_id_prefix(options: Mapping[str, str], checkpoint: str | None,
+                             streaming: bool) -> str | None:
+    """The prefix of the tasks' transactional ids; None for at-least-once."""
+    guarantee = (get_option(options, "deliveryGuarantee") or AT_LEAST_ONCE).strip().lower()
+    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        raise OptionError(f"option deliveryGuarantee={guarantee} is not a delivery guarantee "
+                          f"of the sparklog sink; allowed: {AT_LEAST_ONCE}, {EXACTLY_ONCE}")
+    prefix = get_option(options, "transactionalIdPrefix")
+    if guarantee == AT_LEAST_ONCE:
+        if prefix is not None:
+            raise OptionError("option transactionalIdPrefix needs "
+                              f"deliveryGuarantee={EXACTLY_ONCE}")
+        return None
+    if prefix is not None:
+        if not prefix.strip():
+            raise OptionError("option transactionalIdPrefix must not be empty")
+        return prefix
+    if not streaming:
+        return f"sparklog-write-{uuid.uuid4().hex[:16]}"
+    if not checkpoint:
+        raise OptionError(f"deliveryGuarantee={EXACTLY_ONCE} needs the query's "
+                          "checkpointLocation, where it keeps its commit intents")
+    digest = hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:16]
+    return f"sparklog-sink-{digest}"
+
+
+def sink_spec(options: Mapping[str, str], schema: StructType, *,
+              streaming: bool = False) -> SinkSpec:
     """Validate the options and the input schema of a write; see the module invariants."""
     check_known(options, SINK_OPTIONS, "sparklog sink")
     config = producer_config(options)
+    checkpoint = get_option(options, "checkpointLocation") if streaming else None
+    prefix = _transactional_id_prefix(options, checkpoint, streaming)
+    if prefix is not None:
+        config.setdefault("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
     topic = get_option(options, "topic")
     if topic is not None and not topic.strip():
         raise OptionError("option topic must not be empty")
@@ -140,4 +192,6 @@ def sink_spec(options: Mapping[str, str], schema: StructType) -> SinkSpec:
         headers=_check_type(schema, "headers", (ArrayType(HEADER_TYPE),)),
         topic_column=topic_column and topic is None,
         partition=_check_type(schema, "partition", (IntegerType(),)),
+        transactional_id_prefix=prefix,
+        checkpoint_location=checkpoint if prefix is not None else None,
     )

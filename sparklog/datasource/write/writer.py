@@ -10,12 +10,17 @@ Invariants:
   fresh process for each micro-batch's commit.
 - ``write`` returns a ``SinkCommitMessage`` only when the broker acknowledged every record of
   the task; otherwise it raises and the task fails (Spark retries it or fails the job).
-- Guarantee: at-least-once. A retried task or a re-run micro-batch sends its records again
-  (a new producer session, so the broker cannot recognise them as duplicates), and records
-  acknowledged before a failure stay in the topic. Exactly-once needs transactions.
-- ``commit`` publishes nothing (records are visible once acknowledged): it logs the totals
-  at INFO on the ``sparklog.sink`` logger; ``abort`` logs what the finished tasks left in
-  the topics, at WARNING.
+- ``deliveryGuarantee=at-least-once`` (the default): a retried task or a re-run micro-batch
+  sends its records again (a new producer session, so the broker cannot recognise them as
+  duplicates), and records acknowledged before a failure stay in the topic. ``commit``
+  publishes nothing (records are visible once acknowledged).
+- ``deliveryGuarantee=exactly-once``: each task's records go into a transaction of its own
+  (``transactional_producer``) that ``commit`` commits and ``abort`` aborts, with the
+  streaming writer's commit intents in the checkpoint (``two_phase_commit``); its
+  constructor, which Spark runs on the driver before every micro-batch, first finishes an
+  intent a dead driver left. Readers see each record once with read_committed.
+- ``commit`` logs the totals at INFO on the ``sparklog.sink`` logger; ``abort`` logs what
+  it left in the topics, at WARNING.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sparklog.datasource.write.producer import SinkCommitMessage, TaskProducer, check_config
+from sparklog.datasource.write.two_phase_commit import TransactionCommitter
 from sparklog.datasource.write.write_options import SinkSpec, sink_spec
+from sparklog.faults import fault_point
 
 log = logging.getLogger("sparklog.sink")
 if log.level == logging.NOTSET:
@@ -53,35 +60,80 @@ def _totals(messages: Sequence[WriterCommitMessage | None], spec: SinkSpec) -> s
 class _SinkWriter:
     """What the batch and the streaming writer share: validation and the task's write."""
 
+    streaming = False
+
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self._spec = sink_spec(options, schema)
+        self._spec = sink_spec(options, schema, streaming=self.streaming)
         check_config(self._spec.producer_config)
+
+    def _committer(self) -> TransactionCommitter:
+        spec = self._spec
+        assert spec.transactional_id_prefix is not None
+        return TransactionCommitter(spec.bootstrap, spec.transactional_id_prefix,
+                                    spec.checkpoint_location)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         producer: TaskProducer | None = None  # none for a task without rows
-        for batch in iterator:
-            if batch.num_rows:
-                producer = producer or TaskProducer(self._spec)
-                producer.send(batch)
-        return producer.finish() if producer else SinkCommitMessage(records=0, bytes=0)
+        try:
+            for batch in iterator:
+                if batch.num_rows:
+                    producer = producer or self._new_producer()
+                    producer.send(batch)
+            return producer.finish() if producer else SinkCommitMessage(records=0, bytes=0)
+        except BaseException:
+            if producer is not None:
+                producer.abandon()
+            raise
+
+    def _new_producer(self) -> TaskProducer:
+        if self._spec.exactly_once:
+            from sparklog.datasource.write.transactional_producer import (
+                TransactionalTaskProducer,
+            )
+
+            return TransactionalTaskProducer(self._spec)
+        return TaskProducer(self._spec)
 
 
 class SparklogBatchWriter(_SinkWriter, DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self._spec.exactly_once:
+            self._committer().commit_write(messages)
         log.info("sparklog sink: write committed: %s", _totals(messages, self._spec))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self._spec.exactly_once:
+            self._committer().abort_write(messages)
+            log.warning("sparklog sink: write aborted; its transactions are aborted, nothing "
+                        "of it is visible to read_committed readers")
+            return
         log.warning("sparklog sink: write aborted; the finished tasks wrote %s, which stay "
                     "in the topics with whatever the failed tasks sent (at-least-once)",
                     _totals(messages, self._spec))
 
 
 class SparklogStreamWriter(_SinkWriter, DataSourceStreamArrowWriter):
+    streaming = True
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        if self._spec.exactly_once:
+            self._committer().roll_forward()
+
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self._spec.exactly_once:
+            self._committer().commit_batch(messages, batchId)
+        else:
+            fault_point("sink_commit", batchId)
         log.info("sparklog sink: micro-batch %d committed: %s", batchId,
                  _totals(messages, self._spec))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self._spec.exactly_once:
+            self._committer().abort_batch(messages, batchId)
+            log.warning("sparklog sink: micro-batch %d aborted; nothing of it is visible to "
+                        "read_committed readers", batchId)
+            return
         log.warning("sparklog sink: micro-batch %d aborted; the finished tasks wrote %s, "
                     "which stay in the topics with whatever the failed tasks sent, and are "
                     "sent again when the batch is re-run (at-least-once)", batchId,
