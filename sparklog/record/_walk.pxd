@@ -8,12 +8,13 @@ Invariants (those of ``sparklog.record.records.decode_records``):
   record must end exactly where its length prefix says and inside the section, offset
   deltas lie in ``[0, lastOffsetDelta]``, a header key is never null, and varints take at
   most 10 bytes and 64 bits. Any violation raises ``CorruptRecordError``.
-- ``next_record`` only reads; positions are indexes into the section it was given, so a
-  caller copies key, value or whole record bytes (``start`` to ``end``) as it needs.
-- The caller checks that the section holds exactly ``recordCount`` records and nothing more
-  (``check_section_end``).
+- Walking only reads; positions are indexes into the section given, so a caller copies
+  key, value or whole record bytes (``start`` to ``end``) as it needs.
+- ``next_in`` ends only once the section held exactly ``recordCount`` records and nothing
+  more.
 """
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 
@@ -115,7 +116,43 @@ cdef inline int next_record(const uint8_t* data, Py_ssize_t pos, Py_ssize_t size
     return 0
 
 
-cdef inline int check_section_end(Py_ssize_t pos, Py_ssize_t size, Py_ssize_t count) except -1:
-    if pos != size:
-        corrupt(f"{size - pos} bytes follow the last of {count} records")
+cdef struct Section:
+    const uint8_t* data
+    Py_ssize_t size
+    Py_ssize_t pos           # where the next record starts
+    Py_ssize_t index         # how many records were walked
+    Py_ssize_t count         # recordCount
+    int64_t base_offset
+    int64_t base_timestamp
+    int64_t max_timestamp
+    int64_t last_offset_delta
+
+
+cdef inline int open_section(object section, object header, Py_buffer* view,
+                             Section* walk) except -1:
+    """Start walking the records section ``section`` (any buffer, decompressed) of the batch
+    ``header`` (a ``BatchHeader``); the caller releases ``view`` when done."""
+    walk.count = header.record_count
+    walk.base_offset = header.base_offset
+    walk.base_timestamp = header.base_timestamp
+    walk.max_timestamp = header.max_timestamp
+    walk.last_offset_delta = header.last_offset_delta
+    PyObject_GetBuffer(section, view, PyBUF_SIMPLE)
+    walk.data = <const uint8_t*>view.buf
+    walk.size = view.len
+    walk.pos = 0
+    walk.index = 0
     return 0
+
+
+cdef inline int next_in(Section* walk, RecordView* record) except -1:
+    """1 and the next record in ``record``, or 0 after the last one, once the section is
+    checked to hold exactly ``recordCount`` records and nothing more."""
+    if walk.index == walk.count:
+        if walk.pos != walk.size:
+            corrupt(f"{walk.size - walk.pos} bytes follow the last of {walk.count} records")
+        return 0
+    next_record(walk.data, walk.pos, walk.size, walk.last_offset_delta, walk.index, record)
+    walk.pos = record.end
+    walk.index += 1
+    return 1

@@ -18,11 +18,11 @@ Invariants:
 
 import os
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBuffer_Release
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 
-from sparklog.record._walk cimport RecordView, check_section_end, next_record
+from sparklog.record._walk cimport RecordView, Section, next_in, open_section
 
 from sparklog.record.records import Retained
 
@@ -189,27 +189,19 @@ cdef class NativeOffsetMap:
         """Put the offset of every keyed record of the batch ``header`` (records section
         ``section``, decompressed); offsets must come in increasing order across calls."""
         cdef Py_buffer view
+        cdef Section walk
         cdef RecordView record
         cdef Slot* slot
-        cdef const uint8_t* data
-        cdef Py_ssize_t pos = 0, index
-        cdef Py_ssize_t count = header.record_count
-        cdef int64_t base_offset = header.base_offset
-        cdef int64_t last_delta = header.last_offset_delta
-        self._make_room(count)
-        PyObject_GetBuffer(section, &view, PyBUF_SIMPLE)
+        self._make_room(header.record_count)
+        open_section(section, header, &view, &walk)
         try:
-            data = <const uint8_t*>view.buf
-            for index in range(count):
-                next_record(data, pos, view.len, last_delta, index, &record)
-                pos = record.end
+            while next_in(&walk, &record):
                 if record.key_size < 0:
                     continue
-                slot = self._slot(data + record.key, record.key_size)
+                slot = self._slot(walk.data + record.key, record.key_size)
                 if slot.offset < 0:
                     self.entries += 1
-                slot.offset = base_offset + record.offset_delta
-            check_section_end(pos, view.len, count)
+                slot.offset = walk.base_offset + record.offset_delta
         finally:
             PyBuffer_Release(&view)
 
@@ -218,31 +210,22 @@ cdef class NativeOffsetMap:
         is not above theirs (absent keys count as -1), minus tombstones when
         ``drop_tombstones``; as a ``sparklog.record.records.Retained``."""
         cdef Py_buffer view
+        cdef Section walk
         cdef RecordView record
         cdef Slot* slot
-        cdef const uint8_t* data
-        cdef Py_ssize_t pos = 0, index, kept = 0
+        cdef Py_ssize_t kept = 0
         cdef Py_ssize_t span_start = -1, span_end = -1
-        cdef Py_ssize_t count = header.record_count
-        cdef int64_t base_offset = header.base_offset
-        cdef int64_t last_delta = header.last_offset_delta
-        cdef int64_t offset, latest, max_delta = 0
+        cdef int64_t offset, max_delta = 0
         cdef bint tombstones = False, first = True
         spans = []
-        PyObject_GetBuffer(section, &view, PyBUF_SIMPLE)
+        open_section(section, header, &view, &walk)
         try:
-            data = <const uint8_t*>view.buf
-            for index in range(count):
-                next_record(data, pos, view.len, last_delta, index, &record)
-                pos = record.end
-                if record.key_size < 0:
+            while next_in(&walk, &record):
+                if record.key_size < 0 or (drop_tombstones and record.value_size < 0):
                     continue
-                if drop_tombstones and record.value_size < 0:
-                    continue
-                offset = base_offset + record.offset_delta
-                slot = self._slot(data + record.key, record.key_size)
-                latest = slot.offset  # -1 (an empty slot) when the key is not in the map
-                if offset < latest:
+                offset = walk.base_offset + record.offset_delta
+                slot = self._slot(walk.data + record.key, record.key_size)
+                if offset < slot.offset:  # an empty slot's offset is -1: the key is absent
                     continue
                 kept += 1
                 tombstones |= record.value_size < 0
@@ -255,9 +238,8 @@ cdef class NativeOffsetMap:
                     if span_start >= 0:
                         spans += (span_start, span_end)
                     span_start, span_end = record.start, record.end
-            check_section_end(pos, view.len, count)
         finally:
             PyBuffer_Release(&view)
         if span_start >= 0:
             spans += (span_start, span_end)
-        return Retained(count, kept, tombstones, max_delta, spans)
+        return Retained(walk.count, kept, tombstones, max_delta, spans)
