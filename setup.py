@@ -9,6 +9,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 EXTENSIONS = [
+    Extension("sparklog.record._columns", ["sparklog/record/_columns.pyx"], optional=True),
     Extension("sparklog.storage._offset_map", ["sparklog/storage/_offset_map.pyx"],
               optional=True),
 ]

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "pyspark_sparklog.py", "sparklog")
-EXTENSIONS = ("sparklog.storage._offset_map",)
+EXTENSIONS = ("sparklog.record._columns", "sparklog.storage._offset_map")
 """The compiled modules (setup.py): the wheel build must compile them."""
 # what could point Python, Spark or the jobs back at the checkout or the development venv
 CLEARED_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYSPARK_PYTHON",
