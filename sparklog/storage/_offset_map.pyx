@@ -167,19 +167,16 @@ cdef class NativeOffsetMap:
         free(old)
         return 0
 
-    cdef Slot* _slot(self, const uint8_t* key, Py_ssize_t size) noexcept nogil:
-        """The slot holding the key's digest, or the empty slot where it would go."""
-        cdef uint64_t d0, d1
-        _siphash128(self.k0, self.k1, key, size, &d0, &d1)
-        cdef Py_ssize_t i = <Py_ssize_t>(d0 % <uint64_t>self.slot_count)
+    cdef Slot* _slot(self, const uint8_t* key, Py_ssize_t size, Slot* digest) noexcept nogil:
+        """The slot holding the key's digest, or the empty slot where it would go (the
+        digest is left in ``digest``, for an insert)."""
+        _siphash128(self.k0, self.k1, key, size, &digest.digest0, &digest.digest1)
+        cdef Py_ssize_t i = <Py_ssize_t>(digest.digest0 % <uint64_t>self.slot_count)
         cdef Slot* slot
         while True:
             slot = &self.slots[i]
-            if slot.offset < 0:
-                slot.digest0 = d0
-                slot.digest1 = d1
-                return slot
-            if slot.digest0 == d0 and slot.digest1 == d1:
+            if slot.offset < 0 or (slot.digest0 == digest.digest0
+                                   and slot.digest1 == digest.digest1):
                 return slot
             i += 1
             if i == self.slot_count:
@@ -192,14 +189,16 @@ cdef class NativeOffsetMap:
         cdef Section walk
         cdef RecordView record
         cdef Slot* slot
+        cdef Slot digest
         self._make_room(header.record_count)
         open_section(section, header, &view, &walk)
         try:
             while next_in(&walk, &record):
                 if record.key_size < 0:
                     continue
-                slot = self._slot(walk.data + record.key, record.key_size)
+                slot = self._slot(walk.data + record.key, record.key_size, &digest)
                 if slot.offset < 0:
+                    slot.digest0, slot.digest1 = digest.digest0, digest.digest1
                     self.entries += 1
                 slot.offset = walk.base_offset + record.offset_delta
         finally:
@@ -213,6 +212,7 @@ cdef class NativeOffsetMap:
         cdef Section walk
         cdef RecordView record
         cdef Slot* slot
+        cdef Slot digest
         cdef Py_ssize_t kept = 0
         cdef Py_ssize_t span_start = -1, span_end = -1
         cdef int64_t offset, max_delta = 0
@@ -224,7 +224,7 @@ cdef class NativeOffsetMap:
                 if record.key_size < 0 or (drop_tombstones and record.value_size < 0):
                     continue
                 offset = walk.base_offset + record.offset_delta
-                slot = self._slot(walk.data + record.key, record.key_size)
+                slot = self._slot(walk.data + record.key, record.key_size, &digest)
                 if offset < slot.offset:  # an empty slot's offset is -1: the key is absent
                     continue
                 kept += 1

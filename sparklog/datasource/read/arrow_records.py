@@ -34,8 +34,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from aiokafka.record.default_records import DefaultRecordBatch
-from aiokafka.record.memory_records import MemoryRecords
 
 from sparklog.datasource.schema import arrow_source_schema
 from sparklog.errors import CorruptRecordError
@@ -246,6 +244,10 @@ class AiokafkaRecordBuilder(RecordBuilder):
         return self._rows
 
     def add(self, records: bytes, start: int, until: int) -> Iterator[pa.RecordBatch]:
+        # imported here: a worker decoding with the compiled decoder never loads aiokafka
+        from aiokafka.record.default_records import DefaultRecordBatch
+        from aiokafka.record.memory_records import MemoryRecords
+
         reader = MemoryRecords(records)
         while reader.has_next():
             batch = reader.next_batch()
