@@ -88,13 +88,13 @@ def test_both_decoders_give_the_same_rows(specs: list, include_headers: bool, cu
 def test_chunks_are_bounded_and_hold_every_record() -> None:
     value = b"v" * 1000
     answer = b"".join(build_batch([(None, value, (), 1)] * 500, base_offset=500 * n)
-                      for n in range(20))
+                      for n in range(60))
     builder = ColumnarRecordBuilder("t", 0, include_headers=False)
-    chunks = decode(builder, [answer], 0, 10_000)
-    assert len(chunks) > 4
-    assert all(chunk.num_rows <= 2 * arrow_records.MAX_BYTES // 1000 for chunk in chunks)
+    chunks = decode(builder, [answer], 0, 30_000)
+    assert len(chunks) > 30_000 * 1000 // ColumnarRecordBuilder.max_bytes  # several chunks
+    assert all(chunk.num_rows <= 2 * ColumnarRecordBuilder.max_bytes // 1000 for chunk in chunks)
     offsets = pa.Table.from_batches(chunks).column("offset").to_pylist()
-    assert offsets == list(range(10_000))
+    assert offsets == list(range(30_000))
 
 
 def test_a_header_key_that_is_not_utf8_is_corrupt() -> None:

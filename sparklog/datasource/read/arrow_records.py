@@ -18,8 +18,9 @@ Invariants:
 - Every batch ``build`` returns has exactly ``arrow_source_schema(include_headers)``: the
   schema pyspark requires of a Python data source's Arrow output. Timestamps are
   microseconds, UTC; a tombstone has a null value. Both decoders give equal batches.
-- Output chunks are bounded by ``MAX_ROWS`` rows and about ``MAX_BYTES`` of keys and values:
-  the row limit of a chunk is ``MAX_BYTES`` over the bytes per row measured so far (the
+- Output chunks are bounded by ``MAX_ROWS`` rows and about ``max_bytes`` of keys and values
+  (``COLUMNAR_MAX_BYTES`` for the compiled decoder, ``MAX_BYTES`` for aiokafka's): the row
+  limit of a chunk is ``max_bytes`` over the bytes per row measured so far (the
   first Kafka batch is measured exactly, then each built chunk), checked after each Kafka
   batch (at most a few MiB). No per-record size bookkeeping is done.
 """
@@ -48,7 +49,8 @@ except ImportError:  # not built: aiokafka's decoder serves
 log = logging.getLogger(__name__)
 
 MAX_ROWS = 1 << 16
-MAX_BYTES = 2 << 20  # small enough that a chunk's values are still in cache when built
+MAX_BYTES = 2 << 20  # aiokafka's: small enough that a chunk's values are still in cache when built
+COLUMNAR_MAX_BYTES = 8 << 20  # buffers wrapped, not gathered: fewer chunks, less per-chunk cost
 
 _KEY = attrgetter("key")
 _VALUE = attrgetter("value")
@@ -128,6 +130,8 @@ class RecordBuilder:
     """Accumulates the records of one topic-partition and builds bounded Arrow chunks: the
     chunk bounds and schema both decoders share."""
 
+    max_bytes = MAX_BYTES
+
     def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
         self.topic = topic
         self.partition = partition
@@ -145,7 +149,7 @@ class RecordBuilder:
         return self._row_limit is not None and self.rows >= self._row_limit
 
     def _set_row_limit(self, rows: int, nbytes: int) -> None:
-        self._row_limit = max(1, min(MAX_ROWS, MAX_BYTES * rows // max(1, nbytes)))
+        self._row_limit = max(1, min(MAX_ROWS, self.max_bytes * rows // max(1, nbytes)))
 
     def add(self, records: bytes, start: int, until: int) -> Iterator[pa.RecordBatch]:
         """Decode ``records``; yield a chunk each time one fills up (call ``build`` at end)."""
@@ -163,6 +167,8 @@ class RecordBuilder:
 class ColumnarRecordBuilder(RecordBuilder):
     """Records decoded by the compiled ``RecordColumns`` into Arrow buffers, wrapped as
     arrays without a copy."""
+
+    max_bytes = COLUMNAR_MAX_BYTES
 
     def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
         super().__init__(topic, partition, include_headers)
