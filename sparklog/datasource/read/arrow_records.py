@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from operator import attrgetter
 from typing import Any
@@ -126,7 +127,7 @@ def data_batches(records: bytes, start: int, until: int) -> Iterator[BatchHeader
             yield header
 
 
-class RecordBuilder:
+class RecordBuilder(ABC):
     """Accumulates the records of one topic-partition and builds bounded Arrow chunks: the
     chunk bounds and schema both decoders share."""
 
@@ -141,8 +142,9 @@ class RecordBuilder:
         self._row_limit: int | None = None  # None until the first batch was measured
 
     @property
+    @abstractmethod
     def rows(self) -> int:
-        raise NotImplementedError
+        """Records accumulated in the chunk being built."""
 
     @property
     def full(self) -> bool:
@@ -151,15 +153,16 @@ class RecordBuilder:
     def _set_row_limit(self, rows: int, nbytes: int) -> None:
         self._row_limit = max(1, min(MAX_ROWS, self.max_bytes * rows // max(1, nbytes)))
 
+    @abstractmethod
     def add(self, records: bytes, start: int, until: int) -> Iterator[pa.RecordBatch]:
         """Decode ``records``; yield a chunk each time one fills up (call ``build`` at end)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def build(self) -> pa.RecordBatch:
         """The accumulated records as one Arrow batch (possibly empty); starts a new chunk."""
-        raise NotImplementedError
 
     def _common_columns(self, n: int) -> list[pa.Array]:
+        """The topic and partition columns of ``n`` rows."""
         return [pa.repeat(pa.scalar(self.topic, pa.string()), n),
                 pa.repeat(pa.scalar(self.partition, pa.int32()), n)]
 
