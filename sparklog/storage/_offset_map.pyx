@@ -5,7 +5,8 @@ its pure Python map when this extension was not built).
 Invariants:
 - An open-addressing table in Kafka's SkimpyOffsetMap layout: a 16-byte key digest and an
   int64 offset per 24-byte slot (offset -1: empty), linear probing. It starts small and
-  doubles to stay at most half full, up to ``memory_bytes // 24`` slots; it holds at most
+  doubles whenever it would be more than half full, up to ``memory_bytes // 24`` slots
+  (so a small clean touches little memory); it holds at most
   ``capacity`` = that x load factor entries (the cleaner asks ``has_room_for`` before each
   batch), except that a first batch larger than that is taken whole: the table is then
   grown past the budget by that batch, never left full. ``clear`` shrinks it back.
