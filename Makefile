@@ -7,11 +7,12 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: test demo bench lint java venv clean
+.PHONY: test demo bench lint java cc venv clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt Makefile
+# The Cython extensions (setup.py) are compiled at install, so a change to them reinstalls.
+$(STAMP): pyproject.toml constraints.txt Makefile setup.py $(wildcard sparklog/*/*.pyx sparklog/*/*.pxd) | cc
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	@# compat mode: a plain path entry, so pkgutil (and with it PySpark's auto-registration of
@@ -19,6 +20,15 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt \
 		--config-settings editable_mode=compat -e '.[dev]'
 	@touch $(STAMP)
+
+# The extensions need a C compiler and Python's headers; install the distribution's when
+# missing (without them pip still installs sparklog, on its pure Python fallbacks).
+cc:
+	@if ! command -v cc >/dev/null 2>&1 || ! test -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h"; then \
+		echo "C compiler or Python headers not found: installing gcc and python3-dev"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc python3-dev) \
+		|| { echo "could not install a C compiler: install gcc and retry" >&2; exit 1; }; \
+	fi
 
 # Spark 4 needs Java 17 or newer; install OpenJDK 17 from the distribution when missing.
 java:
@@ -42,4 +52,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info sparklog/*/_*.c sparklog/*/*.so

@@ -1,22 +1,34 @@
-"""Broker throughput and latency with confluent-kafka, against the loopback socket ceiling.
+"""Broker throughput with three Kafka clients, default and tuned, against the loopback ceiling.
 
-Usage: ``python bench/broker.py [--bootstrap HOST:PORT] [--quick]``
+Usage: ``python bench/broker.py [--bootstrap HOST:PORT] [--quick] [--clients NAMES]``
 
 Starts its own broker (a child process on a temporary data directory) unless given one.
 Measures, in one run:
 - the ceiling: raw TCP over loopback (one sender, one receiver, 1 MiB writes);
-- produce throughput for 100 B and 1 KiB records (records/s, MB/s; linger.ms 20,
-  batch.size 1 MB, acks=all, idempotent);
-- consume throughput of the same data from offset 0 (records/s, MB/s);
+- for each client (confluent-kafka, kafka-python, aiokafka), each record size (100 B,
+  1 KiB) and each of two settings, producing N records into a new topic of one partition
+  and then consuming them from offset 0 (records/s, MB/s):
+  * ``default``: the client's own defaults (only bootstrap servers, and a group id for
+    the consumer): what a user gets out of the box. Producers: confluent-kafka linger.ms 5,
+    batch.size 1 MB, acks all; kafka-python linger_ms 0, batch_size 16 KiB, acks all,
+    idempotent; aiokafka linger_ms 0, max_batch_size 16 KiB, acks 1. Consumers:
+    confluent-kafka stops fetching once queued.min.messages (100,000) are queued and backs
+    off fetch.queue.backoff.ms (1 s); kafka-python and aiokafka fetch 1 MiB per partition.
+  * ``tuned``: the settings a throughput pipeline uses (``TUNED``): linger 20 ms, 1 MB
+    batches, acks all, idempotent; consumers fetching 8 MiB per partition, confluent-kafka
+    with queued.min.messages 1,000,000.
+- the broker's CPU seconds per million records produced and consumed (utime + stime of its
+  process over each measurement), and the cores it used meanwhile: the machine has two,
+  which the client competes for;
 - end-to-end latency p50/p99 at a moderate rate (1000 records/s, linger.ms 0), unloaded;
 - the broker's peak RSS (VmHWM).
-Prints a table with absolute figures and the ratio to the socket ceiling; the last line is
-``produce_100B_records_per_s=<n>``.
+The last line is ``produce_100B_records_per_s=<n>`` (confluent-kafka, tuned).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import socket
@@ -25,15 +37,49 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from _common import Row, peak_rss_mib, print_table, vm_hwm_mib  # bench/ is on sys.path when run
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
 
 from sparklog.broker.process import BrokerProcess
 
 MB = 1_000_000
+MiB = 1 << 20
+SETTINGS = ("default", "tuned")
+TUNED: dict[str, dict[str, dict[str, Any]]] = {
+    "confluent-kafka": {
+        "producer": {"linger.ms": 20, "batch.size": 1_000_000,
+                     "queue.buffering.max.messages": 2_000_000,
+                     "queue.buffering.max.kbytes": 2_097_151, "enable.idempotence": True,
+                     "acks": "all"},
+        "consumer": {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8 * MiB,
+                     "queued.max.messages.kbytes": 1_048_576,
+                     "queued.min.messages": 1_000_000},
+    },
+    "kafka-python": {
+        "producer": {"linger_ms": 20, "batch_size": 1_000_000, "acks": "all",
+                     "enable_idempotence": True, "max_request_size": 8 * MiB},
+        "consumer": {"max_partition_fetch_bytes": 8 * MiB, "max_poll_records": 100_000},
+    },
+    "aiokafka": {
+        "producer": {"linger_ms": 20, "max_batch_size": 1_000_000, "acks": "all",
+                     "enable_idempotence": True, "max_request_size": 8 * MiB},
+        "consumer": {"max_partition_fetch_bytes": 8 * MiB},
+    },
+}
+# records per measurement at full scale, per client and record size: about 5-15 s each
+COUNTS = {"confluent-kafka": {100: 3_000_000, 1024: 600_000},
+          "kafka-python": {100: 300_000, 1024: 150_000},
+          "aiokafka": {100: 300_000, 1024: 150_000}}
 
 
 def socket_ceiling(total_bytes: int) -> float:
@@ -71,40 +117,28 @@ def create_topic(bootstrap: str, topic: str) -> None:
         future.result(30)
 
 
-def produce(bootstrap: str, topic: str, size: int, count: int) -> float:
-    """Seconds to produce ``count`` records of ``size`` bytes and get every ack."""
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-        "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_097_151,
-        "enable.idempotence": True, "acks": "all",
-    })
-    value = os.urandom(size)
+# -- the clients: produce ``count`` copies of ``value``; consume ``count`` records from 0 ---------
+
+
+def produce_confluent(bootstrap: str, topic: str, value: bytes, count: int,
+                      conf: dict[str, Any]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, **conf})
     send = producer.produce
-    start = time.perf_counter()
     for _ in range(count):
-        try:
-            send(topic, value)
-        except BufferError:
-            producer.poll(0.01)
-            send(topic, value)
+        while True:
+            try:
+                send(topic, value)
+                break
+            except BufferError:  # the default queue (100,000 messages) is full
+                producer.poll(0.01)
     if producer.flush(120):
         raise SystemExit("produce benchmark: records left undelivered")
-    return time.perf_counter() - start
 
 
-def consume(bootstrap: str, topic: str, count: int) -> tuple[float, int]:
-    """Seconds and bytes to read ``count`` records from offset 0."""
-    # librdkafka stops prefetching once queued.min.messages (100k) are queued and then backs
-    # off fetch.queue.backoff.ms (1 s): with small records that, not the broker, caps a
-    # default consumer near 200k records/s. Throughput consumers raise it.
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-        "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8_388_608,
-        "queued.max.messages.kbytes": 1_048_576, "queued.min.messages": 1_000_000,
-    })
+def consume_confluent(bootstrap: str, topic: str, count: int, conf: dict[str, Any]) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", **conf})
     consumer.assign([TopicPartition(topic, 0, 0)])
     seen = nbytes = 0
-    start = time.perf_counter()
     while seen < count:
         for message in consumer.consume(10_000, 5.0):
             value = message.value()
@@ -112,9 +146,118 @@ def consume(bootstrap: str, topic: str, count: int) -> tuple[float, int]:
                 raise SystemExit(f"consume benchmark: {message.error()}")
             nbytes += len(value)
             seen += 1
-    elapsed = time.perf_counter() - start
     consumer.close()
-    return elapsed, nbytes
+    return nbytes
+
+
+def produce_kafka_python(bootstrap: str, topic: str, value: bytes, count: int,
+                         conf: dict[str, Any]) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **conf)
+    send = producer.send
+    for _ in range(count):
+        send(topic, value)
+    producer.flush(120)
+    producer.close()
+
+
+def consume_kafka_python(bootstrap: str, topic: str, count: int, conf: dict[str, Any]) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                             enable_auto_commit=False, **conf)
+    partition = KpTopicPartition(topic, 0)
+    consumer.assign([partition])
+    consumer.seek(partition, 0)
+    seen = nbytes = 0
+    while seen < count:
+        for messages in consumer.poll(timeout_ms=5000).values():
+            seen += len(messages)
+            nbytes += sum(len(m.value) for m in messages)
+    consumer.close()
+    return nbytes
+
+
+def produce_aiokafka(bootstrap: str, topic: str, value: bytes, count: int,
+                     conf: dict[str, Any]) -> None:
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **conf)
+        await producer.start()
+        try:
+            pending = []
+            for n in range(count):
+                pending.append(await producer.send(topic, value))
+                if n % 10_000 == 9_999:  # bounded: wait for the oldest deliveries
+                    await asyncio.gather(*pending)
+                    pending = []
+            await asyncio.gather(*pending)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+def consume_aiokafka(bootstrap: str, topic: str, count: int, conf: dict[str, Any]) -> int:
+    async def run() -> int:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                    enable_auto_commit=False, **conf)
+        await consumer.start()
+        try:
+            partition = AioTopicPartition(topic, 0)
+            consumer.assign([partition])
+            consumer.seek(partition, 0)
+            seen = nbytes = 0
+            while seen < count:
+                for messages in (await consumer.getmany(timeout_ms=5000)).values():
+                    seen += len(messages)
+                    nbytes += sum(len(m.value) for m in messages)
+            return nbytes
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+@dataclass(frozen=True)
+class Client:
+    produce: Callable[[str, str, bytes, int, dict[str, Any]], None]
+    consume: Callable[[str, str, int, dict[str, Any]], int]
+
+
+CLIENTS = {
+    "confluent-kafka": Client(produce_confluent, consume_confluent),
+    "kafka-python": Client(produce_kafka_python, consume_kafka_python),
+    "aiokafka": Client(produce_aiokafka, consume_aiokafka),
+}
+
+
+# -- measuring ------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """utime + stime of a process so far (NaN without one)."""
+    if pid is None:
+        return float("nan")
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Measured:
+    seconds: float
+    broker_cpu: float
+
+
+def measure(run: Callable[[], object], broker_pid: int | None) -> Measured:
+    cpu_before, started = cpu_seconds(broker_pid), time.perf_counter()
+    run()
+    seconds = time.perf_counter() - started
+    return Measured(seconds, cpu_seconds(broker_pid) - cpu_before)
+
+
+def row(client: str, setting: str, what: str, count: int, nbytes: int, measured: Measured,
+        ceiling: float) -> Row:
+    mbps = nbytes / measured.seconds / MB
+    return Row(client, setting, what, f"{count / measured.seconds:,.0f}", f"{mbps:,.1f}",
+               f"{mbps / ceiling:.3f}", f"{measured.broker_cpu / count * 1e6:.2f}",
+               f"{measured.broker_cpu / measured.seconds:.2f}")
 
 
 def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
@@ -154,43 +297,63 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     parser.add_argument("--quick", action="store_true", help="small volumes (a smoke run)")
+    parser.add_argument("--clients", default=",".join(CLIENTS),
+                        help=f"comma-separated, of {', '.join(CLIENTS)}")
     args = parser.parse_args()
     scale = 0.05 if args.quick else 1.0
+    clients = [name.strip() for name in args.clients.split(",")]
+    unknown = [name for name in clients if name not in CLIENTS]
+    if unknown:
+        parser.error(f"unknown client(s) {', '.join(unknown)}; choose from {', '.join(CLIENTS)}")
     root = Path(tempfile.mkdtemp(prefix="sparklog-bench-"))
     broker = None
     try:
         if args.bootstrap:
-            bootstrap = args.bootstrap
+            bootstrap, pid = args.bootstrap, None
         else:
             broker = BrokerProcess(root / "data").start()
-            bootstrap = broker.bootstrap
+            bootstrap, pid = broker.bootstrap, broker.pid
         ceiling = socket_ceiling(int(2_000 * MB * scale))
-        rows = [Row("loopback TCP ceiling", "", f"{ceiling:,.0f} MB/s", "1.00", "")]
-        results: dict[str, float] = {}
-        for size, count in ((100, int(3_000_000 * scale)), (1024, int(600_000 * scale))):
-            topic = f"bench-{size}-{int(time.time())}"
-            create_topic(bootstrap, topic)
-            elapsed = produce(bootstrap, topic, size, count)
-            mbps = count * size / elapsed / MB
-            results[f"produce_{size}"] = count / elapsed
-            rows.append(Row(f"produce {size} B", f"{count / elapsed:,.0f} rec/s",
-                            f"{mbps:,.1f} MB/s", f"{mbps / ceiling:.2f}",
-                            f"{vm_hwm_mib(broker.pid if broker else None):.0f} MiB"))
-            elapsed, nbytes = consume(bootstrap, topic, count)
-            mbps = nbytes / elapsed / MB
-            rows.append(Row(f"consume {size} B", f"{count / elapsed:,.0f} rec/s",
-                            f"{mbps:,.1f} MB/s", f"{mbps / ceiling:.2f}",
-                            f"{vm_hwm_mib(broker.pid if broker else None):.0f} MiB"))
+        rows = []
+        results: dict[tuple[str, str, int], float] = {}
+        for name in clients:
+            client = CLIENTS[name]
+            for size in (100, 1024):
+                count = max(1000, int(COUNTS[name][size] * scale))
+                value = os.urandom(size)
+                for setting in SETTINGS:
+                    conf = TUNED[name] if setting == "tuned" else {"producer": {}, "consumer": {}}
+                    topic = f"bench-{name}-{size}-{setting}-{int(time.time())}"
+                    create_topic(bootstrap, topic)
+                    produced = measure(lambda c=conf, t=topic, v=value, n=count, cl=client:
+                                       cl.produce(bootstrap, t, v, n, c["producer"]), pid)
+                    results[(name, setting, size)] = count / produced.seconds
+                    rows.append(row(name, setting, f"produce {size} B", count, count * size,
+                                    produced, ceiling))
+                    nbytes: list[int] = []
+                    consumed = measure(lambda c=conf, t=topic, n=count, cl=client, out=nbytes:
+                                       out.append(cl.consume(bootstrap, t, n, c["consumer"])),
+                                       pid)
+                    rows.append(row(name, setting, f"consume {size} B", count, nbytes[0],
+                                    consumed, ceiling))
+                    print(*rows[-2], sep="  ", flush=True)
+                    print(*rows[-1], sep="  ", flush=True)
         topic = f"bench-latency-{int(time.time())}"
         create_topic(bootstrap, topic)
         samples = latency(bootstrap, topic, 1000, 10 * max(scale, 0.3))
         p50 = statistics.median(samples)
         p99 = statistics.quantiles(samples, n=100)[98]
-        rows.append(Row("end-to-end latency @1000 rec/s", f"p50 {p50:.2f} ms",
-                        f"p99 {p99:.2f} ms", "", ""))
-        print_table(["measure", "records", "bytes", "ratio to TCP", "broker peak RSS"], rows)
-        print(f"bench process peak RSS: {peak_rss_mib():.0f} MiB")
-        print(f"produce_100B_records_per_s={results['produce_100']:.0f}")
+        print()
+        print(f"loopback TCP ceiling: {ceiling:,.0f} MB/s; broker CPU s per 1M records and "
+              "cores are the broker process's own (the client's are not counted)")
+        print_table(["client", "settings", "measure", "records/s", "MB/s", "ratio to TCP",
+                     "broker CPU s / 1M rec", "broker cores"], rows)
+        print(f"end-to-end latency @1000 rec/s (confluent-kafka, linger.ms 0): p50 {p50:.2f} ms, "
+              f"p99 {p99:.2f} ms")
+        print(f"broker peak RSS: {vm_hwm_mib(pid):.0f} MiB; bench process peak RSS: "
+              f"{peak_rss_mib():.0f} MiB")
+        if ("confluent-kafka", "tuned", 100) in results:
+            print(f"produce_100B_records_per_s={results[('confluent-kafka', 'tuned', 100)]:.0f}")
     finally:
         if broker is not None:
             broker.stop()

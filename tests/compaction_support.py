@@ -18,6 +18,7 @@ from sparklog.record.records import Record, decode_records
 from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 from sparklog.storage.log import CrashPoint, PartitionLog, no_crash
 from sparklog.storage.log_manager import LogManager
+from sparklog.storage.offset_map import KeyOffsets, new_offset_map
 
 TOPIC = "compacted"
 TP = (TOPIC, 0)
@@ -107,6 +108,7 @@ def compacted_manager(data_dir: Path, clock: Callable[[], float], **configs: obj
 
 
 def cleaner_for(manager: LogManager, dedupe_bytes: int = 1 << 20,
-                crash_point: CrashPoint = no_crash) -> LogCleaner:
+                crash_point: CrashPoint = no_crash,
+                offset_map: Callable[[int], KeyOffsets] = new_offset_map) -> LogCleaner:
     return LogCleaner(manager, CleanerConfig(dedupe_buffer_size=dedupe_bytes),
-                      crash_point=crash_point)
+                      crash_point=crash_point, offset_map=offset_map)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,13 @@ from sparklog.storage.cleaner import (
 )
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import LogManager
-from sparklog.storage.offset_map import ENTRY_BYTES
+from sparklog.storage.offset_map import (
+    ENTRY_BYTES,
+    PYTHON_ENTRY_BYTES,
+    KeyOffsets,
+    OffsetMap,
+    new_offset_map,
+)
 
 KEYS = [b"key-%d" % i for i in range(6)]
 PID = 7
@@ -94,15 +101,23 @@ def _check(log: PartitionLog, model: Model, originals: dict[int, BatchHeader],
     assert not leftovers
 
 
+# The compiled map (when built) and the pure Python one it falls back to: the same cleaner.
+OFFSET_MAPS = [pytest.param(new_offset_map, id="default"),
+               pytest.param(OffsetMap, id="pure-python")]
+
+
+@pytest.mark.parametrize("offset_map", OFFSET_MAPS)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=OPS, segment_bytes=st.sampled_from([200, 400, 1000]),
-       dedupe_bytes=st.sampled_from([3 * ENTRY_BYTES, 1 << 20]))
-def test_compaction_matches_the_model(ops: list[tuple], segment_bytes: int,
-                                      dedupe_bytes: int) -> None:
+@given(ops=OPS, segment_bytes=st.sampled_from([200, 400, 1000]), dedupe_entries=st.sampled_from(
+    [3, 1 << 13]))
+def test_compaction_matches_the_model(offset_map: Callable[[int], KeyOffsets], ops: list[tuple],
+                                      segment_bytes: int, dedupe_entries: int) -> None:
+    entry_bytes = PYTHON_ENTRY_BYTES if offset_map is OffsetMap else ENTRY_BYTES
+    dedupe_bytes = dedupe_entries * entry_bytes
     with tempfile.TemporaryDirectory() as tmp:
         clock = Clock()
         manager = compacted_manager(Path(tmp) / "data", clock, **{"segment.bytes": segment_bytes})
-        cleaner = cleaner_for(manager, dedupe_bytes)
+        cleaner = cleaner_for(manager, dedupe_bytes, offset_map=offset_map)
         model, originals, timestamps = Model(), {}, {}
         sequence = 0
         for n, op in enumerate(ops):
@@ -126,7 +141,7 @@ def test_compaction_matches_the_model(ops: list[tuple], segment_bytes: int,
                 clock.advance(op[1])
             elif op[0] == "reopen":
                 manager = restart(manager, clean=op[1], crash_dir=Path(tmp) / f"crash-{n}")
-                cleaner = cleaner_for(manager, dedupe_bytes)
+                cleaner = cleaner_for(manager, dedupe_bytes, offset_map=offset_map)
             if op[0] != "write":
                 _check(manager.get_log(*TP), model, originals, timestamps)
         _check(manager.get_log(*TP), model, originals, timestamps)

@@ -43,7 +43,12 @@ from sparklog.client.cluster import Cluster
 from sparklog.datasource import register
 from sparklog.datasource.options import OptionError
 from sparklog.datasource.read import stream_reader
-from sparklog.datasource.read.arrow_records import ArrowRecordBuilder, next_position
+from sparklog.datasource.read.arrow_records import (
+    AiokafkaRecordBuilder,
+    ColumnarRecordBuilder,
+    RecordBuilder,
+    next_position,
+)
 from sparklog.datasource.read.data_loss import DataLossError
 from sparklog.datasource.read.offsets import TopicPartition, from_json, to_json
 from sparklog.datasource.read.planning import plan, rate_limit
@@ -544,7 +549,12 @@ def test_stream_data_loss_on_the_driver(broker: BrokerProcess, topic: str) -> No
             reader.stop()
 
 
-def test_decoder_on_raw_batches() -> None:
+BUILDERS = [ColumnarRecordBuilder, AiokafkaRecordBuilder]
+"""The compiled decoder and its fallback: the same behaviour."""
+
+
+@pytest.mark.parametrize("builder_class", BUILDERS)
+def test_decoder_on_raw_batches(builder_class: type[RecordBuilder]) -> None:
     """Control batches are skipped, compaction gaps kept, the range and a cut-short last
     batch respected, and the schema is exactly the one pyspark requires."""
     now = int(time.time() * 1000)
@@ -557,7 +567,7 @@ def test_decoder_on_raw_batches() -> None:
     tail = build_batch([(b"e", b"7", (), now)], base_offset=7)
     records = data + marker + compacted + tail[:-5]  # the last batch is cut short
     assert next_position(records, 0) == 7
-    builder = ArrowRecordBuilder("t", 4, include_headers=False)
+    builder = builder_class("t", 4, include_headers=False)
     assert list(builder.add(records, 1, 6)) == []
     got = builder.build()
     assert got.schema.equals(to_arrow_schema(source_schema(False), timezone="UTC"))
@@ -566,7 +576,9 @@ def test_decoder_on_raw_batches() -> None:
     assert set(got.to_pydict()["partition"]) == {4}
 
 
-def test_decoder_offsets_across_consecutive_and_compacted_batches() -> None:
+@pytest.mark.parametrize("builder_class", BUILDERS)
+def test_decoder_offsets_across_consecutive_and_compacted_batches(
+        builder_class: type[RecordBuilder]) -> None:
     """Consecutive batches form one run of offsets, a compacted batch keeps its gaps, and
     every chunk built holds exactly its own records' offsets."""
     now = int(time.time() * 1000)
@@ -577,7 +589,7 @@ def test_decoder_offsets_across_consecutive_and_compacted_batches() -> None:
 
     compacted = build_batch([(b"k", b"v5", (), now), (b"k", b"v7", (), now)], base_offset=5,
                             offset_deltas=[0, 2], last_offset_delta=2)
-    builder = ArrowRecordBuilder("t", 0, include_headers=False)
+    builder = builder_class("t", 0, include_headers=False)
     assert list(builder.add(whole(0, 3) + whole(3, 2) + compacted, 0, 100)) == []
     first = builder.build()
     assert list(builder.add(whole(8, 2) + whole(10, 2), 0, 11)) == []

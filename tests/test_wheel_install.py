@@ -21,7 +21,9 @@ import pytest
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[1]
-BUILD_INPUTS = ("pyproject.toml", "README.md", "pyspark_sparklog.py", "sparklog")
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "pyspark_sparklog.py", "sparklog")
+EXTENSIONS = ("sparklog.record._columns", "sparklog.storage._offset_map")
+"""The compiled modules (setup.py): the wheel build must compile them."""
 # what could point Python, Spark or the jobs back at the checkout or the development venv
 CLEARED_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYSPARK_PYTHON",
                "PYSPARK_DRIVER_PYTHON", "SPARKLOG_CONF_DIR", "SPARK_HOME")
@@ -41,7 +43,7 @@ def _install(root: Path, env: dict[str, str]) -> Path:
     for name in BUILD_INPUTS:
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, source / name,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+                            ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"))
         else:
             shutil.copy(REPO / name, source / name)
     pip = ["-m", "pip", "--disable-pip-version-check", "--quiet"]
@@ -65,10 +67,15 @@ def test_a_wheel_installed_outside_the_repository_runs_the_demo(tmp_path: Path) 
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
 
     found = json.loads(_run([str(python), "-c", "import json, sys, sparklog; "
-                             "print(json.dumps([sparklog.__file__, sys.path]))"],
+                             f"import {', '.join(EXTENSIONS)}; "
+                             "print(json.dumps([sparklog.__file__, sys.path, "
+                             f"{', '.join(e + '.__file__' for e in EXTENSIONS)}]))"],
                             elsewhere, env, 60))
     module, path = Path(found[0]), [Path(p) for p in found[1] if p]
     assert module.is_relative_to(tmp_path / "venv"), module
+    for extension in found[2:]:  # compiled into the wheel, not taken from the checkout
+        assert Path(extension).is_relative_to(tmp_path / "venv"), extension
+        assert extension.endswith(".so"), extension
     assert not [p for p in path if p.resolve().is_relative_to(REPO)], path
 
     out = _run([str(python), "-m", "sparklog.demo"], elsewhere, env, 900)

@@ -22,6 +22,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import NamedTuple
 
 import crc32c
 
@@ -117,13 +118,16 @@ def _read_headers(data: bytes, pos: int, end: int) -> tuple[tuple[Header, ...], 
     return tuple(headers), pos
 
 
-def _decode_section(data: bytes, header: BatchHeader) -> list[Record]:
-    """Decode ``header.record_count`` records filling ``data`` exactly (IndexError if short)."""
+def _decode_section(data: bytes, header: BatchHeader,
+                    spans: list[int] | None = None) -> list[Record]:
+    """Decode ``header.record_count`` records filling ``data`` exactly (IndexError if short);
+    with ``spans``, append each record's first and after-last byte positions to it."""
     base_offset, base_timestamp = header.base_offset, header.base_timestamp
     log_append_time = header.timestamp_type == LOG_APPEND_TIME
     last_delta, size, pos = header.last_offset_delta, len(data), 0
     records = []
     for index in range(header.record_count):
+        first = pos
         length, start = _read_varint(data, pos)
         end = start + length
         if length <= 0 or end > size:
@@ -143,6 +147,8 @@ def _decode_section(data: bytes, header: BatchHeader) -> list[Record]:
                 f"record {index} declares {length} bytes but its fields take {pos - start}"
             )
         timestamp = header.max_timestamp if log_append_time else base_timestamp + timestamp_delta
+        if spans is not None:
+            spans += (first, end)
         records.append(Record(base_offset + offset_delta, timestamp, key, value, headers))
     if pos != size:
         raise CorruptRecordError(
@@ -151,26 +157,33 @@ def _decode_section(data: bytes, header: BatchHeader) -> list[Record]:
     return records
 
 
-def _records_section(buf: Buffer, header: BatchHeader) -> bytes:
-    """The batch's records section, decompressed; framing checked, CRC not."""
+def records_section(buf: Buffer, header: BatchHeader) -> bytes | memoryview:
+    """The batch's records section: a view into ``buf`` when uncompressed, else the
+    decompressed bytes; framing checked, CRC not."""
     check_header(header, len(buf) - header.position, from_producer=False)
     section = memoryview(buf)[header.position + HEADER_SIZE : header.position + header.size]
     if header.compression == 0 or (not section and header.record_count == 0):
-        return bytes(section)
+        return section
     return decompress(header.compression, section)
 
 
-def decode_records(buf: Buffer, header: BatchHeader) -> list[Record]:
-    """Decode the records of the batch ``header`` describes (it sits in ``buf`` at its position)."""
-    data = _records_section(buf, header)
+def decode_section(section: bytes, header: BatchHeader,
+                   spans: list[int] | None = None) -> list[Record]:
+    """Decode the records of the batch ``header`` from its (decompressed) records section;
+    with ``spans``, each record's first and after-last byte positions are appended to it."""
     try:
-        return _decode_section(data, header)
+        return _decode_section(section, header, spans)
     except IndexError:
         raise CorruptRecordError(
             f"records section of the batch at position {header.position} ends inside a record"
         ) from None
     except UnicodeDecodeError as exc:
         raise CorruptRecordError(f"header key is not UTF-8: {exc}") from None
+
+
+def decode_records(buf: Buffer, header: BatchHeader) -> list[Record]:
+    """Decode the records of the batch ``header`` describes (it sits in ``buf`` at its position)."""
+    return decode_section(bytes(records_section(buf, header)), header)
 
 
 # -- encoding ---------------------------------------------------------------------------------
@@ -285,3 +298,75 @@ def build_batch(
     batch += body
     _CRC.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
     return bytes(batch)
+
+
+# -- rewriting a batch with some of its records ------------------------------------------------
+
+
+class Retained(NamedTuple):
+    """Which records of a batch stay (the log cleaner's verdict on one batch).
+
+    ``spans`` are [start, end) byte ranges of the decompressed records section, flattened
+    (start0, end0, start1, ...), in order, adjacent records merged; ``max_timestamp_delta``
+    is the largest timestamp delta among the kept records (0 if none; CreateTime batches
+    only read it)."""
+
+    records: int
+    kept: int
+    tombstones: bool
+    max_timestamp_delta: int
+    spans: list[int]
+
+
+def splice_batch(header: BatchHeader, section: Buffer, retained: Retained,
+                 delete_horizon_ms: int = NO_TIMESTAMP) -> bytes:
+    """The batch ``header`` keeping only the records ``retained`` names (at least one), their
+    bytes copied from the decompressed ``section`` as they are.
+
+    Everything else of the header stays (baseOffset, lastOffsetDelta, codec, flags, producer
+    fields, leader epoch), so offset and timestamp deltas stay valid; maxTimestamp becomes
+    the kept records' largest (a LogAppendTime batch keeps its own). A ``delete_horizon_ms``
+    >= 0 (the log cleaner's, KIP-534) becomes baseTimestamp with attribute bit 6, and each
+    kept record is re-encoded with its timestamp delta taken from it (timestamps stay exact).
+    """
+    spans = retained.spans
+    view = memoryview(section)
+    base_timestamp = header.base_timestamp
+    attributes = header.attributes
+    if delete_horizon_ms >= 0:
+        data = bytes(section)
+        body = b"".join(_rebased(data, spans[i], spans[i + 1], header.base_timestamp,
+                                 delete_horizon_ms) for i in range(0, len(spans), 2))
+        base_timestamp, attributes = delete_horizon_ms, attributes | DELETE_HORIZON_MASK
+    else:
+        body = b"".join(view[spans[i] : spans[i + 1]] for i in range(0, len(spans), 2))
+    if header.timestamp_type == LOG_APPEND_TIME:
+        max_timestamp = header.max_timestamp
+    else:
+        max_timestamp = header.base_timestamp + retained.max_timestamp_delta
+    if header.compression:
+        body = compress(header.compression, body)
+    batch = bytearray(HEADER.pack(
+        header.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), header.leader_epoch,
+        MAGIC_V2, 0, attributes, header.last_offset_delta, base_timestamp, max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence, retained.kept,
+    ))
+    batch += body
+    _CRC.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
+
+
+def _rebased(data: bytes, start: int, end: int, old_base: int, new_base: int) -> bytes:
+    """The records in ``data[start:end]`` with their timestamp deltas moved from
+    ``old_base`` to ``new_base``; the rest of each record is copied."""
+    out = []
+    pos = start
+    while pos < end:
+        length, first = _read_varint(data, pos)
+        record_end = first + length
+        delta, after = _read_varint(data, first + 1)  # + 1: the unused attributes byte
+        body = b"".join((data[first : first + 1], _varint(old_base + delta - new_base),
+                         data[after:record_end]))
+        out += (_varint(len(body)), body)
+        pos = record_end
+    return b"".join(out)

@@ -26,9 +26,14 @@ Invariants of a clean:
   rewritten with horizon = clean start time + ``delete.retention.ms`` (attribute bit 6,
   baseTimestamp; record timestamps unchanged); a clean at or after it drops them.
 - Rewritten batches keep baseOffset, lastOffsetDelta, codec (kept records are re-compressed
-  with it), attributes, producer id/epoch/base sequence, timestamp type and partition leader
-  epoch. A batch keeping all its records and needing no horizon is copied byte for byte;
-  control batches are kept as they are.
+  with it), attributes, producer id/epoch/base sequence, timestamp type, partition leader
+  epoch and baseTimestamp (unless a horizon replaces it), so kept records are copied as byte
+  ranges of the decompressed records section (``sparklog.record.records.splice_batch``),
+  never decoded into objects. A batch keeping all its records and needing no horizon is
+  copied byte for byte; control batches are kept as they are.
+- Both passes walk records through the offset map (``offset_map.new_offset_map``: compiled
+  when the extension was built): the first maps keys only, the second asks which records
+  stay; neither makes a Python object per record in the compiled map.
 - A batch losing all its records stays as an empty batch (header only, no codec, recordCount
   0, lastOffsetDelta and max timestamp kept, as Kafka's writeEmptyHeader) when it is its
   producer's latest batch, so the producer's sequence state can be rebuilt from the log, or
@@ -72,16 +77,17 @@ from sparklog.record.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
+    NO_TIMESTAMP,
     BatchHeader,
     parse_header,
     validate_batch,
 )
-from sparklog.record.records import Record, build_batch, decode_records
+from sparklog.record.records import records_section, splice_batch
 from sparklog.storage.checkpoint import read_checkpoint, write_checkpoint
 from sparklog.storage.index import OffsetIndex, TimeIndex
 from sparklog.storage.log import CLEANED_SUFFIX, CrashPoint, PartitionLog, no_crash
 from sparklog.storage.log_manager import LogManager
-from sparklog.storage.offset_map import OffsetMap, key_digest
+from sparklog.storage.offset_map import KeyOffsets, new_offset_map
 from sparklog.storage.segment import FILE_EXTENSIONS, INT32_MAX, LogSegment, segment_name
 
 log = logging.getLogger(__name__)
@@ -262,7 +268,7 @@ class _Pass:
 class Cleaner:
     """Cleans one log at a time with its offset map (one per cleaner thread)."""
 
-    def __init__(self, offset_map: OffsetMap, *, crash_point: CrashPoint = no_crash,
+    def __init__(self, offset_map: KeyOffsets, *, crash_point: CrashPoint = no_crash,
                  stopping: Callable[[], bool] = lambda: False) -> None:
         self.offset_map = offset_map
         self.crash_point = crash_point
@@ -319,9 +325,7 @@ class Cleaner:
                 if not header.is_control:
                     if len(offset_map) and not offset_map.has_room_for(header.record_count):
                         return end
-                    for record in decode_records(buf, header):
-                        if record.key is not None:
-                            offset_map.put(key_digest(record.key), record.offset)
+                    offset_map.add_keys(records_section(buf, header), header)
                 end = header.next_offset
         return end
 
@@ -362,39 +366,21 @@ class Cleaner:
         whole = memoryview(buf)[header.position : header.position + header.size]
         if header.is_control or header.base_offset >= batch_pass.end:
             return whole
-        records = decode_records(buf, header)
-        kept = self._kept_records(records, header, batch_pass.now_ms)
-        result.records_read += len(records)
-        result.records_kept += len(kept)
-        if not kept:
+        section = records_section(buf, header)
+        horizon = header.delete_horizon_ms
+        retained = self.offset_map.retained(section, header,
+                                            drop_tombstones=0 <= horizon <= batch_pass.now_ms)
+        result.records_read += retained.records
+        result.records_kept += retained.kept
+        if not retained.kept:
             if group_end or batch_pass.protected.get(header.producer_id) == header.last_offset:
                 return empty_batch(header)
             return None
-        needs_horizon = header.delete_horizon_ms < 0 and any(r.value is None for r in kept)
-        if len(kept) == len(records) and not needs_horizon:
+        needs_horizon = horizon < 0 and retained.tombstones
+        if retained.kept == retained.records and not needs_horizon:
             return whole
-        return build_batch(
-            [(r.key, r.value, r.headers, r.timestamp) for r in kept],
-            base_offset=header.base_offset, codec=header.compression,
-            producer_id=header.producer_id, producer_epoch=header.producer_epoch,
-            base_sequence=header.base_sequence, timestamp_type=header.timestamp_type,
-            transactional=header.is_transactional,
-            partition_leader_epoch=header.leader_epoch,
-            last_offset_delta=header.last_offset_delta,
-            offset_deltas=[r.offset - header.base_offset for r in kept],
-            delete_horizon_ms=batch_pass.horizon_ms if needs_horizon
-            else header.delete_horizon_ms,
-        )
-
-    def _kept_records(self, records: list[Record], header: BatchHeader,
-                      now_ms: int) -> list[Record]:
-        """Records with a key, the latest of it, and not tombstones past the horizon."""
-        latest = self.offset_map.get
-        horizon = header.delete_horizon_ms
-        tombstones_expired = 0 <= horizon <= now_ms
-        return [r for r in records
-                if r.key is not None and r.offset >= latest(key_digest(r.key))
-                and not (tombstones_expired and r.value is None)]
+        return splice_batch(header, section, retained,
+                            batch_pass.horizon_ms if needs_horizon else NO_TIMESTAMP)
 
 
 def _cleaned_segment(partition_log: PartitionLog, base_offset: int, now_ms: int) -> LogSegment:
@@ -431,10 +417,13 @@ class LogCleaner:
     """The cleaner threads of a LogManager, its cleaner checkpoint and delayed deletions."""
 
     def __init__(self, manager: LogManager, config: CleanerConfig | None = None, *,
-                 crash_point: CrashPoint = no_crash) -> None:
+                 crash_point: CrashPoint = no_crash,
+                 offset_map: Callable[[int], KeyOffsets] = new_offset_map) -> None:
+        """``offset_map`` makes a cleaner's map from its memory budget (compiled when built)."""
         self.manager = manager
         self.config = config or CleanerConfig()
         self.crash_point = crash_point
+        self._offset_map = offset_map
         self.checkpoint_path = manager.data_dir / CLEANER_CHECKPOINT
         self._lock = threading.Lock()  # checkpoints, in-progress and uncleanable sets, deletes
         self._checkpoints = {tp: offset for tp, offset in
@@ -457,14 +446,13 @@ class LogCleaner:
     # -- threads -------------------------------------------------------------------------
     def start(self) -> None:
         for n in range(self.config.threads):
-            cleaner = Cleaner(OffsetMap(self.map_bytes), crash_point=self.crash_point,
-                              stopping=self._stop.is_set)
+            cleaner = self._new_cleaner()
             thread = threading.Thread(target=self._run, args=(cleaner,),
                                       name=f"log-cleaner-{n}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        log.info("started %d log cleaner thread(s), %d-byte offset map each",
-                 self.config.threads, self.map_bytes)
+        log.info("started %d log cleaner thread(s), %d-byte offset map each (%s)",
+                 self.config.threads, self.map_bytes, type(cleaner.offset_map).__name__)
 
     def stop(self) -> None:
         """Stop the threads (a clean in progress aborts), then delete replaced segments."""
@@ -522,7 +510,7 @@ class LogCleaner:
         return self._clean(to_clean, self._new_cleaner())
 
     def _new_cleaner(self) -> Cleaner:
-        return Cleaner(OffsetMap(self.map_bytes), crash_point=self.crash_point,
+        return Cleaner(self._offset_map(self.map_bytes), crash_point=self.crash_point,
                        stopping=self._stop.is_set)
 
     def _clean(self, to_clean: LogToClean, cleaner: Cleaner) -> CleanResult | None:

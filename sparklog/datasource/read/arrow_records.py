@@ -1,23 +1,26 @@
 """Raw Kafka record batches (as Fetch returns them) to Arrow record batches of the source schema.
 
-Decoding uses aiokafka's Cython record batch reader (every codec, CRC not re-checked: the
-broker validated it on append); columns are gathered per Kafka batch into plain lists with
-C-level ``map``/``extend`` and turned into Arrow arrays once per output chunk, so besides the
-objects the decoder returns, no Python object and no Python-level loop step is spent per
-record. Offsets are kept as runs of consecutive offsets and computed in Arrow.
+Two decoders, one output: ``new_record_builder`` gives ``ColumnarRecordBuilder`` (the
+compiled ``sparklog.record._columns``: records decoded in one pass straight into Arrow
+buffers, no Python object per record) when the extension was built, else
+``AiokafkaRecordBuilder`` (aiokafka's Cython record batch reader: one Python object per
+record, gathered per Kafka batch into lists with C-level ``map``/``extend`` and turned into
+Arrow arrays per output chunk). Which one serves is logged once per process at INFO. CRCs
+are not re-checked (the broker validated each batch on append); every codec is read.
 
 Invariants:
-- ``ArrowRecordBuilder.add`` keeps exactly the records whose offset lies in
-  [``start``, ``until``): records below ``start`` (a fetch returns the whole batch holding
-  the fetch offset) and from ``until`` on are dropped. Control batches (transaction
-  markers) are skipped; offsets missing inside a batch (compaction) are simply absent.
+- ``add`` keeps exactly the records whose offset lies in [``start``, ``until``): records
+  below ``start`` (a fetch returns the whole batch holding the fetch offset) and from
+  ``until`` on are dropped. Control batches (transaction markers) are skipped; offsets
+  missing inside a batch (compaction) are simply absent.
 - A cut-short last batch (Fetch may truncate it) is ignored: ``next_position`` reports the
   offset after the last complete batch, where the next fetch must start.
 - Every batch ``build`` returns has exactly ``arrow_source_schema(include_headers)``: the
   schema pyspark requires of a Python data source's Arrow output. Timestamps are
-  microseconds, UTC; a tombstone has a null value.
-- Output chunks are bounded by ``MAX_ROWS`` rows and about ``MAX_BYTES`` of keys and values:
-  the row limit of a chunk is ``MAX_BYTES`` over the bytes per row measured so far (the
+  microseconds, UTC; a tombstone has a null value. Both decoders give equal batches.
+- Output chunks are bounded by ``MAX_ROWS`` rows and about ``max_bytes`` of keys and values
+  (``COLUMNAR_MAX_BYTES`` for the compiled decoder, ``MAX_BYTES`` for aiokafka's): the row
+  limit of a chunk is ``max_bytes`` over the bytes per row measured so far (the
   first Kafka batch is measured exactly, then each built chunk), checked after each Kafka
   batch (at most a few MiB). No per-record size bookkeeping is done.
 """
@@ -25,20 +28,30 @@ Invariants:
 from __future__ import annotations
 
 import gc
+import logging
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from operator import attrgetter
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from aiokafka.record.default_records import DefaultRecordBatch
-from aiokafka.record.memory_records import MemoryRecords
 
 from sparklog.datasource.schema import arrow_source_schema
-from sparklog.record.batch import HEADER_SIZE, MAGIC_V2, batch_size, parse_header
+from sparklog.errors import CorruptRecordError
+from sparklog.record.batch import HEADER_SIZE, MAGIC_V2, BatchHeader, batch_size, parse_header
+from sparklog.record.records import records_section
+
+try:
+    from sparklog.record._columns import RecordColumns
+except ImportError:  # not built: aiokafka's decoder serves
+    RecordColumns = None
+
+log = logging.getLogger(__name__)
 
 MAX_ROWS = 1 << 16
-MAX_BYTES = 2 << 20  # small enough that a chunk's values are still in cache when built
+MAX_BYTES = 2 << 20  # aiokafka's: small enough that a chunk's values are still in cache when built
+COLUMNAR_MAX_BYTES = 8 << 20  # buffers wrapped, not gathered: fewer chunks, less per-chunk cost
 
 _KEY = attrgetter("key")
 _VALUE = attrgetter("value")
@@ -80,8 +93,45 @@ def _legacy_format(offset: int) -> UnsupportedRecordFormatError:
         "source reads format v2 (Kafka 0.11 and later) only")
 
 
-class ArrowRecordBuilder:
-    """Accumulates the records of one topic-partition and builds bounded Arrow chunks."""
+def new_record_builder(topic: str, partition: int, include_headers: bool) -> RecordBuilder:
+    """The compiled columnar builder when the extension was built, else aiokafka's."""
+    global _announced
+    columnar = RecordColumns is not None
+    if not _announced:
+        log.info("the sparklog source decodes record batches with %s", (
+            "the compiled columnar decoder (sparklog.record._columns)" if columnar else
+            "aiokafka's decoder: the compiled sparklog.record._columns was not built"))
+        _announced = True
+    if columnar:
+        return ColumnarRecordBuilder(topic, partition, include_headers)
+    return AiokafkaRecordBuilder(topic, partition, include_headers)
+
+
+_announced = False
+
+
+def data_batches(records: bytes, start: int, until: int) -> Iterator[BatchHeader]:
+    """Headers of the complete data batches of ``records`` holding offsets in [start, until),
+    in order: control batches are skipped, a cut-short last batch is ignored, a batch of
+    format v0/v1 is refused. (Dropping the batches of aborted transactions, for
+    read_committed, is one more test here: Kafka's consumers drop them batch by batch.)"""
+    pos, size = 0, len(records)
+    while pos + HEADER_SIZE <= size:
+        header = parse_header(records, pos)
+        if header.magic < MAGIC_V2:
+            raise _legacy_format(header.base_offset)
+        pos += header.size
+        if pos > size or header.base_offset >= until:
+            return
+        if not header.is_control and header.next_offset > start:
+            yield header
+
+
+class RecordBuilder(ABC):
+    """Accumulates the records of one topic-partition and builds bounded Arrow chunks: the
+    chunk bounds and schema both decoders share."""
+
+    max_bytes = MAX_BYTES
 
     def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
         self.topic = topic
@@ -90,6 +140,101 @@ class ArrowRecordBuilder:
         self.schema = arrow_source_schema(include_headers)
         self._header_type = self.schema.field("headers").type if include_headers else None
         self._row_limit: int | None = None  # None until the first batch was measured
+
+    @property
+    @abstractmethod
+    def rows(self) -> int:
+        """Records accumulated in the chunk being built."""
+
+    @property
+    def full(self) -> bool:
+        return self._row_limit is not None and self.rows >= self._row_limit
+
+    def _set_row_limit(self, rows: int, nbytes: int) -> None:
+        self._row_limit = max(1, min(MAX_ROWS, self.max_bytes * rows // max(1, nbytes)))
+
+    @abstractmethod
+    def add(self, records: bytes, start: int, until: int) -> Iterator[pa.RecordBatch]:
+        """Decode ``records``; yield a chunk each time one fills up (call ``build`` at end)."""
+
+    @abstractmethod
+    def build(self) -> pa.RecordBatch:
+        """The accumulated records as one Arrow batch (possibly empty); starts a new chunk."""
+
+    def _common_columns(self, n: int) -> list[pa.Array]:
+        """The topic and partition columns of ``n`` rows."""
+        return [pa.repeat(pa.scalar(self.topic, pa.string()), n),
+                pa.repeat(pa.scalar(self.partition, pa.int32()), n)]
+
+
+class ColumnarRecordBuilder(RecordBuilder):
+    """Records decoded by the compiled ``RecordColumns`` into Arrow buffers, wrapped as
+    arrays without a copy."""
+
+    max_bytes = COLUMNAR_MAX_BYTES
+
+    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+        super().__init__(topic, partition, include_headers)
+        self._columns = RecordColumns(include_headers)
+
+    @property
+    def rows(self) -> int:
+        return self._columns.rows
+
+    def add(self, records: bytes, start: int, until: int) -> Iterator[pa.RecordBatch]:
+        columns = self._columns
+        for header in data_batches(records, start, until):
+            added = columns.add(records_section(records, header), header, start, until)
+            if self._row_limit is None and added:
+                self._set_row_limit(added, columns.data_bytes)
+            if self.full:
+                yield self.build()
+
+    def build(self) -> pa.RecordBatch:
+        taken = self._columns.take()
+        n = taken.rows
+        keys, values = _binary_array(taken.keys, pa.binary()), _binary_array(taken.values,
+                                                                             pa.binary())
+        if n:
+            self._set_row_limit(n, taken.data_bytes)
+        columns = [
+            keys, values, *self._common_columns(n),
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(taken.offsets)]),
+            pa.Array.from_buffers(_TIMESTAMP_US, n, [None, pa.py_buffer(taken.timestamps)]),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(taken.timestamp_types)]),
+        ]
+        if self.include_headers:
+            columns.append(self._header_column(taken, n))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def _header_column(self, taken: RecordColumns, n: int) -> pa.Array:
+        assert self._header_type is not None
+        element = self._header_type.value_type
+        keys = _binary_array(taken.header_keys, pa.string())
+        try:
+            keys.validate(full=True)
+        except pa.ArrowInvalid as exc:
+            raise CorruptRecordError(f"header key is not UTF-8: {exc}") from None
+        entries = pa.StructArray.from_arrays(
+            [keys, _binary_array(taken.header_values, pa.binary())], fields=list(element))
+        offsets = pa.Array.from_buffers(pa.int32(), n + 1,
+                                        [None, pa.py_buffer(taken.header_offsets)])
+        return pa.ListArray.from_arrays(offsets, entries, type=self._header_type)
+
+
+def _binary_array(column: object, kind: pa.DataType) -> pa.Array:
+    """A compiled ``BinaryColumn`` as an Arrow binary or string array (no copy)."""
+    validity = pa.py_buffer(column.validity) if column.null_count else None
+    return pa.Array.from_buffers(kind, column.length, [
+        validity, pa.py_buffer(column.offsets), pa.py_buffer(column.data)],
+        null_count=column.null_count)
+
+
+class AiokafkaRecordBuilder(RecordBuilder):
+    """Records decoded by aiokafka's Cython reader (the fallback decoder)."""
+
+    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+        super().__init__(topic, partition, include_headers)
         self._reset()
 
     def _reset(self) -> None:
@@ -107,15 +252,11 @@ class ArrowRecordBuilder:
     def rows(self) -> int:
         return self._rows
 
-    @property
-    def full(self) -> bool:
-        return self._row_limit is not None and self._rows >= self._row_limit
-
-    def _set_row_limit(self, rows: int, nbytes: int) -> None:
-        self._row_limit = max(1, min(MAX_ROWS, MAX_BYTES * rows // max(1, nbytes)))
-
     def add(self, records: bytes, start: int, until: int) -> Iterator[pa.RecordBatch]:
-        """Decode ``records``; yield a chunk each time one fills up (call ``build`` at end)."""
+        # imported here: a worker decoding with the compiled decoder never loads aiokafka
+        from aiokafka.record.default_records import DefaultRecordBatch
+        from aiokafka.record.memory_records import MemoryRecords
+
         reader = MemoryRecords(records)
         while reader.has_next():
             batch = reader.next_batch()
@@ -169,7 +310,6 @@ class ArrowRecordBuilder:
         return len(selected)
 
     def build(self) -> pa.RecordBatch:
-        """The accumulated records as one Arrow batch (possibly empty); starts a new chunk."""
         n = self._rows
         keys = (pa.nulls(n, pa.binary()) if self._keys.count(None) == n
                 else pa.array(self._keys, pa.binary()))
@@ -179,8 +319,7 @@ class ArrowRecordBuilder:
         columns = [
             keys,
             values,
-            pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            *self._common_columns(n),
             self._offset_column(),
             pa.array(self._timestamps, pa.int64()).cast(_TIMESTAMP_MS).cast(_TIMESTAMP_US),
             self._timestamp_types(),

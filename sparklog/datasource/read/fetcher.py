@@ -23,8 +23,8 @@ import pyarrow as pa
 from sparklog.client.errors import KafkaClientError, error_name
 from sparklog.client.kafka import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, KafkaClient
 from sparklog.datasource.read.arrow_records import (
-    ArrowRecordBuilder,
     first_batch_size,
+    new_record_builder,
     next_position,
 )
 from sparklog.datasource.read.data_loss import report_data_loss
@@ -39,7 +39,7 @@ def read_partition(task: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     tp = task.topic_partition
     hints = {tp: task.leader} if task.leader is not None else {}
     with KafkaClient(settings.client, settings.retry, hints) as client:
-        builder = ArrowRecordBuilder(task.topic, task.partition, settings.include_headers)
+        builder = new_record_builder(task.topic, task.partition, settings.include_headers)
         for records, first in fetch_records(client, tp, task.start, task.until,
                                             settings.fail_on_data_loss):
             yield from builder.add(records, first, task.until)
