@@ -30,13 +30,22 @@ def _ends(bootstrap: str, tps: list[TopicPartition], isolation: int) -> dict[Top
 
 def read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes | None]:
     """The values a read_committed consumer reads, in (partition, offset) order."""
+    return [value for _, _, _, value in read_committed_records(bootstrap, topic, partitions)]
+
+
+Record = tuple[int, int, bytes | None, bytes | None]
+"""(partition, offset, key, value)."""
+
+
+def read_committed_records(bootstrap: str, topic: str, partitions: int) -> list[Record]:
+    """What a read_committed consumer reads, in (partition, offset) order."""
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     stable = _ends(bootstrap, tps, isolation=1)
     assert _ends(bootstrap, tps, isolation=0) == stable, f"a transaction is open in {topic}"
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "committed-reader",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "enable.partition.eof": True})
-    read: list[tuple[int, int, bytes | None]] = []
+    read: list[Record] = []
     at_end: set[int] = set()  # partitions whose last stable offset the consumer reached
     try:
         consumer.assign([CkTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -50,8 +59,9 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes | 
                     continue
                 assert error is None, error
                 at_end.discard(message.partition())
-                read.append((message.partition(), message.offset(), message.value()))
+                read.append((message.partition(), message.offset(), message.key(),
+                             message.value()))
     finally:
         consumer.close()
     assert len(read) <= sum(stable.values()), "more records than offsets below the stable ones"
-    return [value for _, _, value in sorted(read, key=lambda r: r[:2])]
+    return sorted(read, key=lambda r: r[:2])

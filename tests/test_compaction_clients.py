@@ -4,9 +4,10 @@ A compacted topic with small segments gets several values per key and some tombs
 the broker's cleaner thread has cleaned everything but the active segment (its cleaner
 checkpoint reaches the active segment's base offset), a consumer reading from the beginning
 sees one record per key below the checkpoint, each key's latest value, and tombstones as null
-values. With a short ``delete.retention.ms`` the tombstones are gone after a later clean. A
-record without a key is refused with INVALID_RECORD. Every clean logs its byte counts and
-dirty ratios at INFO.
+values; a read_committed consumer of a topic with aborted transactions reads the same after
+cleaning, and the aborted records are gone. With a short ``delete.retention.ms`` the
+tombstones are gone after a later clean. A record without a key is refused with
+INVALID_RECORD. Every clean logs its byte counts and dirty ratios at INFO.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from committed_reader import read_committed_records
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -148,3 +150,38 @@ def test_null_key_is_refused(broker: BrokerProcess) -> None:
     errors = _produce(broker, topic, [(None, b"no key")])
     assert errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD
     assert _produce(broker, topic, [(b"k", b"keyed")]) == [None]
+
+
+def test_read_committed_is_unchanged_by_cleaning_aborted_transactions(
+        broker: BrokerProcess) -> None:
+    """Committed and aborted transactions of a confluent-kafka producer on a compacted topic:
+    after the cleaner has run over them, a read_committed consumer reads each key's latest
+    committed value and never an aborted one, and the aborted records are gone from the
+    cleaned segments (a read_uncommitted consumer no longer finds them there)."""
+    topic = _create_topic(broker)
+    producer = Producer({"bootstrap.servers": broker.bootstrap,
+                         "transactional.id": f"txn-{topic}", "linger.ms": 0,
+                         "batch.num.messages": 4})
+    producer.init_transactions(TIMEOUT)
+    committed: dict[bytes, bytes] = {}
+    aborted: set[bytes] = set()
+    for txn in range(12):
+        producer.begin_transaction()
+        written = {b"key-%d" % (n % 8): b"t%d-%d-" % (txn, n) + b"x" * 40 for n in range(10)}
+        for key, value in written.items():
+            producer.produce(topic, key=key, value=value)
+        producer.flush(TIMEOUT)
+        if txn % 3 == 1:
+            producer.abort_transaction(TIMEOUT)
+            aborted |= set(written.values())
+        else:
+            producer.commit_transaction(TIMEOUT)
+            committed.update(written)
+    filler = [(b"filler-%d" % n, b"y" * 60) for n in range(40)]  # rolls the active segment
+    assert _produce(broker, topic, filler) == [None] * len(filler)
+    checkpoint = _wait_until_cleaned(broker, topic)
+    records = read_committed_records(broker.bootstrap, topic, 1)
+    assert not {value for _, _, _, value in records} & aborted
+    assert {k: v for _, _, k, v in records if not k.startswith(b"filler")} == committed
+    below = [value for offset, _, value in _consume_all(broker, topic) if offset < checkpoint]
+    assert below and not set(below) & aborted

@@ -1,7 +1,8 @@
 """Transactions in the log, against a model: ongoing transactions and the last stable offset,
 COMMIT and ABORT markers, the aborted-transaction index (``.txnindex``), and both surviving
-clean and unclean restarts (the index rebuilt from the log); and ``committed_only``, the
-filter the Spark source applies to read_committed answers, on the same logs.
+clean and unclean restarts (the index rebuilt from the log); ``committed_only``, the filter
+the Spark source applies to read_committed answers, on the same logs; and compaction of such
+logs (aborted data removed, markers kept while their data is, read_committed unchanged).
 
 The read_committed view is computed the way a Kafka consumer computes it (its algorithm,
 reading the segment files with kafka-python's record classes), from the log's aborted
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from compaction_support import RETENTION_MS, TP, cleaner_for, compacted_manager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
@@ -41,7 +43,11 @@ class Model:
     visible: list[int] = field(default_factory=list)  # offsets a read_committed reader gets
     ongoing: dict[int, list[int]] = field(default_factory=dict)  # pid -> offsets of its txn
     aborted: list[tuple[int, int]] = field(default_factory=list)  # (pid, first offset)
+    aborted_offsets: set[int] = field(default_factory=set)
+    abort_markers: dict[int, tuple[int, int]] = field(default_factory=dict)  # -> (pid, first)
     sequences: dict[int, int] = field(default_factory=dict)
+    rows: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)  # offset -> key, value
+    appended: int = 0
 
     @property
     def last_stable_offset(self) -> int:
@@ -52,25 +58,31 @@ class Model:
         return sorted(o for o in self.visible if o < bound)
 
 
-def _records(count: int) -> list[tuple[bytes, bytes, tuple, int]]:
-    return [(b"k%d" % i, b"v%d" % i, (), NOW) for i in range(count)]
+def _records(count: int, tag: int = 0) -> list[tuple[bytes, bytes, tuple, int]]:
+    """Keys k0.. (so later batches overwrite earlier ones), values unique per ``tag``."""
+    return [(b"k%d" % i, b"v%d-%d" % (tag, i), (), NOW) for i in range(count)]
+
+
+def _append(log: PartitionLog, model: Model, records: list, **producer: object) -> range:
+    info = log.append(build_batch(records, **producer), now_ms=NOW)  # type: ignore[arg-type]
+    offsets = range(info.base_offset, info.last_offset + 1)
+    model.rows.update({o: (r[0], r[1]) for o, r in zip(offsets, records, strict=True)})
+    model.appended += 1
+    model.next_offset = info.last_offset + 1
+    return offsets
 
 
 def apply(log: PartitionLog, model: Model, op: tuple) -> None:
     kind = op[0]
     if kind == "plain":
-        info = log.append(build_batch(_records(op[1])), now_ms=NOW)
-        model.visible += range(info.base_offset, info.last_offset + 1)
-        model.next_offset = info.last_offset + 1
+        model.visible += _append(log, model, _records(op[1], model.appended))
     elif kind == "txn":
         pid, count = op[1], op[2]
         sequence = model.sequences.get(pid, 0)
-        batch = build_batch(_records(count), producer_id=pid, producer_epoch=EPOCH,
-                            base_sequence=sequence, transactional=True)
-        info = log.append(batch, now_ms=NOW)
+        offsets = _append(log, model, _records(count, model.appended), producer_id=pid,
+                          producer_epoch=EPOCH, base_sequence=sequence, transactional=True)
         model.sequences[pid] = sequence + count
-        model.ongoing.setdefault(pid, []).extend(range(info.base_offset, info.last_offset + 1))
-        model.next_offset = info.last_offset + 1
+        model.ongoing.setdefault(pid, []).extend(offsets)
     else:  # "end"
         pid, commit = op[1], op[2]
         info = log.append_marker(ControlType.COMMIT if commit else ControlType.ABORT, pid,
@@ -80,17 +92,23 @@ def apply(log: PartitionLog, model: Model, op: tuple) -> None:
             model.visible += offsets
         elif offsets:
             model.aborted.append((pid, offsets[0]))
+            model.aborted_offsets.update(offsets)
+            model.abort_markers[info.base_offset] = (pid, offsets[0])
         model.next_offset = info.last_offset + 1
 
 
-def read_committed(log: PartitionLog) -> list[int]:
-    """Offsets a read_committed Kafka consumer gets from the start to the LSO (Kafka's
-    consumer algorithm over the raw batches and the log's aborted transactions)."""
+Row = tuple[int, bytes | None, bytes | None]
+
+
+def read_committed_rows(log: PartitionLog) -> list[Row]:
+    """(offset, key, value) of what a read_committed Kafka consumer gets from the start to
+    the LSO (Kafka's consumer algorithm over the raw batches and the log's aborted
+    transactions; a control batch the cleaner emptied is skipped, as Kafka's consumer does)."""
     bound = log.last_stable_offset
     aborted = [(t.first_offset, t.producer_id) for t in log.aborted_transactions(0, bound)]
     heapq.heapify(aborted)
     aborting: set[int] = set()
-    seen = []
+    seen: list[Row] = []
     for path in sorted(log.directory.glob("*.log")):
         data = path.read_bytes()
         for header in split_batches(data):
@@ -100,14 +118,18 @@ def read_committed(log: PartitionLog) -> list[int]:
             while aborted and aborted[0][0] <= header.last_offset:
                 aborting.add(heapq.heappop(aborted)[1])
             if batch.is_control_batch:
-                (record,) = list(batch)
-                if struct.unpack(">hh", record.key)[1] == ControlType.ABORT:
+                markers = list(batch)
+                if markers and struct.unpack(">hh", markers[0].key)[1] == ControlType.ABORT:
                     aborting.discard(batch.producer_id)
                 continue
             if batch.is_transactional and batch.producer_id in aborting:
                 continue
-            seen += [record.offset for record in batch if record.offset < bound]
+            seen += [(r.offset, r.key, r.value) for r in batch if r.offset < bound]
     return seen
+
+
+def read_committed(log: PartitionLog) -> list[int]:
+    return [offset for offset, _, _ in read_committed_rows(log)]
 
 
 def filtered_by_sparklog(log: PartitionLog) -> list[int]:
@@ -117,8 +139,8 @@ def filtered_by_sparklog(log: PartitionLog) -> list[int]:
     aborted = [(t.producer_id, t.first_offset) for t in log.aborted_transactions(0, bound)]
     data = b"".join(path.read_bytes() for path in sorted(log.directory.glob("*.log")))
     kept = committed_only(data, aborted)
-    return [o for h in split_batches(kept) if not h.is_control
-            for o in range(h.base_offset, h.last_offset + 1) if o < bound]
+    return [r.offset for h in split_batches(kept) if not h.is_control
+            for r in DefaultRecordBatch(kept[h.position:h.position + h.size]) if r.offset < bound]
 
 
 def check(log: PartitionLog, model: Model) -> None:
@@ -190,4 +212,117 @@ def test_a_marker_from_an_older_epoch_is_fenced(tmp_path: Path) -> None:
     with pytest.raises(InvalidProducerEpochError):  # the old producer is fenced now
         log.append(build_batch(_records(1), producer_id=7, producer_epoch=2, base_sequence=1,
                                transactional=True), now_ms=NOW)
+    manager.close()
+
+
+# -- compaction of a log with transactions ---------------------------------------------------
+
+
+def _latest(rows: list[Row]) -> dict[bytes | None, bytes | None]:
+    return {key: value for _, key, value in rows}  # in offset order: the last one wins
+
+
+def check_compacted(log: PartitionLog, model: Model, checkpoint: int) -> None:
+    """After cleans: read_committed reads a subset of what it read without them, with the
+    same latest value per key; aborted records are gone from the cleaned section; nothing is
+    left open."""
+    assert log.last_stable_offset == model.last_stable_offset
+    for txn in log.aborted_transactions(0, log.log_end_offset):
+        pid, first = model.abort_markers[txn.last_offset]  # an ABORT marker of the model's
+        # (a rebuilt index starts at the transaction's first batch the cleaner left)
+        assert txn.producer_id == pid and txn.first_offset >= first
+    rows = read_committed_rows(log)
+    visible = model.committed_below(model.last_stable_offset)
+    assert {offset for offset, _, _ in rows} <= set(visible)
+    assert _latest(rows) == _latest([(o, *model.rows[o]) for o in visible])
+    assert filtered_by_sparklog(log) == [offset for offset, _, _ in rows]
+    for path in sorted(log.directory.glob("*.log")):
+        data = path.read_bytes()
+        for header in split_batches(data):
+            if header.base_offset < checkpoint and not header.is_control:
+                assert not set(range(header.base_offset, header.last_offset + 1)) & (
+                    model.aborted_offsets) or header.record_count == 0
+
+
+compaction_operations = st.lists(st.one_of(
+    st.tuples(st.just("plain"), st.integers(1, 4)),
+    st.tuples(st.just("txn"), st.sampled_from(PIDS), st.integers(1, 4)),
+    st.tuples(st.just("end"), st.sampled_from(PIDS), st.booleans()),
+    st.tuples(st.just("restart"), st.booleans()),
+    st.tuples(st.just("clean"), st.sampled_from([0, RETENTION_MS + 1])),
+), min_size=8, max_size=60)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=compaction_operations)
+def test_compaction_keeps_what_read_committed_reads(tmp_path_factory: pytest.TempPathFactory,
+                                                    ops: list[tuple]) -> None:
+    """Cleans at any point of a transactional log (time moving past delete.retention.ms or
+    not), restarts included: read_committed readers see the compacted view of what they saw
+    before, and after restarts nothing is left open by emptied batches or removed markers."""
+    root = tmp_path_factory.mktemp("txn-compact")
+    clock = Clock()
+    manager = compacted_manager(root / "data", clock)
+    model = Model()
+    crashes = 0
+    checkpoint = -1  # offsets below it were cleaned at least once
+    for op in ops:
+        if op[0] == "restart":
+            crashes += 1
+            manager = restart(manager, clean=op[1], crash_dir=root / f"crash-{crashes}")
+        elif op[0] == "clean":
+            clock.advance(op[1])
+            cleaner = cleaner_for(manager)
+            cleaner.clean_log(TP)
+            checkpoint = max(checkpoint, cleaner.checkpoint(TP) or -1)
+            cleaner.stop()
+        else:
+            apply(manager.get_log(*TP), model, op)
+        if checkpoint < 0:
+            check(manager.get_log(*TP), model)
+        else:
+            check_compacted(manager.get_log(*TP), model, checkpoint)
+    manager.close()
+
+
+def _markers(log: PartitionLog) -> list[tuple[int, int]]:
+    """(offset, delete horizon) of each marker still holding its record."""
+    return [(h.base_offset, h.delete_horizon_ms)
+            for path in sorted(log.directory.glob("*.log"))
+            for h in split_batches(path.read_bytes()) if h.is_control and h.record_count]
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_marker_outlives_its_data_by_delete_retention(tmp_path: Path, commit: bool) -> None:
+    """Kafka's rule: the clean removing a transaction's data keeps its marker; the next one
+    gives the marker a delete horizon; a clean after the horizon removes it. (A producer's
+    latest batch stays, emptied, for its sequence state, and with it its marker: so the
+    producer here writes a second transaction, whose data survives.)"""
+    clock = Clock()
+    manager = compacted_manager(tmp_path / "data", clock)
+    log = manager.get_log(*TP)
+    end = ControlType.COMMIT if commit else ControlType.ABORT
+    log.append(build_batch([(b"k0", b"in txn", (), NOW)], producer_id=7, producer_epoch=0,
+                           base_sequence=0, transactional=True), now_ms=NOW)  # offset 0
+    log.append_marker(end, 7, 0, 1, now_ms=NOW)  # 1
+    log.append(build_batch([(b"k1", b"kept", (), NOW)], producer_id=7, producer_epoch=0,
+                           base_sequence=1, transactional=True), now_ms=NOW)  # 2
+    log.append_marker(ControlType.COMMIT, 7, 0, 1, now_ms=NOW)  # 3
+    for tag in range(11):  # k0 again and again: the first transaction's record is overwritten
+        log.append(build_batch(_records(1, tag)), now_ms=NOW)
+    cleaner = cleaner_for(manager)
+
+    def clean() -> list[tuple[int, int]]:
+        cleaner.clean_log(TP)
+        return _markers(log)
+
+    assert clean() == [(1, -1), (3, -1)]  # the data went in this clean; its marker stays
+    indexed = [t.last_offset for t in log.aborted_transactions(0, log.log_end_offset)]
+    assert indexed == ([] if commit else [1])  # an ABORT marker kept keeps its index entry
+    assert clean() == [(1, NOW + RETENTION_MS), (3, -1)]  # nothing of it left: a horizon
+    clock.advance(RETENTION_MS + 1)
+    assert clean() == [(3, -1)]
+    assert _latest(read_committed_rows(log)) == {b"k0": b"v10-0", b"k1": b"kept"}
+    cleaner.stop()
     manager.close()

@@ -5,8 +5,9 @@ Format (Kafka's ``ControlRecordType`` and ``EndTransactionMarker``): the key is 
 epoch. A control batch holds exactly one such record and has attribute bit 5 set.
 
 Invariants:
-- ``decode_marker`` never raises; anything that is not a well-formed marker is None, so tools
-  can show it as they find it.
+- ``decode_marker`` and ``batch_marker`` never raise on a malformed marker record; anything
+  that is not a well-formed marker is None, so tools can show it as they find it (an emptied
+  control batch, which the log cleaner leaves, is None too).
 - ``marker_batch`` is a complete, CRC-sealed control batch as a partition leader writes it
   for a coordinator: transactional and control bits set, the producer's id and epoch, no
   sequence, one record holding the marker.
@@ -18,7 +19,8 @@ import struct
 from enum import IntEnum
 from typing import NamedTuple
 
-from sparklog.record.records import build_batch
+from sparklog.record.batch import BatchHeader
+from sparklog.record.records import Buffer, build_batch, decode_records
 
 _KEY = struct.Struct(">hh")  # version, type
 _VALUE = struct.Struct(">hi")  # version, coordinator epoch
@@ -51,6 +53,13 @@ def decode_marker(key: bytes | None, value: bytes | None) -> Marker | None:
     _, kind = _KEY.unpack(key)
     _, epoch = _VALUE.unpack(value)
     return Marker(kind, epoch)
+
+
+def batch_marker(buf: Buffer, header: BatchHeader) -> Marker | None:
+    """The marker of the control batch ``header`` (at ``header.position`` in ``buf``); None
+    for a control batch the log cleaner emptied, or one holding no well-formed marker."""
+    records = decode_records(buf, header)
+    return decode_marker(records[0].key, records[0].value) if records else None
 
 
 def marker_batch(kind: ControlType, producer_id: int, producer_epoch: int,

@@ -21,8 +21,7 @@ import heapq
 from collections.abc import Iterable
 
 from sparklog.record.batch import HEADER_SIZE, BatchHeader, parse_header
-from sparklog.record.control import ControlType, decode_marker
-from sparklog.record.records import decode_records
+from sparklog.record.control import ControlType, batch_marker
 
 AbortedTransaction = tuple[int, int]
 """(producer id, first offset), as a Fetch answer lists it."""
@@ -56,7 +55,5 @@ def committed_only(records: bytes, aborted: Iterable[AbortedTransaction]) -> byt
 
 
 def _is_abort(records: bytes, header: BatchHeader) -> bool:
-    batch = records[header.position:header.position + header.size]
-    decoded = decode_records(batch, parse_header(batch))
-    marker = decode_marker(decoded[0].key, decoded[0].value) if decoded else None
+    marker = batch_marker(records, header)
     return marker is not None and marker.kind == ControlType.ABORT

@@ -25,6 +25,12 @@ Invariants of a clean:
 - Tombstone horizon, KIP-534 style: a kept batch holding tombstones and no horizon yet is
   rewritten with horizon = clean start time + ``delete.retention.ms`` (attribute bit 6,
   baseTimestamp; record timestamps unchanged); a clean at or after it drops them.
+- Transactions (``clean_txns``, Kafka's rules; only below the last stable offset, so every
+  transaction met is complete): batches of aborted transactions are not mapped and go
+  (empty if they must stay, as below); a marker stays while the pass has seen data of its
+  transaction, then gets a delete horizon (as a tombstone batch does) and goes after it; the
+  ABORT markers kept carry their ``.txnindex`` entries into the cleaned segment. So a
+  read_committed reader reads the same records of each key before and after a clean.
 - Rewritten batches keep baseOffset, lastOffsetDelta, codec (kept records are re-compressed
   with it), attributes, producer id/epoch/base sequence, timestamp type, partition leader
   epoch and baseTimestamp (unless a horizon replaces it), so kept records are copied as byte
@@ -82,8 +88,10 @@ from sparklog.record.batch import (
     parse_header,
     validate_batch,
 )
-from sparklog.record.records import records_section, splice_batch
+from sparklog.record.control import batch_marker
+from sparklog.record.records import Retained, records_section, splice_batch
 from sparklog.storage.checkpoint import read_checkpoint, write_checkpoint
+from sparklog.storage.clean_txns import TransactionTracker
 from sparklog.storage.index import OffsetIndex, TimeIndex
 from sparklog.storage.log import CLEANED_SUFFIX, CrashPoint, PartitionLog, no_crash
 from sparklog.storage.log_manager import LogManager
@@ -263,6 +271,7 @@ class _Pass:
     now_ms: int
     horizon_ms: int
     protected: dict[int, int]  # producer id -> offset of its latest batch
+    txns: TransactionTracker
 
 
 class Cleaner:
@@ -288,11 +297,14 @@ class Cleaner:
                                      to_clean.first_uncleanable)
         self.crash_point("map_built")
         config = partition_log.config
-        batch_pass = _Pass(end, now_ms, now_ms + config.get("delete.retention.ms"), protected)
+        cleaned = [s for s in segments if s.base_offset < end]
+        batch_pass = _Pass(end, now_ms, now_ms + config.get("delete.retention.ms"), protected,
+                           _tracker(partition_log, cleaned[0].base_offset if cleaned else end,
+                                    cleaned[-1].next_offset if cleaned else end))
         result = CleanResult(to_clean.tp, to_clean.first_dirty, end,
                              map_entries=len(self.offset_map))
-        for group in group_segments_by_size([s for s in segments if s.base_offset < end],
-                                            config.segment_bytes, config.segment_index_bytes):
+        for group in group_segments_by_size(cleaned, config.segment_bytes,
+                                            config.segment_index_bytes):
             new = self._clean_group(partition_log, group, batch_pass, result)
             if not partition_log.replace_segments(group, new, self.crash_point):
                 new.delete()
@@ -313,6 +325,7 @@ class Cleaner:
         offset_map = self.offset_map
         offset_map.clear()
         end = first_dirty
+        txns = _tracker(partition_log, first_dirty, first_uncleanable)
         for segment in segments:
             if segment.base_offset >= first_uncleanable:
                 break
@@ -322,7 +335,9 @@ class Cleaner:
                 self._check_stop(partition_log)
                 if header.last_offset < first_dirty:
                     continue
-                if not header.is_control:
+                if header.is_control:
+                    txns.on_marker(header, batch_marker(buf, header))
+                elif not txns.on_data(header):  # aborted data is never kept: not mapped
                     if len(offset_map) and not offset_map.has_room_for(header.record_count):
                         return end
                     offset_map.add_keys(records_section(buf, header), header)
@@ -348,6 +363,7 @@ class Cleaner:
                     if kept is not None:
                         writer.add(kept)
             writer.flush()
+            new.txn_index.extend(batch_pass.txns.take_retained())
             if new.next_offset != last.next_offset:
                 raise CorruptRecordError(
                     f"cleaned segment ends at {new.next_offset}, not {last.next_offset}")
@@ -364,7 +380,14 @@ class Cleaner:
                 result: CleanResult, *, group_end: bool) -> bytes | memoryview | None:
         """The batch as it stays in the log, or None if it goes."""
         whole = memoryview(buf)[header.position : header.position + header.size]
-        if header.is_control or header.base_offset >= batch_pass.end:
+        if header.is_control:
+            if not batch_pass.txns.on_marker(header, batch_marker(buf, header)):
+                return whole
+            return self._expire_marker(buf, header, batch_pass, group_end=group_end)
+        if batch_pass.txns.on_data(header):
+            result.records_read += header.record_count
+            return _dropped(header, batch_pass, group_end=group_end)
+        if header.base_offset >= batch_pass.end:
             return whole
         section = records_section(buf, header)
         horizon = header.delete_horizon_ms
@@ -373,14 +396,42 @@ class Cleaner:
         result.records_read += retained.records
         result.records_kept += retained.kept
         if not retained.kept:
-            if group_end or batch_pass.protected.get(header.producer_id) == header.last_offset:
-                return empty_batch(header)
-            return None
+            return _dropped(header, batch_pass, group_end=group_end)
         needs_horizon = horizon < 0 and retained.tombstones
         if retained.kept == retained.records and not needs_horizon:
             return whole
         return splice_batch(header, section, retained,
                             batch_pass.horizon_ms if needs_horizon else NO_TIMESTAMP)
+
+
+    @staticmethod
+    def _expire_marker(buf: bytes, header: BatchHeader, batch_pass: _Pass, *,
+                       group_end: bool) -> bytes | memoryview | None:
+        """A marker that may go: it gets a delete horizon, stays until then, then goes (an
+        emptied control batch holds nothing to wait for)."""
+        horizon = header.delete_horizon_ms
+        if header.record_count and horizon < 0:
+            section = records_section(buf, header)
+            whole = Retained(header.record_count, header.record_count, False,
+                             header.max_timestamp - header.base_timestamp, [0, len(section)])
+            return splice_batch(header, section, whole, batch_pass.horizon_ms)
+        if header.record_count and horizon > batch_pass.now_ms:
+            return memoryview(buf)[header.position : header.position + header.size]
+        return _dropped(header, batch_pass, group_end=group_end)
+
+
+def _dropped(header: BatchHeader, batch_pass: _Pass, *, group_end: bool) -> bytes | None:
+    """What stays of a batch losing all its records: an empty batch where the segment must
+    end at it or its producer's state needs it, else nothing."""
+    if group_end or batch_pass.protected.get(header.producer_id) == header.last_offset:
+        return empty_batch(header)
+    return None
+
+
+def _tracker(partition_log: PartitionLog, start: int, end: int) -> TransactionTracker:
+    """The transactions of a pass over [start, end): the aborted ones overlapping it."""
+    with partition_log.lock:
+        return TransactionTracker(partition_log.aborted_transactions(start, end))
 
 
 def _cleaned_segment(partition_log: PartitionLog, base_offset: int, now_ms: int) -> LogSegment:

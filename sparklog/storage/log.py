@@ -260,11 +260,12 @@ class PartitionLog:
             return self.segments[:-1]
 
     def first_uncleanable_offset(self, first_dirty: int, now_ms: int) -> int:
-        """Where compaction must stop (a segment base offset): never past the last stable
-        offset nor into the active segment, nor at a dirty segment holding a record younger
-        than ``min.compaction.lag.ms``."""
+        """Where compaction must stop (a segment base offset): never into the segment
+        holding the last stable offset (an open transaction's data and everything after it
+        stay dirty) nor into the active segment, nor at a dirty segment holding a record
+        younger than ``min.compaction.lag.ms``."""
         segments = self.segments
-        bound = min(self.last_stable_offset, segments[-1].base_offset)
+        bound = segments[_segment_at(segments, self.last_stable_offset)].base_offset
         lag = self.config.get("min.compaction.lag.ms")
         if lag > 0:
             for segment in segments[:-1]:

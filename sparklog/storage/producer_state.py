@@ -10,8 +10,9 @@ Invariants:
   (wrapping at int32); a new epoch must start at sequence 0; an older epoch is fenced.
 - A transaction starts at its producer's first transactional batch and ends at the control
   batch (COMMIT or ABORT marker) the coordinator has written for it; ``update`` returns the
-  ``CompletedTxn`` a marker ends. ``first_unstable_offset`` is the smallest first offset of
-  an ongoing transaction: the last stable offset is it, or the log end when none is open.
+  ``CompletedTxn`` a marker ends (a control batch the log cleaner emptied ends nothing).
+  ``first_unstable_offset`` is the smallest first offset of an ongoing transaction: the last
+  stable offset is it, or the log end when none is open.
 - A marker from an older epoch than the producer's is fenced (INVALID_PRODUCER_EPOCH); one
   from a newer epoch moves the producer to it, so its next batch must start at sequence 0.
 - The state is derived from the log: it is rebuilt by replaying batch headers after the
@@ -128,7 +129,9 @@ class ProducerStateManager:
             entry = self.producers[pid] = ProducerEntry(header.producer_epoch,
                                                         txn_first_offset=first)
         if header.is_control:
-            return self._complete(entry, pid, header, aborted)
+            # An emptied control batch (the log cleaner's) is no marker: its transaction's
+            # data went before it did, so there is nothing to end.
+            return self._complete(entry, pid, header, aborted) if header.record_count else None
         if header.base_sequence >= 0:
             entry.batches.append(BatchMetadata(
                 header.base_sequence, header.last_sequence, header.base_offset, header.last_offset

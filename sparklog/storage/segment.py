@@ -36,7 +36,7 @@ from sparklog.record.batch import (
     crc_matches,
     parse_header,
 )
-from sparklog.record.control import ControlType, decode_marker
+from sparklog.record.control import ControlType, batch_marker
 from sparklog.record.records import decode_records
 from sparklog.storage.config import LogConfig
 from sparklog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
@@ -276,8 +276,7 @@ class LogSegment:
     def marker_aborts(self, header: BatchHeader) -> bool:
         """Whether the control batch at ``header.position`` is an ABORT marker."""
         data = os.pread(self.fd, header.size, header.position)
-        records = decode_records(data, parse_header(data))
-        marker = decode_marker(records[0].key, records[0].value) if records else None
+        marker = batch_marker(data, parse_header(data))
         return marker is not None and marker.kind == ControlType.ABORT
 
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchHeader | None:
