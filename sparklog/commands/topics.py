@@ -52,10 +52,12 @@ from sparklog.commands._client import (
     ToolError,
     client_config,
     client_parent,
+    complain,
     parse_assignments,
     tool,
     topic_error,
 )
+from sparklog.storage.config import DEPRECATED
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -128,6 +130,8 @@ def _create(args: argparse.Namespace) -> int:
     futures = admin.create_topics([new], request_timeout=REQUEST_TIMEOUT_S)
     if _wait(futures[args.topic], args.topic, TOPIC_EXISTS if args.if_not_exists else frozenset()):
         print(f"Created topic {args.topic}.")
+        for name in sorted(configs.keys() & DEPRECATED.keys()):
+            complain("topics", f"warning: {DEPRECATED[name]}")
     return 0
 
 

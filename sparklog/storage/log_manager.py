@@ -31,7 +31,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.storage.checkpoint import read_checkpoint, write_atomically, write_checkpoint
-from sparklog.storage.config import LogConfig, broker_defaults, render, validate
+from sparklog.storage.config import DEPRECATED, LogConfig, broker_defaults, render, validate
 from sparklog.storage.dir_lock import lock_data_dir
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.segment import LogSegment
@@ -81,6 +81,11 @@ def metric_name(topic: str) -> str:
     """The topic's name in metric names, where Kafka reads ``.`` as ``_``: two topics with
     the same metric name collide."""
     return topic.replace(".", "_")
+
+
+def _warn_deprecated(topic: str, names: Iterable[str]) -> None:
+    for name in sorted(set(names) & DEPRECATED.keys()):
+        log.warning("topic %s: %s", topic, DEPRECATED[name])
 
 
 class LogManager:
@@ -220,6 +225,7 @@ class LogManager:
                               LogConfig.of(raw, self.topic_defaults), internal, raw)
         if validate_only:
             return topic
+        _warn_deprecated(name, raw)
         self.topics[name] = topic
         self._save_topics()
         for partition in range(partitions):
@@ -272,6 +278,7 @@ class LogManager:
         config = LogConfig.of(raw, self.topic_defaults)
         if validate_only:
             return config
+        _warn_deprecated(name, raw.keys() - topic.overrides_raw.keys())
         topic.config, topic.overrides_raw = config, raw
         self._save_topics()
         for partition in range(topic.partitions):
