@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from sparklog import __version__
 
 # Modules registered in this order; each provides add_parser(subparsers).
-COMMAND_MODULES = ("broker", "dump_log", "topics", "configs", "produce", "consume", "groups")
+COMMAND_MODULES = ("broker", "dump_log", "topics", "configs", "produce", "consume", "groups",
+                   "partition_offsets")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
