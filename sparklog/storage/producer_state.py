@@ -136,13 +136,23 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
                 continue
             try:
-                data = json.loads(path.read_text())
+                _, self.producers = read_snapshot(path)
             except (OSError, ValueError):
                 path.unlink(missing_ok=True)
                 continue
-            for pid, raw in data["producers"].items():
-                entry = ProducerEntry(raw["epoch"])
-                entry.batches.extend(BatchMetadata(*b) for b in raw["batches"])
-                self.producers[int(pid)] = entry
             return offset
         return -1
+
+
+def read_snapshot(path: Path) -> tuple[int, dict[int, ProducerEntry]]:
+    """A snapshot file's offset and producers; ``ValueError`` when it is not one."""
+    try:
+        data = json.loads(path.read_text())
+        producers = {}
+        for pid, raw in data["producers"].items():
+            entry = ProducerEntry(raw["epoch"])
+            entry.batches.extend(BatchMetadata(*b) for b in raw["batches"])
+            producers[int(pid)] = entry
+        return int(data["offset"]), producers
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path.name} is not a producer-state snapshot: {exc!r}") from None
