@@ -22,7 +22,7 @@ from sparklog import __version__
 
 # Modules registered in this order; each provides add_parser(subparsers).
 COMMAND_MODULES = ("broker", "dump_log", "topics", "configs", "produce", "consume", "groups",
-                   "partition_offsets")
+                   "partition_offsets", "perf", "verifiable")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -49,10 +49,13 @@ def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParse
 
 def _add_logging_flags(parser: argparse.ArgumentParser, top: bool) -> None:
     """``-v`` and ``--log-level`` on every parser. Below the top one their default is
-    SUPPRESS, so a subcommand that does not see the flag keeps what the top one set."""
+    SUPPRESS, so a subcommand that does not see the flag keeps what the top one set. A
+    subcommand with a ``--verbose`` of its own (Kafka's VerifiableConsumer) keeps it; ``-v``
+    is then the logging flag alone."""
     default = {} if top else {"default": argparse.SUPPRESS}
     group = parser.add_argument_group("logging")
-    group.add_argument("-v", "--verbose", dest="log_level", action="store_const",
+    free = [flag for flag in ("-v", "--verbose") if flag not in parser._option_string_actions]
+    group.add_argument(*free, dest="log_level", action="store_const",
                        const="DEBUG", help="debug logging (same as --log-level DEBUG)",
                        **({"default": "INFO"} if top else default))
     group.add_argument("--log-level", dest="log_level", type=str.upper, choices=LOG_LEVELS,

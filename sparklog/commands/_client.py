@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from sparklog.client.admin import MISSING_TOPIC, TOPIC_EXISTS, kafka_error
 from sparklog.properties import PropertiesError, read_properties
+from sparklog.signals import Stop
 
 FAILED, USAGE = 1, 2
 Headers = list[tuple[str, bytes | None]]
@@ -149,6 +151,20 @@ def client_config(args: argparse.Namespace,
             raise ToolError(f"--command-config: {exc}", USAGE) from None
     return {"bootstrap.servers": args.bootstrap, "log_level": 4, **(defaults or {}),
             **from_file, **parse_assignments(args.client_settings, "-X")}
+
+
+def throttle(rate: int, started: float) -> Callable[[int, Stop], None]:
+    """``pace(sent, stop)`` sleeps until ``sent`` records are no more than ``rate`` per second
+    since ``started`` (``time.perf_counter``), as Kafka's ThroughputThrottler; a stop ends
+    the sleep at once. A rate of -1 never sleeps."""
+
+    def pace(sent: int, stop: Stop) -> None:
+        if rate > 0:
+            ahead = started + sent / rate - time.perf_counter()
+            if ahead > 0:
+                stop.wait(time.sleep, ahead)
+
+    return pace
 
 
 # -- errors -----------------------------------------------------------------------------------

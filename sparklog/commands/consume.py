@@ -140,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
             if args.group:
                 consumer.subscribe([args.topic])
             else:
-                consumer.assign(_assignment(consumer, args))
+                consumer.assign(assignment(consumer, args.topic, args.partition,
+                                           _start_offset(args)))
             for count in _print_records(consumer, args, stop):
                 printed = count
     finally:
@@ -149,22 +150,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _assignment(consumer: Consumer, args: argparse.Namespace) -> list[TopicPartition]:
-    """The partitions to read, each at the start offset asked for."""
-    topic = consumer.list_topics(args.topic, timeout=REQUEST_TIMEOUT_S).topics[args.topic]
-    if topic.error is not None:
-        raise topic_error(args.topic, topic.error)
-    partitions = sorted(topic.partitions)
-    if args.partition is not None:
-        if args.partition not in topic.partitions:
-            raise ToolError(f"topic {args.topic!r} has no partition {args.partition} (it has "
-                            f"{len(partitions)})")
-        partitions = [args.partition]
+def _start_offset(args: argparse.Namespace) -> int:
     if args.offset is not None:
-        offset = args.offset
-    else:
-        offset = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
-    return [TopicPartition(args.topic, p, offset) for p in partitions]
+        return args.offset
+    return OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+
+
+def assignment(consumer: Consumer, name: str, partition: int | None,
+               offset: int) -> list[TopicPartition]:
+    """The partitions of topic ``name`` to read (all, or ``partition``), each at ``offset``;
+    a ``ToolError`` naming the topic or partition when it does not exist."""
+    topic = consumer.list_topics(name, timeout=REQUEST_TIMEOUT_S).topics[name]
+    if topic.error is not None:
+        raise topic_error(name, topic.error)
+    partitions = sorted(topic.partitions)
+    if partition is not None:
+        if partition not in topic.partitions:
+            raise ToolError(f"topic {name!r} has no partition {partition} (it has "
+                            f"{len(partitions)})")
+        partitions = [partition]
+    return [TopicPartition(name, p, offset) for p in partitions]
 
 
 def _print_records(consumer: Consumer, args: argparse.Namespace, stop: Stop) -> Iterator[int]:
