@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command")
     produce = sub.add_parser("produce", help="only produce sample events to a running broker")
-    produce.add_argument("--bootstrap", required=True)
+    produce.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=True)
     produce.add_argument("--topic", default="events")
     produce.add_argument("--count", type=int, default=EVENTS)
     args = parser.parse_args(argv)

@@ -29,8 +29,9 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from sparklog.client.admin import MISSING_TOPIC, TOPIC_EXISTS, kafka_error
 from sparklog.properties import PropertiesError, read_properties
@@ -151,6 +152,19 @@ def client_config(args: argparse.Namespace,
             raise ToolError(f"--command-config: {exc}", USAGE) from None
     return {"bootstrap.servers": args.bootstrap, "log_level": 4, **(defaults or {}),
             **from_file, **parse_assignments(args.client_settings, "-X")}
+
+
+def send(producer: Producer, topic: str, value: bytes | None, key: bytes | None = None,
+         **options: Any) -> None:
+    """``producer.produce``, waiting (serving delivery reports) while the local queue is
+    full, then serving the reports that are due."""
+    while True:
+        try:
+            producer.produce(topic, value, key, **options)
+            break
+        except BufferError:
+            producer.poll(0.05)
+    producer.poll(0)
 
 
 def throttle(rate: int, started: float) -> Callable[[int, Stop], None]:

@@ -135,9 +135,16 @@ def _describe(admin: AdminClient, kind: str, name: str | None, everything: bool)
 
 
 def _entry_text(entry: ConfigEntry) -> str:
-    synonyms = [entry.synonyms[k] for k in entry.synonyms] or [entry]
-    listed = ", ".join(f"{ConfigSource(s.source).name}:{s.name}={_value(s.value)}"
-                       for s in synonyms)
+    """Kafka's describe line. confluent-kafka keeps one synonym per name, so a broker
+    setting that overrides the default under the same name (``log.segment.bytes``) is put
+    back from the entry's own source; synonyms are listed most specific first."""
+    synonyms = {s.source: (s.name, s.value) for s in entry.synonyms.values()}
+    if entry.source not in synonyms:
+        own_name = entry.name if entry.source in _DYNAMIC or not entry.synonyms else next(
+            iter(entry.synonyms))
+        synonyms[entry.source] = (own_name, entry.value)
+    listed = ", ".join(f"{ConfigSource(source).name}:{name}={_value(value)}"
+                       for source, (name, value) in sorted(synonyms.items()))
     sensitive = "true" if entry.is_sensitive else "false"
     return f"{entry.name}={_value(entry.value)} sensitive={sensitive} synonyms={{{listed}}}"
 

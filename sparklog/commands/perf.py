@@ -43,6 +43,7 @@ from sparklog.commands._client import (
     client_parent,
     complain,
     non_negative,
+    send,
     throttle,
     tool,
 )
@@ -177,7 +178,7 @@ def _produce(args: argparse.Namespace) -> int:
         for number in range(args.num_records):
             if stop.requested:
                 break
-            _send(producer, args.topic, payload, delivered(time.perf_counter()))
+            send(producer, args.topic, payload, on_delivery=delivered(time.perf_counter()))
             now = time.perf_counter()
             if now - stats.window_start >= interval:
                 stats.report_window(now)
@@ -189,17 +190,6 @@ def _produce(args: argparse.Namespace) -> int:
                                     f"delivered: {stats.first_error or 'stopped'}")
         return FAILED
     return 0
-
-
-def _send(producer: Producer, topic: str, payload: bytes,
-          report: Callable[[KafkaError | None, Message], None]) -> None:
-    while True:
-        try:
-            producer.produce(topic, payload, on_delivery=report)
-            break
-        except BufferError:  # the local queue is full: serve delivery reports, then retry
-            producer.poll(0.05)
-    producer.poll(0)
 
 
 # -- consume --------------------------------------------------------------------------------------

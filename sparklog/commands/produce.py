@@ -51,6 +51,7 @@ from sparklog.commands._client import (
     complain,
     non_negative,
     parse_headers,
+    send,
     separator,
     tool,
 )
@@ -195,15 +196,8 @@ def _send(producer: Producer, args: argparse.Namespace, record: Record,
           deliveries: Deliveries) -> None:
     key, value, headers = record
     partition = {} if args.partition is None else {"partition": args.partition}
-    while True:
-        try:
-            producer.produce(args.topic, value, key, headers=headers, on_delivery=deliveries,
-                             **partition)
-            break
-        except BufferError:  # the local queue is full: serve delivery reports, then retry
-            producer.poll(0.1)
-        except KafkaException as exc:  # refused before it was queued, e.g. too large
-            deliveries.fail(kafka_error(exc))
-            break
-    producer.poll(0)
-
+    try:
+        send(producer, args.topic, value, key, headers=headers, on_delivery=deliveries,
+             **partition)
+    except KafkaException as exc:  # refused before it was queued, e.g. too large
+        deliveries.fail(kafka_error(exc))

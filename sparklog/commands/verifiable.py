@@ -33,7 +33,6 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
@@ -49,6 +48,7 @@ from sparklog.commands._client import (
     FAILED,
     client_config,
     client_parent,
+    send,
     throttle,
     tool,
 )
@@ -128,7 +128,8 @@ def _produce(args: argparse.Namespace) -> int:
         while number != args.max_messages and not stop.requested:
             value = f"{args.value_prefix}.{number}" if args.value_prefix else str(number)
             key = None if not args.repeating_keys else str(number % args.repeating_keys)
-            _send(producer, args.topic, key, value, report)
+            send(producer, args.topic, value.encode(), None if key is None else key.encode(),
+                 on_delivery=report)
             counts["sent"] += 1
             number += 1
             pace(number, stop)
@@ -138,18 +139,6 @@ def _produce(args: argparse.Namespace) -> int:
     emit("tool_data", sent=counts["sent"], acked=counts["acked"],
          target_throughput=args.throughput, avg_throughput=counts["acked"] / seconds)
     return FAILED if counts["failed"] or len(producer) else 0
-
-
-def _send(producer: Producer, topic: str, key: str | None, value: str,
-          report: Callable[[KafkaError | None, Message], None]) -> None:
-    while True:
-        try:
-            producer.produce(topic, value.encode(), None if key is None else key.encode(),
-                             on_delivery=report)
-            break
-        except BufferError:
-            producer.poll(0.05)
-    producer.poll(0)
 
 
 # -- consumer -------------------------------------------------------------------------------------

@@ -85,7 +85,8 @@ class JobSettings:
 def job_parser(description: str) -> argparse.ArgumentParser:
     """The arguments every job takes: where to read, which table and schema, settings."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers HOST:PORT")
+    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=True,
+                        metavar="HOST:PORT", help="Kafka bootstrap servers")
     parser.add_argument("--table", required=True, help="Delta table path (created if missing)")
     parser.add_argument("--schema", required=True,
                         help="DDL schema of the JSON values, e.g. 'id BIGINT NOT NULL, user "
