@@ -193,6 +193,29 @@ def test_a_signal_stops_the_stream_with_exit_0_and_one_line(bootstrap: str, tmp_
     assert len(_table_ids(table)) == produced.good
 
 
+@pytest.mark.timeout(600)
+def test_a_signal_in_the_middle_of_a_batch_is_quiet_too(bootstrap: str, tmp_path: Path) -> None:
+    runner, produced, table = _stream_job(bootstrap, tmp_path, "stop-mid-batch", 2, 20000,
+                                          "--trigger", "processingTime=1s")
+    # "app id ..." is logged when the first batch starts; it takes seconds to write
+    outcome, log = runner.run(stop_when=lambda: "app id " in runner.log_path.read_text())
+    assert outcome == "exit 0 after SIGTERM", log
+    assert "batch 0: " not in log[:runner.signalled_at], "the stop came between batches"
+    after = log[runner.signalled_at:]
+    # Spark interrupts its stream thread and reports it (WARN, InterruptedException and its
+    # stack): none of that is shown
+    noise = [line for line in after.splitlines()
+             if "Exception" in line or "Traceback" in line or line.startswith("\tat ")
+             or " ERROR " in line or " WARN " in line]
+    assert noise == [], after
+    ours = [line.split(": ", 1)[1] for line in after.splitlines() if " sparklog." in line]
+    assert ours[-1:] == ["query stopped by signal SIGTERM"], after
+    # the batch the stop cut short is in the table whole or not at all, and left no staged file
+    ids = _table_ids(table) if DeltaTable.is_deltatable(str(table)) else []
+    assert len(ids) in (0, produced.good) and len(set(ids)) == len(ids)
+    assert not [p for p in (table / "_sparklog" / "staging").rglob("*") if p.is_file()]
+
+
 def _settings() -> JobSettings:
     return JobSettings.load()
 
