@@ -10,7 +10,9 @@ Invariants:
 - The check runs only for local masters (``local``, ``local[N]``...), where the workers run
   on this machine; a cluster's executors are the deployment's business.
 - The driver's own interpreter passes without a process being started; another one is
-  asked once (``python -c "import sparklog"``), and a failure raises ``WorkerPythonError``
+  asked once (``python -c "import pyspark_sparklog"``: the module Spark's format lookup
+  imports, which needs sparklog and pyspark both, from the driver's working directory as
+  the local workers have it), and a failure raises ``WorkerPythonError``
   whose message names the interpreter, ``PYSPARK_PYTHON`` and the README section.
 """
 
@@ -44,11 +46,12 @@ def check_worker_python(spark: SparkSession) -> None:
         return
     python = worker_python(spark)
     resolved = shutil.which(python) or python
-    if os.path.realpath(resolved) == os.path.realpath(sys.executable):
+    # paths, not resolved links: every virtualenv links the same binary, with its own packages
+    if os.path.abspath(resolved) == os.path.abspath(sys.executable):
         return
     try:
-        found = subprocess.run([resolved, "-c", "import sparklog"], capture_output=True,
-                               timeout=60).returncode == 0
+        found = subprocess.run([resolved, "-c", "import pyspark_sparklog"],
+                               capture_output=True, timeout=60).returncode == 0
     except OSError:
         found = False
     if not found:
