@@ -216,6 +216,21 @@ def test_a_signal_in_the_middle_of_a_batch_is_quiet_too(bootstrap: str, tmp_path
     assert not [p for p in (table / "_sparklog" / "staging").rglob("*") if p.is_file()]
 
 
+@pytest.mark.timeout(300)
+def test_a_bad_schema_ends_a_job_with_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sparklog.jobs.backfill", "--bootstrap-server", "127.0.0.1:1",
+         "--topic", "t", "--table", str(tmp_path / "table"), "--schema", "id BIGNT NOT NULL",
+         "--from-offsets", '{"t":{"0":0}}', "--to-offsets", '{"t":{"0":1}}'],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.rstrip().splitlines()[-1].startswith(
+        "--schema 'id BIGNT NOT NULL' is not a DDL schema: "), result.stderr
+    assert not (tmp_path / "table").exists()
+
+
 def _settings() -> JobSettings:
     return JobSettings.load()
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from sparklog.client.admin import TopicError
-from sparklog.dlq.parse import SchemaError
+from sparklog.dlq.parse import ParseSpec, SchemaError
 from sparklog.jobs.settings import JobSettings
 from sparklog.jobs.spark import build_spark
 from sparklog.signals import Stop, stop_on_signals
@@ -62,6 +62,7 @@ def spark_job(app_name: str, args: argparse.Namespace,
         check(settings)
     spark = build_spark(app_name, settings, args.master)
     try:
+        ParseSpec.from_ddl(args.schema)  # a bad --schema fails now, before any work
         yield spark, settings
     except (TopicError, SchemaError) as error:
         raise SystemExit(str(error)) from None
