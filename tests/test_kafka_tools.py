@@ -38,6 +38,7 @@ from confluent_kafka import Consumer, TopicPartition
 from sparklog import __version__
 from sparklog.broker.process import BrokerProcess
 from sparklog.cli import build_parser, main
+from sparklog.jobs import backfill, replay_dlq, stream_to_delta
 from sparklog.jobs.settings import job_parser
 from sparklog.record.batch import BatchHeader
 
@@ -136,10 +137,14 @@ def test_version() -> None:
     assert (result.returncode, result.stdout) == (0, f"sparklog {__version__}\n")
 
 
-def test_help_texts_have_no_markup() -> None:
+def test_help_texts_have_no_markup(capsys: pytest.CaptureFixture[str]) -> None:
     for parser in all_parsers(build_parser()):
         text = parser.format_help()
         assert "``" not in text, f"{parser.prog}:\n{text}"
+    for job in (stream_to_delta, backfill, replay_dlq):
+        with pytest.raises(SystemExit):
+            job.parse_args(["--help"])
+        assert "``" not in capsys.readouterr().out, job.__name__
 
 
 # -- console producer and consumer --------------------------------------------------------------

@@ -94,7 +94,8 @@ class JobSettings:
 
 def job_parser(description: str) -> argparse.ArgumentParser:
     """The arguments every job takes: where to read, which table and schema, settings."""
-    parser = argparse.ArgumentParser(description=description)
+    # help is plain text: the docstring's reStructuredText double backquotes go
+    parser = argparse.ArgumentParser(description=description.replace("``", ""))
     parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=True,
                         metavar="HOST:PORT", help="Kafka bootstrap servers")
     parser.add_argument("--table", required=True, help="Delta table path (created if missing)")
