@@ -453,10 +453,13 @@ def test_perf_produce_then_consume(run: Run, topic: str) -> None:
     assert code == 1 and "read 3000 of 3001" in err
 
 
-def test_perf_keeps_to_a_throughput(run: Run, topic: str) -> None:
+def test_perf_keeps_to_a_throughput_with_kafkas_producer_props(run: Run, topic: str) -> None:
     out = run.ok("perf", "produce", "--topic", topic, "--num-records", "20", "--record-size",
-                 "10", "--throughput", "400")
+                 "1000", "--throughput", "400", "--producer-props", "compression.type=gzip",
+                 "linger.ms=20")
     assert out.splitlines()[-1].startswith("20 records sent, ")
+    assert CODEC_GZIP in batch_codecs(run.broker, topic) | {
+        h.attributes & 0x07 for h in stored_batches(run.broker, topic, 1)}
 
 
 def events(out: str) -> list[dict[str, object]]:

@@ -82,9 +82,10 @@ def client_parent(client_flag: str | None = None) -> argparse.ArgumentParser:
     parent.add_argument("--command-config", type=Path, metavar="FILE",
                         help="a properties file of client settings")
     flags = ("-X", f"--{client_flag}") if client_flag else ("-X",)
-    parent.add_argument(*flags, action="append", default=[], dest="client_settings",
-                        metavar="KEY=VALUE",
-                        help="a client (librdkafka) setting, e.g. -X acks=all (repeatable)")
+    parent.add_argument(*flags, action="extend", nargs="+", default=[],
+                        dest="client_settings", metavar="KEY=VALUE",
+                        help="client (librdkafka) settings, e.g. -X acks=all (repeatable; "
+                             "several may follow one flag, as Kafka's --producer-props)")
     return parent
 
 
