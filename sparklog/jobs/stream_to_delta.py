@@ -17,9 +17,10 @@ Invariants:
   if it was committed; a new checkpoint is a new query that shares no versions with the old.
 - Every record read ends up exactly once in the table or in the dead-letter topic (see
   ``sparklog.dlq.producer`` for the dead-letter guarantee), whatever point the job dies at.
-- SIGTERM / Ctrl-C stop the query between two polls (an unfinished batch is replayed on the
-  next start) and exit 0, logging ``query stopped by signal <name>``; a second signal exits
-  at once; a failed query exits 1. ``--group-id`` is passed to the source as
+- SIGTERM / Ctrl-C stop the query between two polls, or in the middle of a batch (which then
+  fails as ``BatchInterrupted``, quietly, and is replayed on the next start), and exit 0,
+  logging ``query stopped by signal <name>``; a second signal exits at once; a query that
+  failed otherwise exits 1. ``--group-id`` is passed to the source as
   ``groupId``: each batch's end offsets are committed to that group (offsets live in the
   checkpoint; the group is for lag tooling such as ``sparklog groups describe``).
 """
@@ -170,10 +171,11 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
             if stop.signal is not None:
                 log.info("query stopped by signal %s", stop.signal.name)
         writer.close()
-    if query.exception() is not None:
-        log.error("query failed: %s", query.exception())
+    failure = query.exception()
+    if failure is not None and not (stop.requested and BatchInterrupted.__name__ in str(failure)):
+        log.error("query failed: %s", failure)
         return 1
-    return 0
+    return 0  # a batch the stop cut short is no failure: it is replayed at the next start
 
 
 def main(argv: list[str] | None = None) -> int:
