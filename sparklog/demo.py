@@ -89,10 +89,10 @@ def _report(bootstrap: str, root: Path, good: int, bad: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command")
     produce = sub.add_parser("produce", help="only produce sample events to a running broker")
-    produce.add_argument("--bootstrap", required=True)
+    produce.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=True)
     produce.add_argument("--topic", default="events")
     produce.add_argument("--count", type=int, default=EVENTS)
     args = parser.parse_args(argv)

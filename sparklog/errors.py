@@ -153,15 +153,24 @@ class ErrorCode(IntEnum):
     SHARE_SESSION_LIMIT_REACHED = 133
 
 
+RecordError = tuple[int, str]
+"""One rejected record of a produced batch: its index in the batch and why (KIP-467)."""
+
+
 class KafkaError(Exception):
-    """An error answered to the client with ``code``; the message is for logs and CLIs."""
+    """An error answered to the client with ``code``; the message is for logs and CLIs.
+
+    ``record_errors`` names the records of a produced batch that caused it (KIP-467's
+    ``record_errors`` of Produce v8), when the error is about single records."""
 
     code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
 
-    def __init__(self, message: str = "", code: ErrorCode | None = None) -> None:
+    def __init__(self, message: str = "", code: ErrorCode | None = None,
+                 record_errors: tuple[RecordError, ...] = ()) -> None:
         super().__init__(message or self.__class__.__name__)
         if code is not None:
             self.code = code
+        self.record_errors = record_errors
 
 
 class CorruptRecordError(KafkaError):

@@ -268,7 +268,7 @@ def test_control_batches_are_kept(manager: LogManager, clock: Clock) -> None:
 
 def test_keyless_records_are_rejected(manager: LogManager, clock: Clock) -> None:
     log = manager.get_log(*TP)
-    with pytest.raises(InvalidRecordError, match="null key"):
+    with pytest.raises(InvalidRecordError, match="without a key: 1 of 2 \\(batch index 1\\)"):
         _write(log, [(b"a", b"1"), (None, b"2")], clock)  # type: ignore[list-item]
     assert log.log_end_offset == 0
 

@@ -12,7 +12,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, Transaction
 
 from sparklog.delta import DeltaSink, SchemaChangeError, write_batch_exactly_once
 
@@ -126,8 +126,9 @@ def test_a_batch_that_fails_before_its_commit_leaves_nothing_visible(
 
     with pytest.raises(RuntimeError, match="unreachable"):
         write_batch_exactly_once(_events(spark, 5, 5), 1, table, "app", before_commit=boom)
-    staged = list((table / "_sparklog" / "staging").iterdir())
-    assert staged and len(_rows(table)) == 5  # files written, none visible
+    # the failed write removed the files it staged, and none was visible
+    assert not [p for p in (table / "_sparklog" / "staging").rglob("*") if p.is_file()]
+    assert len(_rows(table)) == 5
 
     # dies while committing: the files are already at their final paths, but not in the log
     def no_commit(*args: object, **kwargs: object) -> None:
@@ -150,6 +151,21 @@ def test_a_batch_that_fails_before_its_commit_leaves_nothing_visible(
                                             enforce_retention_duration=False, full=True)
     assert {Path(p).name for p in removed} >= {Path(p).name for p in orphans}
     assert [r["id"] for r in _rows(table)] == list(range(10))
+
+
+def test_not_null_columns_are_non_nullable_in_a_new_table(spark, tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    sink = DeltaSink(table, writer_id="app")
+    sink.write(_events(spark, 0, 3), [Transaction("app", 0)], not_null=("id",))
+    fields = {f.name: f.nullable for f in DeltaTable(str(table)).schema().fields}
+    assert fields == {"id": False, "user": True, "amount": True}
+    # a null in a declared NOT NULL column is refused before anything is visible
+    nulls = _events(spark, 3, 3).selectExpr("IF(id = 4, NULL, id) AS id", "user", "amount")
+    with pytest.raises(ValueError, match="column id is NOT NULL in the table but the batch "
+                                         "has 1 null value"):
+        sink.write(nulls, [Transaction("app", 1)])
+    assert len(_rows(table)) == 3
+    assert not [p for p in (table / "_sparklog" / "staging").rglob("*") if p.is_file()]
 
 
 def test_commit_info_names_the_writer(spark, tmp_path: Path) -> None:

@@ -81,3 +81,12 @@ def test_jobs_read_their_settings_from_another_directory_when_told(
     monkeypatch.setenv("SPARKLOG_CONF_DIR", str(tmp_path / "nowhere"))
     with pytest.raises(SystemExit, match=r"no jobs\.properties in .*nowhere"):
         JobSettings.load()
+
+
+def test_set_refuses_a_setting_jobs_properties_does_not_have() -> None:
+    with pytest.raises(SystemExit, match=r"--set strem\.trigger: no such setting \(did you "
+                                         r"mean stream\.trigger\?\)"):
+        JobSettings.load(overrides=["strem.trigger=availableNow"])
+    # source.<option> is open: any source option may be passed through
+    settings = JobSettings.load(overrides=["source.minPartitions=4"])
+    assert settings.source_options()["minPartitions"] == "4"

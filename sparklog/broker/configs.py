@@ -5,8 +5,11 @@ Behaviour:
   source: DYNAMIC_TOPIC_CONFIG for an override, STATIC_BROKER_CONFIG when the broker's
   ``log.*`` synonym is set, else DEFAULT_CONFIG; synonyms (v1+) and the config type and
   documentation (v3) when asked for. ``configuration_keys`` filters.
-- Broker resources (type 4): the broker's properties, read-only (this broker has no
-  dynamic broker configs: altering one is INVALID_REQUEST with a message saying so).
+- Broker resources (type 4, named by the node id, or "" for the cluster default): every
+  broker config, read-only, with its source: STATIC_BROKER_CONFIG when set in
+  ``server.properties`` or ``--set``, else DEFAULT_CONFIG; the topic defaults (``log.*``
+  synonyms) included. This broker has no dynamic broker configs: altering one is
+  INVALID_REQUEST with a message saying so; another node id is INVALID_REQUEST too.
 - AlterConfigs replaces a topic's overrides with the given set; IncrementalAlterConfigs
   applies SET, DELETE, APPEND and SUBTRACT (the last two on list configs such as
   ``cleanup.policy``). Bad keys or values are INVALID_CONFIG naming the key and what is
@@ -53,7 +56,7 @@ async def describe_configs(broker: Broker, header: RequestHeader,
             if resource.resource_type == TOPIC:
                 entries = _topic_entries(build, broker, resource.resource_name, synonyms, docs)
             elif resource.resource_type == BROKER:
-                entries = _broker_entries(build, broker)
+                entries = _broker_entries(build, broker, resource.resource_name)
             else:
                 raise KafkaError(f"resource type {resource.resource_type} is not supported",
                                  ErrorCode.INVALID_REQUEST)
@@ -94,14 +97,21 @@ def _synonyms(build: Build, config: LogConfig, name: str) -> list[Any]:
     return out
 
 
-def _broker_entries(build: Build, broker: Broker) -> list[Any]:
-    props = broker.config.props
+def _broker_entries(build: Build, broker: Broker, name: str) -> list[Any]:
+    if name not in ("", str(broker.node_id)):
+        raise KafkaError(f"broker {name} is not this broker (node id {broker.node_id})",
+                         ErrorCode.INVALID_REQUEST)
+    explicit = broker.config.explicit
+    values = dict(broker.config.props)
+    for key in CONFIG_KEYS.values():
+        if key.broker_synonym and key.broker_synonym not in values:
+            values[key.broker_synonym] = render(key.default)
     return [
-        build("DescribeConfigsResourceResult", name=k, value=props[k], read_only=True,
-              config_source=SOURCE_STATIC_BROKER if k in broker.config.explicit
-              else SOURCE_DEFAULT, is_default=k not in broker.config.explicit,
-              is_sensitive=False, synonyms=(), config_type=0, documentation=None)
-        for k in sorted(props)
+        build("DescribeConfigsResourceResult", name=k, value=values[k], read_only=True,
+              config_source=SOURCE_STATIC_BROKER if k in explicit else SOURCE_DEFAULT,
+              is_default=k not in explicit, is_sensitive=False, synonyms=(), config_type=0,
+              documentation=None)
+        for k in sorted(values)
     ]
 
 

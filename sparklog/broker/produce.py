@@ -11,6 +11,9 @@ Behaviour:
   whose append time is returned).
 - A retried idempotent batch (same producer, epoch and sequence range as one of its last
   five) is answered with its original base offset and not appended again.
+- An error about single records (a null key on a compacted topic, a timestamp out of range)
+  answers KIP-467's ``record_errors`` (each record's batch index and reason) with the error
+  message, so a client can tell which records were refused; the append path builds none.
 - acks 0 gets no response; acks 1 and -1 are answered after the append (this node is the
   whole ISR, so both mean "in the log"). Produce does not auto-create topics (Metadata does).
 """
@@ -52,10 +55,12 @@ async def produce(broker: Broker, header: RequestHeader,
 
 def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int) -> Any:
     def answer(code: ErrorCode, base_offset: int = -1, append_time: int = -1,
-               log_start: int = -1, message: str | None = None) -> Any:
+               log_start: int = -1, message: str | None = None,
+               record_errors: tuple[Any, ...] = ()) -> Any:
         return build("PartitionProduceResponse", index=data.index, error_code=code,
                      base_offset=base_offset, log_append_time=timestamp_ms(append_time),
-                     log_start_offset=log_start, record_errors=(), error_message=message)
+                     log_start_offset=log_start, record_errors=record_errors,
+                     error_message=message)
 
     if acks not in VALID_ACKS:
         return answer(ErrorCode.INVALID_REQUIRED_ACKS, message=f"acks={acks} is not -1, 0 or 1")
@@ -63,7 +68,16 @@ def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now:
         partition_log = broker.get_log(topic, data.index)
         info = partition_log.append(data.records or b"", now_ms=now, leader_epoch=LEADER_EPOCH)
     except KafkaError as exc:
-        return answer(exc.code, message=str(exc))
+        return answer(exc.code, message=str(exc), record_errors=_record_errors(build, exc))
     if not info.duplicate:
         broker.notify_append((topic, data.index))
     return answer(ErrorCode.NONE, info.base_offset, info.log_append_time, info.log_start_offset)
+
+
+def _record_errors(build: Build, error: KafkaError) -> tuple[Any, ...]:
+    """KIP-467's ``record_errors`` for Produce v8+ (older versions have no such field)."""
+    if not error.record_errors or not build.has("PartitionProduceResponse", "record_errors"):
+        return ()
+    return tuple(build("BatchIndexAndErrorMessage", batch_index=index,
+                       batch_index_error_message=reason)
+                 for index, reason in error.record_errors)

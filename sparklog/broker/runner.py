@@ -5,6 +5,10 @@
 ``sparklog.broker.embedded`` runs one on a thread of a test process.
 
 Invariants:
+- Start-up checks in the order that touches nothing before it must: the listening address
+  is parsed (a port outside 0-65535 is refused), the socket is bound (a port in use fails
+  here), and only then is the data directory locked and loaded. Each failure is a
+  ``StartupError`` whose message is one line naming the cause; nothing is left listening.
 - ``start`` returns once the socket accepts connections; ``port`` is then the bound port
   (with port 0, the one the OS chose) and ``run`` prints ``sparklog broker listening on
   HOST:PORT`` (the address to connect to here) only then.
@@ -24,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,16 +39,36 @@ from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
 from sparklog.signals import WATCHED, Stop
 from sparklog.storage.cleaner import CleanerConfig, LogCleaner
+from sparklog.storage.dir_lock import DataDirError
 
 log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message is one line naming the cause."""
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"--listen expects HOST:PORT, got {listen!r}")
+    if int(port) > 65535:
+        raise ValueError(f"--listen {listen!r}: port {port} is outside 0-65535")
     host = host.removeprefix("PLAINTEXT://").strip("[]")
     return host or "0.0.0.0", int(port)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port), or a ``StartupError`` saying why not."""
+    try:
+        return socket.create_server((host, port), family=_family(host), backlog=1024)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise StartupError(f"cannot listen on {host}:{port}: {reason}") from None
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def advertised_address(config: BrokerConfig, listen_host: str,
@@ -94,10 +120,18 @@ class BrokerService:
     async def start(self) -> None:
         load_handlers()
         config = self.config
-        broker = self.broker = Broker(config, self.data_dir)
+        sock = bind(self.listen_host, self.listen_port)
+        try:
+            broker = self.broker = Broker(config, self.data_dir)
+        except DataDirError as exc:
+            sock.close()
+            raise StartupError(str(exc)) from None
+        except BaseException:
+            sock.close()
+            raise
         broker.start()
         await broker.txn_coordinator.settle()
-        self._server = BrokerServer(broker, self.listen_host, self.listen_port)
+        self._server = BrokerServer(broker, sock)
         _, bound_port = await self._server.start()
         broker.host, broker.port = advertised_address(config, self.listen_host, bound_port)
         self._cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 
 from sparklog.broker.faults import ACTIVE
 from sparklog.broker.registry import CLIENT_HOST, HANDLERS, served, serves
@@ -67,17 +68,19 @@ class _Descriptor:
 
 
 class BrokerServer:
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
+    """Serves ``broker`` on ``sock``, a listening socket bound before the broker was loaded
+    (so a port in use fails before the data directory is touched)."""
+
+    def __init__(self, broker: Broker, sock: socket.socket) -> None:
         self.broker = broker
-        self.host = host
-        self.port = port
+        self.sock = sock
+        self.host, self.port = sock.getsockname()[:2]
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._max_frame = broker.config.get_int("socket.request.max.bytes")
 
     async def start(self) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._server = await asyncio.start_server(self._serve, sock=self.sock)
         return self.host, self.port
 
     async def stop(self) -> None:

@@ -10,6 +10,9 @@ Behaviour:
   ``delete.topic.enable`` is false.
 - CreatePartitions: only grows a topic (INVALID_PARTITIONS otherwise); ``validate_only``
   honoured. New partitions start empty at offset 0.
+- Internal topics (``__consumer_offsets``, and any the broker marks internal) are neither
+  deleted nor given partitions: INVALID_REQUEST naming the topic, as in Kafka, since the
+  coordinators place their keys by the partition count and read nothing elsewhere.
 - A CreateTopics or CreatePartitions request adding more than 10,000 partitions in all is
   refused whole with POLICY_VIOLATION, as Kafka's controller does.
 """
@@ -99,6 +102,13 @@ def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
     broker.logs.create_topic(topic.name, partitions, configs, validate_only=validate_only)
 
 
+def _refuse_internal(broker: Broker, name: str, change: str) -> None:
+    topic = broker.logs.topics.get(name)
+    if topic is not None and topic.internal:
+        raise KafkaError(f"topic {name} is an internal topic: it cannot be {change}",
+                         ErrorCode.INVALID_REQUEST)
+
+
 @handles(ApiKey.DELETE_TOPICS, versions=(0, 3))
 async def delete_topics(broker: Broker, header: RequestHeader,
                         request: DeleteTopicsRequest) -> Any:
@@ -107,6 +117,7 @@ async def delete_topics(broker: Broker, header: RequestHeader,
     def delete(name: str) -> None:
         if not broker.config.get_bool("delete.topic.enable"):
             raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
+        _refuse_internal(broker, name, "deleted")
         broker.logs.delete_topic(name)
 
     return build.response(responses=tuple(
@@ -120,12 +131,14 @@ async def create_partitions(broker: Broker, header: RequestHeader,
                             request: CreatePartitionsRequest) -> Any:
     build = Build(header)
     added = sum(_added_partitions(broker, t) for t in request.topics)
+
+    def grow(topic: Any) -> None:
+        _refuse_internal(broker, topic.name, "given more partitions")
+        broker.logs.create_partitions(topic.name, topic.count,
+                                      validate_only=request.validate_only)
+
     return build.response(results=tuple(
         build("CreatePartitionsTopicResult", name=topic.name, error_code=code,
               error_message=message)
-        for topic, code, message in _each(
-            request.topics,
-            lambda t: broker.logs.create_partitions(t.name, t.count,
-                                                    validate_only=request.validate_only),
-            added)
+        for topic, code, message in _each(request.topics, grow, added)
     ))

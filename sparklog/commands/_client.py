@@ -1,9 +1,14 @@
 """What the client tools (``topics``, ``produce``, ``consume``) share.
 
 Invariants:
-- Every tool takes ``--bootstrap`` (alias ``--bootstrap-server``) and repeated
-  ``--property``/``-X KEY=VALUE`` librdkafka settings; a user's setting always wins over the
-  tool's default for the same key (``client_config``).
+- Every tool takes ``--bootstrap-server`` (Kafka's name; ``--bootstrap`` is the same),
+  ``--command-config FILE`` (a properties file of client settings, as Kafka's tools) and
+  repeated ``-X KEY=VALUE`` settings (the console tools also take Kafka's
+  ``--producer-property`` / ``--consumer-property``). Precedence: the tool's defaults < the
+  file < ``-X`` and the ``--*-property`` flags (``client_config``).
+- ``--property KEY=VALUE`` is Kafka's: a setting of the console producer's line reader or the
+  console consumer's formatter (``apply_properties``); an unknown key is a usage error that
+  names the nearest known one.
 - A failure the user can act on is a ``ToolError`` (or a ``KafkaException`` from the client);
   ``tool`` turns either into one line ``sparklog <tool>: <message>`` on stderr and exit code
   1 (2 for a usage error), never a traceback.
@@ -19,13 +24,19 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from sparklog.client.admin import MISSING_TOPIC, TOPIC_EXISTS, kafka_error
 from sparklog.client.errors import KafkaClientError
+from sparklog.properties import PropertiesError, read_properties
+from sparklog.signals import Stop
 
 FAILED, USAGE = 1, 2
 Headers = list[tuple[str, bytes | None]]
@@ -56,15 +67,58 @@ def non_negative(text: str) -> int:
     return int(text)
 
 
-def client_parent() -> argparse.ArgumentParser:
-    """A parent parser with the connection options every tool takes."""
+def boolean(text: str) -> bool:
+    """``true`` or ``false`` (any case), as Kafka's properties."""
+    if text.strip().lower() not in ("true", "false"):
+        raise ToolError(f"{text!r} is not true or false", USAGE)
+    return text.strip().lower() == "true"
+
+
+def client_parent(client_flag: str | None = None) -> argparse.ArgumentParser:
+    """A parent parser with the connection options every tool takes; ``client_flag`` adds
+    Kafka's ``--producer-property`` or ``--consumer-property`` beside ``-X``."""
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--bootstrap", "--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="the broker to connect to")
-    parent.add_argument("-X", "--property", action="append", default=[], dest="properties",
-                        metavar="KEY=VALUE",
-                        help="a librdkafka client setting, e.g. -X acks=all (repeatable)")
+    parent.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=True,
+                        metavar="HOST:PORT", help="the broker(s) to connect to")
+    parent.add_argument("--command-config", type=Path, metavar="FILE",
+                        help="a properties file of client settings")
+    flags = ("-X", f"--{client_flag}") if client_flag else ("-X",)
+    parent.add_argument(*flags, action="extend", nargs="+", default=[],
+                        dest="client_settings", metavar="KEY=VALUE",
+                        help="client (librdkafka) settings, e.g. -X acks=all (repeatable; "
+                             "several may follow one flag, as Kafka's --producer-props)")
     return parent
+
+
+def add_property_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--property", action="append", nargs="+", default=[],
+                        dest="properties", metavar="KEY=VALUE",
+                        help=f"a setting of the {what}, as Kafka's (repeatable)")
+
+
+Property = tuple[str, Callable[[str], object]]
+"""Where a ``--property`` goes: the namespace attribute and the converter of its value."""
+
+
+def apply_properties(args: argparse.Namespace, known: Mapping[str, Property]) -> None:
+    """Set ``args`` attributes from ``--property KEY=VALUE`` items; an unknown key or a bad
+    value is a usage error naming it."""
+    items = [item for group in args.properties for item in group]
+    for key, value in parse_assignments(items, "--property").items():
+        if key not in known:
+            raise ToolError(f"unknown --property {key!r}{nearest(key, known)}; known: "
+                            + ", ".join(sorted(known)), USAGE)
+        attribute, convert = known[key]
+        try:
+            setattr(args, attribute, convert(value))
+        except (ToolError, argparse.ArgumentTypeError) as exc:
+            raise ToolError(f"--property {key}: {exc}", USAGE) from None
+
+
+def nearest(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known``, or nothing."""
+    match = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def add_header_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,13 +141,46 @@ def parse_assignments(items: Iterable[str], what: str) -> dict[str, str]:
 
 def client_config(args: argparse.Namespace,
                   defaults: Mapping[str, str | int | bool] | None = None) -> dict[str, object]:
-    """The librdkafka config: bootstrap, then the tool's defaults, then the user's -X.
+    """The librdkafka config: bootstrap, the tool's defaults, ``--command-config``, then -X.
 
     librdkafka's informational logs (reconnects, queue purges) are left out by default
     (``log_level`` 4 keeps warnings and errors) so they do not mix with the tools' output.
     """
+    from_file: dict[str, str] = {}
+    if args.command_config is not None:
+        try:
+            from_file = read_properties(args.command_config)
+        except (OSError, PropertiesError) as exc:
+            raise ToolError(f"--command-config: {exc}", USAGE) from None
     return {"bootstrap.servers": args.bootstrap, "log_level": 4, **(defaults or {}),
-            **parse_assignments(args.properties, "--property")}
+            **from_file, **parse_assignments(args.client_settings, "-X")}
+
+
+def send(producer: Producer, topic: str, value: bytes | None, key: bytes | None = None,
+         **options: Any) -> None:
+    """``producer.produce``, waiting (serving delivery reports) while the local queue is
+    full, then serving the reports that are due."""
+    while True:
+        try:
+            producer.produce(topic, value, key, **options)
+            break
+        except BufferError:
+            producer.poll(0.05)
+    producer.poll(0)
+
+
+def throttle(rate: int, started: float) -> Callable[[int, Stop], None]:
+    """``pace(sent, stop)`` sleeps until ``sent`` records are no more than ``rate`` per second
+    since ``started`` (``time.perf_counter``), as Kafka's ThroughputThrottler; a stop ends
+    the sleep at once. A rate of -1 never sleeps."""
+
+    def pace(sent: int, stop: Stop) -> None:
+        if rate > 0:
+            ahead = started + sent / rate - time.perf_counter()
+            if ahead > 0:
+                stop.wait(time.sleep, ahead)
+
+    return pace
 
 
 # -- errors -----------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """``sparklog broker``: run a broker in the foreground (like ``kafka-server-start.sh``).
 
-Exit codes: 0 after a clean stop (SIGTERM or Ctrl-C), 2 for a bad option or config value.
+Exit codes: 0 after a clean stop (SIGTERM or Ctrl-C), 1 when it cannot start (the port is
+in use, the data directory is a file or another broker's), 2 for a bad option or config
+value. Every start-up error is one line on stderr, ``sparklog broker: <cause>``, and none
+touches the data directory (see ``sparklog.broker.runner``).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import sys
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
-from sparklog.broker.runner import parse_listen, run
+from sparklog.broker.runner import StartupError, parse_listen, run
 from sparklog.errors import InvalidConfigError
 
 
@@ -33,4 +36,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"sparklog broker: {exc}", file=sys.stderr)
         return 2
     data_dir = args.data_dir or Path(config.get("log.dirs").split(",")[0])
-    return run(config, data_dir, listen)
+    try:
+        return run(config, data_dir, listen)
+    except StartupError as exc:
+        print(f"sparklog broker: {exc}", file=sys.stderr)
+        return 1

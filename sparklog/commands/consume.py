@@ -6,7 +6,11 @@ separator (a tab by default), then the value:
     [CreateTime:TS] [Partition:P] [Offset:O] [k1:v1,k2:v2] [KEY] VALUE
 
 A null key, value or header value prints as ``null``, a record without headers as
-``NO_HEADERS``, as Kafka's DefaultMessageFormatter does.
+``NO_HEADERS``, as Kafka's DefaultMessageFormatter does. Its properties work too:
+``--property print.key=true print.timestamp=true print.partition=true print.offset=true
+print.headers=true print.value=false key.separator=: line.separator=... null.literal=...
+headers.separator=, headers.key.separator=:``. Client settings: ``--consumer-property
+KEY=VALUE`` (or ``-X``), ``--command-config FILE``.
 
 Invariants:
 - Without ``--group`` the partitions (all, or ``--partition``) are assigned directly at an
@@ -42,8 +46,12 @@ from confluent_kafka import (
 from sparklog.client.admin import MISSING_TOPIC, REQUEST_TIMEOUT_S
 from sparklog.commands._client import (
     USAGE,
+    Property,
     ToolError,
     add_header_arguments,
+    add_property_argument,
+    apply_properties,
+    boolean,
     client_config,
     client_parent,
     complain,
@@ -60,6 +68,19 @@ PLACEHOLDER_GROUP = "sparklog-console-consumer"
 MAX_BATCH = 500  # records already fetched are written (and stdout flushed) this many at once
 _TIMESTAMP_TYPES = {TIMESTAMP_CREATE_TIME: "CreateTime", TIMESTAMP_LOG_APPEND_TIME: "LogAppendTime"}
 _FATAL = MISSING_TOPIC | {KafkaError._UNKNOWN_PARTITION, KafkaError.TOPIC_AUTHORIZATION_FAILED}
+FORMATTER_PROPERTIES: dict[str, Property] = {
+    "print.timestamp": ("print_timestamp", boolean),
+    "print.partition": ("print_partition", boolean),
+    "print.offset": ("print_offset", boolean),
+    "print.headers": ("print_headers", boolean),
+    "print.key": ("print_key", boolean),
+    "print.value": ("print_value", boolean),
+    "key.separator": ("key_separator", separator),
+    "line.separator": ("line_separator", separator),
+    "headers.separator": ("header_separator", separator),
+    "headers.key.separator": ("header_key_separator", separator),
+    "null.literal": ("null_literal", str),
+}
 
 
 def start_offset(text: str) -> int:
@@ -74,7 +95,7 @@ def start_offset(text: str) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "consume", parents=[client_parent()], help="print records of a topic",
+        "consume", parents=[client_parent("consumer-property")], help="print records of a topic",
         description=__doc__.split("Invariants:")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -98,10 +119,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--key-separator", type=separator, default="\t", metavar="SEP",
                         help="between the printed fields (default: tab)")
     add_header_arguments(parser)
-    parser.set_defaults(func=tool("consume", run))
+    add_property_argument(parser, "formatter (print.key, print.timestamp, key.separator...)")
+    parser.set_defaults(func=tool("consume", run), print_value=True, line_separator="\n",
+                        null_literal="null")
 
 
 def run(args: argparse.Namespace) -> int:
+    apply_properties(args, FORMATTER_PROPERTIES)
     if args.group and (args.partition is not None or args.offset is not None):
         raise ToolError("--partition and --offset assign partitions directly; they cannot be "
                         "used with --group", USAGE)
@@ -116,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
             if args.group:
                 consumer.subscribe([args.topic])
             else:
-                consumer.assign(_assignment(consumer, args))
+                consumer.assign(assignment(consumer, args.topic, args.partition,
+                                           _start_offset(args)))
             for count in _print_records(consumer, args, stop):
                 printed = count
     finally:
@@ -125,22 +150,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _assignment(consumer: Consumer, args: argparse.Namespace) -> list[TopicPartition]:
-    """The partitions to read, each at the start offset asked for."""
-    topic = consumer.list_topics(args.topic, timeout=REQUEST_TIMEOUT_S).topics[args.topic]
-    if topic.error is not None:
-        raise topic_error(args.topic, topic.error)
-    partitions = sorted(topic.partitions)
-    if args.partition is not None:
-        if args.partition not in topic.partitions:
-            raise ToolError(f"topic {args.topic!r} has no partition {args.partition} (it has "
-                            f"{len(partitions)})")
-        partitions = [args.partition]
+def _start_offset(args: argparse.Namespace) -> int:
     if args.offset is not None:
-        offset = args.offset
-    else:
-        offset = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
-    return [TopicPartition(args.topic, p, offset) for p in partitions]
+        return args.offset
+    return OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+
+
+def assignment(consumer: Consumer, name: str, partition: int | None,
+               offset: int) -> list[TopicPartition]:
+    """The partitions of topic ``name`` to read (all, or ``partition``), each at ``offset``;
+    a ``ToolError`` naming the topic or partition when it does not exist."""
+    topic = consumer.list_topics(name, timeout=REQUEST_TIMEOUT_S).topics[name]
+    if topic.error is not None:
+        raise topic_error(name, topic.error)
+    partitions = sorted(topic.partitions)
+    if partition is not None:
+        if partition not in topic.partitions:
+            raise ToolError(f"topic {name!r} has no partition {partition} (it has "
+                            f"{len(partitions)})")
+        partitions = [partition]
+    return [TopicPartition(name, p, offset) for p in partitions]
 
 
 def _print_records(consumer: Consumer, args: argparse.Namespace, stop: Stop) -> Iterator[int]:
@@ -191,6 +220,11 @@ def _format(message: Message, args: argparse.Namespace) -> str:
         fields.append(format_headers(message.headers() or [], args.header_separator,
                                      args.header_key_separator))
     if args.print_key:
-        fields.append(show(message.key()))
-    fields.append(show(message.value()))
-    return args.key_separator.join(fields) + "\n"
+        fields.append(_show_data(message.key(), args.null_literal))
+    if args.print_value:
+        fields.append(_show_data(message.value(), args.null_literal))
+    return args.key_separator.join(fields) + args.line_separator
+
+
+def _show_data(data: bytes | None, null_literal: str) -> str:
+    return null_literal if data is None else show(data)

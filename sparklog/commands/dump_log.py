@@ -3,7 +3,11 @@
 Mirrors Kafka's ``kafka-dump-log.sh --files``: a ``.log`` gives one line per batch, and with
 ``--deep-iteration`` (implied by ``--print-data-log``) one ``| offset: ...`` line per record;
 ``.index`` and ``.timeindex`` files give one line per entry, offsets made absolute with the
-base offset in the 20-digit file name.
+base offset in the 20-digit file name; a producer-state ``.snapshot`` gives one line per
+producer (its epoch and last batch). Files are named with ``--files a,b`` (Kafka's flag) or
+as arguments. ``--offsets-decoder`` (implies ``--print-data-log``) prints the records of
+``__consumer_offsets`` decoded, as Kafka's; the decoders come from ``record_decoders``, one
+flag each.
 
 Invariants:
 - Files are streamed: a ``.log`` is read one batch at a time (its header, then the rest of the
@@ -27,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from sparklog.commands.record_decoders import DECODERS, RecordDecoder
 from sparklog.errors import CorruptRecordError
 from sparklog.record.batch import (
     HEADER_SIZE,
@@ -39,6 +44,7 @@ from sparklog.record.batch import (
 from sparklog.record.control import decode_marker
 from sparklog.record.records import Record, decode_records
 from sparklog.storage.index import OffsetIndex, TimeIndex
+from sparklog.storage.producer_state import SNAPSHOT_SUFFIX, read_snapshot
 from sparklog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
 
 OK, CORRUPT, USAGE = 0, 1, 2
@@ -56,34 +62,51 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     ".index and .timeindex files, like kafka-dump-log.sh --files. Exits 1 if "
                     "a file is corrupt or torn.",
     )
-    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="segment files")
+    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="segment files")
+    parser.add_argument("--files", action="append", default=[], metavar="FILE,FILE...",
+                        help="segment files, comma-separated (Kafka's flag; repeatable)")
     parser.add_argument("--deep-iteration", action="store_true", help="print every record")
     parser.add_argument(
         "--print-data-log", action="store_true",
         help="print record keys and payloads (implies --deep-iteration)",
     )
-    parser.set_defaults(func=run)
+    for name in DECODERS:
+        parser.add_argument(f"--{name}-decoder", dest="decoder", action="store_const",
+                            const=name, help=f"decode the records of the {name} internal "
+                                             "topic (implies --print-data-log)")
+    parser.set_defaults(func=run, decoder=None)
 
 
 def run(args: argparse.Namespace) -> int:
-    deep = args.deep_iteration or args.print_data_log
-    return max(_dump_file(path, deep=deep, print_data=args.print_data_log) for path in args.paths)
-
-
-def _dump_file(path: Path, *, deep: bool, print_data: bool) -> int:
-    suffixes = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
-    if not (_BASE_OFFSET_STEM.fullmatch(path.stem) and path.suffix in suffixes):
-        print(f"{path}: not a segment file (<20-digit base offset>.log|.index|.timeindex)",
+    paths = [*args.paths, *(Path(p) for item in args.files for p in item.split(",") if p)]
+    if not paths:
+        print("sparklog dump-log: no files given (--files FILE,... or PATH ...)",
               file=sys.stderr)
+        return USAGE
+    decoder = DECODERS[args.decoder] if args.decoder else None
+    print_data = args.print_data_log or decoder is not None
+    deep = args.deep_iteration or print_data
+    return max(_dump_file(path, deep=deep, print_data=print_data, decoder=decoder)
+               for path in paths)
+
+
+def _dump_file(path: Path, *, deep: bool, print_data: bool,
+               decoder: RecordDecoder | None) -> int:
+    suffixes = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, SNAPSHOT_SUFFIX)
+    if not (_BASE_OFFSET_STEM.fullmatch(path.stem) and path.suffix in suffixes):
+        print(f"{path}: not a segment file (<20-digit base offset>.log|.index|.timeindex"
+              f"|.snapshot)", file=sys.stderr)
         return USAGE
     base_offset = int(path.stem)
     print(f"Dumping {path}")
     try:
         if path.suffix == LOG_SUFFIX:
             print(f"Log starting offset: {base_offset}")
-            return _dump_log(path, deep=deep, print_data=print_data)
+            return _dump_log(path, deep=deep, print_data=print_data, decoder=decoder)
         if path.suffix == INDEX_SUFFIX:
             return _dump_index(path, base_offset, OffsetIndex.ENTRY, _offset_index_line)
+        if path.suffix == SNAPSHOT_SUFFIX:
+            return _dump_snapshot(path)
         return _dump_index(path, base_offset, TimeIndex.ENTRY, _time_index_line)
     except OSError as exc:
         print(f"{path}: {exc.strerror or exc}", file=sys.stderr)
@@ -120,7 +143,8 @@ def _iter_batches(file: BinaryIO) -> Iterator[tuple[int, BatchHeader, bytes]]:
         position += header.size
 
 
-def _dump_log(path: Path, *, deep: bool, print_data: bool) -> int:
+def _dump_log(path: Path, *, deep: bool, print_data: bool,
+              decoder: RecordDecoder | None) -> int:
     status = OK
     with path.open("rb") as file:
         try:
@@ -129,7 +153,7 @@ def _dump_log(path: Path, *, deep: bool, print_data: bool) -> int:
                 print(_batch_line(position, header, valid))
                 if not valid:
                     status = CORRUPT
-                if deep and not _print_records(position, header, batch, print_data):
+                if deep and not _print_records(position, header, batch, print_data, decoder):
                     status = CORRUPT
         except CorruptRecordError as exc:
             print(exc)
@@ -137,7 +161,8 @@ def _dump_log(path: Path, *, deep: bool, print_data: bool) -> int:
     return status
 
 
-def _print_records(position: int, header: BatchHeader, batch: bytes, print_data: bool) -> bool:
+def _print_records(position: int, header: BatchHeader, batch: bytes, print_data: bool,
+                   decoder: RecordDecoder | None) -> bool:
     """Print the batch's record lines; False (after a line saying why) if they do not decode."""
     try:
         records = decode_records(batch, header)
@@ -145,7 +170,7 @@ def _print_records(position: int, header: BatchHeader, batch: bytes, print_data:
         print(f"| corrupt records in the batch at position {position}: {exc}")
         return False
     for record in records:
-        print(_record_line(header, record, print_data))
+        print(_record_line(header, record, print_data, decoder))
     return True
 
 
@@ -194,23 +219,49 @@ def _control_marker(record: Record) -> str | None:
     return f" endTxnMarker: {marker.name} coordinatorEpoch: {marker.coordinator_epoch}"
 
 
-def _data_text(header: BatchHeader, record: Record) -> str:
-    """` key: .. payload: ..` (each only when not null), or a control record's marker."""
+def _data_text(header: BatchHeader, record: Record, decoder: RecordDecoder | None) -> str:
+    """` key: .. payload: ..` (each only when not null; both, decoded, with a decoder), or
+    a control record's marker."""
     if header.is_control and (marker := _control_marker(record)):
         return marker
+    if decoder is not None:
+        key_text, payload_text = decoder(record.key, record.value)
+        return f" key: {key_text} payload: {payload_text}"
     key = "" if record.key is None else f" key: {_show(record.key)}"
     payload = "" if record.value is None else f" payload: {_show(record.value)}"
     return key + payload
 
 
-def _record_line(header: BatchHeader, record: Record, print_data: bool) -> str:
+def _record_line(header: BatchHeader, record: Record, print_data: bool,
+                 decoder: RecordDecoder | None) -> str:
     line = (
         f"| offset: {record.offset} {_timestamp_type_name(header)}: {record.timestamp} "
         f"keySize: {_size(record.key)} valueSize: {_size(record.value)} "
         f"sequence: {_sequence(header, record)} "
         f"headerKeys: [{','.join(key for key, _ in record.headers)}]"
     )
-    return line + _data_text(header, record) if print_data else line
+    return line + _data_text(header, record, decoder) if print_data else line
+
+
+# -- producer-state snapshots -------------------------------------------------------------------
+
+
+def _dump_snapshot(path: Path) -> int:
+    """One line per producer: its epoch and its last batch, as Kafka's tool prints them."""
+    try:
+        _, producers = read_snapshot(path)
+    except ValueError as exc:
+        print(exc)
+        return CORRUPT
+    for producer_id, entry in sorted(producers.items()):
+        line = f"producerId: {producer_id} producerEpoch: {entry.epoch}"
+        if entry.batches:
+            last = entry.batches[-1]
+            line += (f" firstSequence: {last.first_seq} lastSequence: {last.last_seq}"
+                     f" lastOffset: {last.last_offset}"
+                     f" offsetDelta: {last.last_offset - last.first_offset}")
+        print(line)
+    return OK
 
 
 # -- .index and .timeindex --------------------------------------------------------------------

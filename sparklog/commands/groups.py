@@ -2,31 +2,43 @@
 
 Like ``kafka-consumer-groups.sh``, through confluent-kafka's AdminClient:
 - ``list`` prints one group id per line (``--state`` adds each group's state);
-- ``describe --group G`` prints the group's state, coordinator, assignment strategy and
-  member count, then Kafka's offsets table (GROUP TOPIC PARTITION CURRENT-OFFSET
-  LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID, LAG = LOG-END-OFFSET - CURRENT-OFFSET) for
-  every partition that is assigned or has a committed offset, then each member with its
-  assignment;
-- ``reset-offsets --group G (--topic T[:P,P...] ... | --all-topics) --to-...`` prints the plan
-  (GROUP TOPIC PARTITION NEW-OFFSET) and commits it only with ``--execute``;
-- ``delete --group G`` deletes groups that have no members.
+- ``describe (--group G ... | --all-groups)`` prints, per group, the group's state,
+  coordinator, assignment strategy and member count, then Kafka's offsets table (GROUP
+  TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID, LAG =
+  LOG-END-OFFSET - CURRENT-OFFSET) for every partition that is assigned or has a committed
+  offset, then each member with its assignment; ``--state``, ``--offsets`` or ``--members``
+  print only that table, as Kafka's tool;
+- ``reset-offsets (--group G ... | --all-groups) (--topic T[:P,P...] ... | --all-topics)
+  --to-...`` prints the plan (GROUP TOPIC PARTITION NEW-OFFSET) and commits it only with
+  ``--execute``; targets are Kafka's: ``--to-earliest``, ``--to-latest``, ``--to-current``
+  (the committed offset; the log end without one), ``--to-offset``, ``--to-datetime``,
+  ``--by-duration PnDTnHnMnS`` (the first offset at or after now minus the duration),
+  ``--shift-by`` and ``--from-file`` (CSV lines ``topic,partition,offset``, as ``--export``
+  prints the plan: one group, or ``group,topic,partition,offset`` for several);
+- ``delete (--group G ... | --all-groups)`` deletes groups that have no members.
 
 Invariants:
 - stdout is for results (tables, ids, confirmations); notes such as "dry run" and failures go
   to stderr. A failure is one line and exit code 1 (2 for a usage error).
 - ``reset-offsets`` changes nothing unless ``--execute`` is given, and refuses (exit 1) for a
   group that has members (any state but Empty or Dead), as Kafka's tool does. New offsets
-  are clamped to the partition's [log start, log end], as Kafka's tool does; ``--shift-by``
-  needs a committed offset to shift from.
+  are clamped to the partition's [log start, log end], as Kafka's tool does, with a warning
+  on stderr naming the partition, the target and the offset used; ``--shift-by`` needs a
+  committed offset to shift from.
 - A value that does not exist (no committed offset, no member) is printed ``-``.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+import re
 import sys
+import time
 from collections.abc import Iterable
 from datetime import datetime
+from pathlib import Path
 
 from confluent_kafka import (
     ConsumerGroupState,
@@ -43,6 +55,7 @@ from sparklog.commands._client import (
     ToolError,
     client_config,
     client_parent,
+    complain,
     tool,
     topic_error,
 )
@@ -59,6 +72,10 @@ STATE_NAMES = {
     ConsumerGroupState.UNKNOWN: "Unknown",
 }
 Partition = tuple[str, int]
+_DURATION = re.compile(r"P(?:(?P<days>\d+)D)?(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?"
+                       r"(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?", re.IGNORECASE)
+_DURATION_UNITS_MS = {"days": 86_400_000, "hours": 3_600_000, "minutes": 60_000,
+                      "seconds": 1000}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -72,14 +89,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     listing.set_defaults(func=tool(NAME, _list))
 
     describe = actions.add_parser("describe", parents=[parent],
-                                  help="state, members, committed offsets and lag of a group")
-    describe.add_argument("--group", required=True)
+                                  help="state, members, committed offsets and lag of groups")
+    _add_groups(describe)
+    only = describe.add_mutually_exclusive_group()
+    only.add_argument("--state", dest="only", action="store_const", const="state",
+                      help="only the state line of each group")
+    only.add_argument("--offsets", dest="only", action="store_const", const="offsets",
+                      help="only the offsets table")
+    only.add_argument("--members", dest="only", action="store_const", const="members",
+                      help="only the members table")
     describe.set_defaults(func=tool(NAME, _describe))
 
     reset = actions.add_parser("reset-offsets", parents=[parent],
-                               help="plan (and with --execute commit) new offsets of a group")
-    reset.add_argument("--group", required=True)
-    scope = reset.add_mutually_exclusive_group(required=True)
+                               help="plan (and with --execute commit) new offsets of groups")
+    _add_groups(reset)
+    scope = reset.add_mutually_exclusive_group()
     scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]",
                        help="a topic, optionally with some of its partitions (repeatable)")
     scope.add_argument("--all-topics", action="store_true",
@@ -91,17 +115,39 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     target.add_argument("--to-datetime", type=_datetime, metavar="YYYY-MM-DDTHH:mm:SS.sss",
                         help="the first offset at or after this time (ISO 8601; local time "
                              "unless it names a zone)")
+    target.add_argument("--by-duration", type=_duration, metavar="PnDTnHnMnS",
+                        help="the first offset at or after now minus this ISO 8601 duration")
+    target.add_argument("--to-current", action="store_true",
+                        help="the committed offset (the log end where there is none)")
     target.add_argument("--shift-by", type=int, metavar="N",
                         help="the committed offset plus N (negative: back)")
+    target.add_argument("--from-file", type=Path, metavar="CSV",
+                        help="offsets from a CSV file as --export prints them")
     reset.add_argument("--execute", action="store_true", help="commit the new offsets")
     reset.add_argument("--dry-run", action="store_true",
                        help="only print the plan (the default without --execute)")
+    reset.add_argument("--export", action="store_true",
+                       help="print the plan as CSV, the format --from-file reads")
     reset.set_defaults(func=tool(NAME, _reset))
 
     delete = actions.add_parser("delete", parents=[parent], help="delete groups without members")
-    delete.add_argument("--group", action="append", required=True,
-                        help="a group to delete (repeatable)")
+    _add_groups(delete)
     delete.set_defaults(func=tool(NAME, _delete))
+
+
+def _add_groups(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--group", action="append", help="a group (repeatable)")
+    which.add_argument("--all-groups", action="store_true", help="every group")
+
+
+def _duration(text: str) -> int:
+    """An argparse type: an ISO 8601 duration (Java's ``Duration.parse``) in milliseconds."""
+    match = _DURATION.fullmatch(text)
+    if match is None or not any(match.groups()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like PT1H30M or P1DT12H")
+    return int(sum(float(value) * _DURATION_UNITS_MS[unit]
+                   for unit, value in match.groupdict().items() if value))
 
 
 def _datetime(text: str) -> int:
@@ -195,23 +241,47 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _groups(admin: _Admin, args: argparse.Namespace) -> list[str]:
+    """The groups named, or every group with ``--all-groups``."""
+    return admin.group_ids() if args.all_groups else list(dict.fromkeys(args.group))
+
+
 def _describe(args: argparse.Namespace) -> int:
     admin = _Admin(args)
-    group = args.group
+    for number, group in enumerate(_groups(admin, args)):
+        if number:
+            print()
+        _describe_group(admin, group, args.only)
+    return 0
+
+
+def _describe_group(admin: _Admin, group: str, only: str | None) -> None:
     description = admin.describe(group)
     committed = admin.committed(group)
     if description.state == ConsumerGroupState.DEAD and not committed:
         raise ToolError(f"consumer group {group!r} does not exist")
+    if only in (None, "state"):
+        coordinator = description.coordinator
+        print_table(("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
+               [(group, f"{coordinator.host}:{coordinator.port} ({coordinator.id})",
+                 description.partition_assignor or None, _state(description),
+                 len(description.members))])
+    if only is None:
+        print()
+    if only in (None, "offsets"):
+        _offsets_table(admin, group, description, committed)
+    if only is None:
+        print()
+    if only in (None, "members"):
+        _members_table(group, description)
+
+
+def _offsets_table(admin: _Admin, group: str, description: ConsumerGroupDescription,
+                   committed: dict[Partition, int]) -> None:
     owners = {(tp.topic, tp.partition): member for member in description.members
               for tp in member.assignment.topic_partitions}
     partitions = sorted(owners.keys() | committed.keys())
     ends = admin.offsets(OffsetSpec.latest(), partitions)
-    coordinator = description.coordinator
-    print_table(("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
-           [(group, f"{coordinator.host}:{coordinator.port} ({coordinator.id})",
-             description.partition_assignor or None, _state(description),
-             len(description.members))])
-    print()
     rows = []
     for tp in partitions:
         member = owners.get(tp)
@@ -222,37 +292,86 @@ def _describe(args: argparse.Namespace) -> int:
                      member and member.client_id))
     print_table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
             "CONSUMER-ID", "HOST", "CLIENT-ID"), rows)
-    print()
+
+
+def _members_table(group: str, description: ConsumerGroupDescription) -> None:
     if not description.members:
         print(f"Consumer group '{group}' has no active members.")
-        return 0
+        return
     print_table(("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"),
            [(group, m.member_id, m.host, m.client_id, len(m.assignment.topic_partitions),
              _assignment_text((tp.topic, tp.partition) for tp in m.assignment.topic_partitions))
             for m in sorted(description.members, key=lambda m: m.member_id)])
-    return 0
 
 
 def _reset(args: argparse.Namespace) -> int:
     if args.execute and args.dry_run:
         raise ToolError("--execute and --dry-run exclude each other", USAGE)
+    if (args.from_file is None) == (args.topic is None and not args.all_topics):
+        raise ToolError("give the partitions with --topic or --all-topics, or --from-file "
+                        "(which names them)", USAGE)
     admin = _Admin(args)
-    group = args.group
-    description = admin.describe(group)
-    if description.state not in INACTIVE:
-        raise ToolError(f"offsets can only be reset if group {group!r} is inactive, but its "
-                        f"state is {_state(description)}")
-    committed = admin.committed(group)
-    partitions = sorted(committed) if args.all_topics else _scope(admin, args.topic)
-    plan = _plan(admin, args, partitions, committed)
-    if args.execute and plan:
-        admin.commit(group, plan)
-    print_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
-           [(group, topic, partition, offset) for (topic, partition), offset in plan.items()])
+    groups = _groups(admin, args)
+    from_file = _read_plan(args.from_file, groups) if args.from_file is not None else None
+    plans = {}
+    for group in groups:
+        description = admin.describe(group)
+        if description.state not in INACTIVE:
+            raise ToolError(f"offsets can only be reset if group {group!r} is inactive, but "
+                            f"its state is {_state(description)}")
+        committed = admin.committed(group)
+        if from_file is not None:
+            wanted = from_file.get(group, {})
+            plans[group] = _clamped(admin, wanted, "the offset from the file")
+            continue
+        partitions = sorted(committed) if args.all_topics else _scope(admin, args.topic)
+        plans[group] = _plan(admin, args, partitions, committed)
+    for group, plan in plans.items():
+        if args.execute and plan:
+            admin.commit(group, plan)
+    if args.export:
+        _export(plans)
+    else:
+        print_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
+               [(group, topic, partition, offset) for group, plan in plans.items()
+                for (topic, partition), offset in plan.items()])
     if not args.execute:
         print("Dry run: nothing was changed (add --execute to commit these offsets).",
               file=sys.stderr)
     return 0
+
+
+def _export(plans: dict[str, dict[Partition, int]]) -> None:
+    """The plan as Kafka's ``--export`` CSV: ``topic,partition,offset`` for one group,
+    ``group,topic,partition,offset`` for several."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for group, plan in plans.items():
+        for (topic, partition), offset in plan.items():
+            writer.writerow(([group] if len(plans) > 1 else []) + [topic, partition, offset])
+    sys.stdout.write(out.getvalue())
+
+
+def _read_plan(path: Path, groups: list[str]) -> dict[str, dict[Partition, int]]:
+    """``--from-file``: per group, the offsets a CSV file of ``--export`` names."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ToolError(f"--from-file {path}: {exc.strerror or exc}", USAGE) from None
+    plans: dict[str, dict[Partition, int]] = {}
+    for number, row in enumerate(csv.reader(lines), 1):
+        if not row:
+            continue
+        if len(row) == 3 and len(groups) == 1:
+            row = [groups[0], *row]
+        try:
+            group, topic, partition, offset = row
+            plans.setdefault(group, {})[topic, int(partition)] = int(offset)
+        except ValueError:
+            raise ToolError(f"--from-file {path}:{number}: expected topic,partition,offset"
+                            f"{' (or group,topic,partition,offset)' if len(groups) == 1 else ''}"
+                            f" with integers, got {','.join(row)!r}", USAGE) from None
+    return plans
 
 
 def _scope(admin: _Admin, specs: list[str]) -> list[Partition]:
@@ -279,29 +398,50 @@ def _scope(admin: _Admin, specs: list[str]) -> list[Partition]:
 def _plan(admin: _Admin, args: argparse.Namespace, partitions: list[Partition],
           committed: dict[Partition, int]) -> dict[Partition, int]:
     """The new offset of every partition, clamped to [log start, log end]."""
-    starts = admin.offsets(OffsetSpec.earliest(), partitions)
-    ends = admin.offsets(OffsetSpec.latest(), partitions)
     if args.to_earliest:
-        wanted = starts
-    elif args.to_latest:
-        wanted = ends
-    elif args.to_offset is not None:
-        wanted = dict.fromkeys(partitions, args.to_offset)
-    elif args.to_datetime is not None:
-        found = admin.offsets(OffsetSpec.for_timestamp(args.to_datetime), partitions)
-        wanted = {tp: offset if offset >= 0 else ends[tp] for tp, offset in found.items()}
-    else:
-        missing = [tp for tp in partitions if tp not in committed]
-        if missing:
-            raise ToolError(f"cannot shift {missing[0][0]}-{missing[0][1]}: the group has no "
-                            "committed offset for it")
-        wanted = {tp: committed[tp] + args.shift_by for tp in partitions}
-    return {tp: min(max(wanted[tp], starts[tp]), ends[tp]) for tp in partitions}
+        return admin.offsets(OffsetSpec.earliest(), partitions)
+    if args.to_latest:
+        return admin.offsets(OffsetSpec.latest(), partitions)
+    if args.to_current:
+        ends = admin.offsets(OffsetSpec.latest(), partitions)
+        return {tp: committed.get(tp, ends[tp]) for tp in partitions}
+    if args.to_offset is not None:
+        return _clamped(admin, dict.fromkeys(partitions, args.to_offset), "the offset asked for")
+    if args.to_datetime is not None or args.by_duration is not None:
+        when = args.to_datetime if args.to_datetime is not None else (
+            int(time.time() * 1000) - args.by_duration)
+        found = admin.offsets(OffsetSpec.for_timestamp(when), partitions)
+        ends = admin.offsets(OffsetSpec.latest(), partitions)
+        return {tp: offset if offset >= 0 else ends[tp] for tp, offset in found.items()}
+    missing = [tp for tp in partitions if tp not in committed]
+    if missing:
+        raise ToolError(f"cannot shift {missing[0][0]}-{missing[0][1]}: the group has no "
+                        "committed offset for it")
+    return _clamped(admin, {tp: committed[tp] + args.shift_by for tp in partitions},
+                    "the shifted offset")
+
+
+def _clamped(admin: _Admin, wanted: dict[Partition, int], what: str) -> dict[Partition, int]:
+    """``wanted`` moved into each partition's [log start, log end], with a warning for each
+    offset moved, as Kafka's tool does."""
+    starts = admin.offsets(OffsetSpec.earliest(), wanted)
+    ends = admin.offsets(OffsetSpec.latest(), wanted)
+    plan = {}
+    for tp, offset in sorted(wanted.items()):
+        plan[tp] = min(max(offset, starts[tp]), ends[tp])
+        if plan[tp] != offset:
+            side = "lower than the log start" if offset < starts[tp] else "higher than the log end"
+            complain(NAME, f"warning: {what} {offset} for {tp[0]}-{tp[1]} is {side} offset; "
+                           f"using {plan[tp]}")
+    return plan
 
 
 def _delete(args: argparse.Namespace) -> int:
     admin = _Admin(args)
-    futures = admin.client.delete_consumer_groups(args.group, request_timeout=REQUEST_TIMEOUT_S)
+    groups = _groups(admin, args)
+    if not groups:
+        return 0
+    futures = admin.client.delete_consumer_groups(groups, request_timeout=REQUEST_TIMEOUT_S)
     failures = []
     for group, future in futures.items():
         try:

@@ -11,6 +11,10 @@ Each input line (stdin, or each ``--value``) is one record, read as
   delimiter (a tab by default), as Kafka's ``parse.headers=true``: ``h1:v1,h2\\tk:v`` with
   ``-k :`` is headers h1=v1 and h2=null, key k, value v. An empty header block means none.
 - Separators may be typed as escapes: ``'\\t'`` is a tab.
+- Kafka's reader properties work too: ``--property parse.key=true key.separator=:``,
+  ``parse.headers``, ``headers.delimiter``, ``headers.separator``, ``headers.key.separator``
+  (``parse.key=true`` without a separator splits at a tab, as Kafka's).
+- Client settings: ``--producer-property KEY=VALUE`` (or ``-X``), ``--command-config FILE``.
 
 Invariants:
 - Every delivery report is checked: the producer is flushed at the end, a summary
@@ -36,24 +40,39 @@ from sparklog.client.admin import kafka_error
 from sparklog.commands._client import (
     FAILED,
     Headers,
+    Property,
     ToolError,
     add_header_arguments,
+    add_property_argument,
+    apply_properties,
+    boolean,
     client_config,
     client_parent,
     complain,
     non_negative,
     parse_headers,
+    send,
     separator,
     tool,
 )
 from sparklog.signals import stop_on_signals
 
 Record = tuple[bytes | None, bytes, Headers]
+KAFKA_KEY_SEPARATOR = "\t"
+READER_PROPERTIES: dict[str, Property] = {
+    "parse.key": ("parse_key", boolean),
+    "key.separator": ("key_separator", separator),
+    "parse.headers": ("headers", boolean),
+    "headers.delimiter": ("headers_delimiter", separator),
+    "headers.separator": ("header_separator", separator),
+    "headers.key.separator": ("header_key_separator", separator),
+}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "produce", parents=[client_parent()], help="send lines of stdin as records",
+        "produce", parents=[client_parent("producer-property")],
+        help="send lines of stdin as records",
         description=__doc__.split("Invariants:")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -67,12 +86,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--headers-delimiter", type=separator, default="\t", metavar="SEP",
                         help="ends the headers (default: tab)")
     add_header_arguments(parser)
+    add_property_argument(parser, "line reader (parse.key, key.separator, parse.headers...)")
     parser.add_argument("--value", action="append", metavar="LINE",
                         help="an input line given here instead of on stdin (repeatable)")
     parser.add_argument("--num-records", type=non_negative, metavar="N",
                         help="send N records: stop after N lines of stdin, or repeat the "
                              "--value lines until N are sent")
-    parser.set_defaults(func=tool("produce", run))
+    parser.set_defaults(func=tool("produce", run), parse_key=None)
 
 
 @dataclass(frozen=True)
@@ -123,11 +143,17 @@ class Deliveries:
             self.first_error = error.str()
 
 
+def line_format(args: argparse.Namespace) -> LineFormat:
+    """How lines split, from the flags and Kafka's ``--property`` settings."""
+    apply_properties(args, READER_PROPERTIES)
+    parse_key = args.key_separator is not None if args.parse_key is None else args.parse_key
+    key_separator = (args.key_separator or KAFKA_KEY_SEPARATOR) if parse_key else None
+    return LineFormat(key_separator, args.headers_delimiter if args.headers else None,
+                      args.header_separator, args.header_key_separator)
+
+
 def run(args: argparse.Namespace) -> int:
-    line_format = LineFormat(
-        args.key_separator, args.headers_delimiter if args.headers else None,
-        args.header_separator, args.header_key_separator,
-    )
+    reader = line_format(args)
     producer = Producer(client_config(args))
     deliveries = Deliveries()
     bad_line = None
@@ -137,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         while not stop.requested and (line := stop.wait(next, lines, None)) is not None:
             number += 1
             try:
-                record = line_format.parse(number, line)
+                record = reader.parse(number, line)
             except ToolError as exc:
                 bad_line = exc
                 break
@@ -170,15 +196,8 @@ def _send(producer: Producer, args: argparse.Namespace, record: Record,
           deliveries: Deliveries) -> None:
     key, value, headers = record
     partition = {} if args.partition is None else {"partition": args.partition}
-    while True:
-        try:
-            producer.produce(args.topic, value, key, headers=headers, on_delivery=deliveries,
-                             **partition)
-            break
-        except BufferError:  # the local queue is full: serve delivery reports, then retry
-            producer.poll(0.1)
-        except KafkaException as exc:  # refused before it was queued, e.g. too large
-            deliveries.fail(kafka_error(exc))
-            break
-    producer.poll(0)
-
+    try:
+        send(producer, args.topic, value, key, headers=headers, on_delivery=deliveries,
+             **partition)
+    except KafkaException as exc:  # refused before it was queued, e.g. too large
+        deliveries.fail(kafka_error(exc))

@@ -10,7 +10,9 @@ Invariants:
   partition) plus ``Offsets: <log start>..<log end>`` per partition; the other actions
   print one confirmation line per change made.
 - A failure is one stderr line naming the topic (and the broker's reason, which names a bad
-  config) and exit code 1. ``--if-not-exists`` and ``--if-exists`` make "already exists"
+  config) and exit code 1. Internal topics (``__consumer_offsets``) are neither deleted nor
+  given partitions: the tool says so before asking, as Kafka's does (the broker refuses
+  too). ``--if-not-exists`` and ``--if-exists`` make "already exists"
   and "does not exist" successes that print nothing.
 """
 
@@ -50,10 +52,12 @@ from sparklog.commands._client import (
     ToolError,
     client_config,
     client_parent,
+    complain,
     parse_assignments,
     tool,
     topic_error,
 )
+from sparklog.storage.config import DEPRECATED
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -126,11 +130,22 @@ def _create(args: argparse.Namespace) -> int:
     futures = admin.create_topics([new], request_timeout=REQUEST_TIMEOUT_S)
     if _wait(futures[args.topic], args.topic, TOPIC_EXISTS if args.if_not_exists else frozenset()):
         print(f"Created topic {args.topic}.")
+        for name in sorted(configs.keys() & DEPRECATED.keys()):
+            complain("topics", f"warning: {DEPRECATED[name]}")
     return 0
+
+
+def _refuse_internal(admin: AdminClient, topic: str, change: str) -> None:
+    """A ``ToolError`` when ``topic`` is internal; a missing topic is left to the action."""
+    future = admin.describe_topics(TopicCollection([topic]),
+                                   request_timeout=REQUEST_TIMEOUT_S)[topic]
+    if _wait(future, topic, MISSING_TOPIC) and future.result().is_internal:
+        raise ToolError(f"topic {topic} is an internal topic and is not allowed to be {change}")
 
 
 def _delete(args: argparse.Namespace) -> int:
     admin = _admin(args)
+    _refuse_internal(admin, args.topic, "deleted")
     futures = admin.delete_topics([args.topic], request_timeout=REQUEST_TIMEOUT_S)
     if _wait(futures[args.topic], args.topic, MISSING_TOPIC if args.if_exists else frozenset()):
         print(f"Deleted topic {args.topic}.")
@@ -143,6 +158,8 @@ def _alter(args: argparse.Namespace) -> int:
         raise ToolError("nothing to alter: give --partitions, --add-config or --delete-config",
                         USAGE)
     admin = _admin(args)
+    if args.partitions is not None:
+        _refuse_internal(admin, args.topic, "given more partitions")
     tolerated = MISSING_TOPIC if args.if_exists else frozenset()
     if added or args.delete_config:
         entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)

@@ -33,11 +33,13 @@ from sparklog.client.transactions import (
     list_transactions,
     write_abort_marker,
 )
-from sparklog.commands._client import ToolError, client_parent, tool
+from sparklog.commands._client import ToolError, client_config, client_parent, complain, tool
 from sparklog.commands._table import print_table
 
 NAME = "transactions"
 RETRY = RetryPolicy(timeout_s=30.0, backoff_s=0.1)
+_USED = frozenset({"bootstrap.servers", "client.id", "request.timeout.ms", "log_level",
+                   "security.protocol"})
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -69,10 +71,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _client(args: argparse.Namespace) -> KafkaClient:
+    """The protocol client, from the connection flags: ``client.id`` and
+    ``request.timeout.ms`` are used; security settings are refused (not served yet); any
+    other setting is reported as unused, as Kafka's clients report unknown configs."""
+    settings = client_config(args)
+    for key in settings:
+        if key.startswith(("ssl.", "sasl.")) or (
+                key == "security.protocol" and str(settings[key]).upper() != "PLAINTEXT"):
+            raise ToolError(f"{key}: the transactions tool speaks PLAINTEXT only for now", 2)
+        if key not in _USED:
+            complain(NAME, f"the setting {key!r} was supplied but is not used")
     try:
-        return KafkaClient(ClientConfig(parse_bootstrap(args.bootstrap), client_id="sparklog"),
-                           RETRY)
-    except SettingsError as exc:
+        return KafkaClient(ClientConfig(
+            parse_bootstrap(args.bootstrap, "--bootstrap-server"),
+            client_id=str(settings.get("client.id", "sparklog")),
+            request_timeout_s=int(settings.get("request.timeout.ms", 30_000)) / 1000), RETRY)
+    except (SettingsError, ValueError) as exc:
         raise ToolError(str(exc), 2) from None
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from py4j.protocol import Py4JError
+
 from sparklog.datasource.source import SparklogDataSource
 
 if TYPE_CHECKING:
@@ -25,10 +27,28 @@ __all__ = ["SparklogDataSource", "register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``sparklog`` format on ``spark`` (auto-registration does this too) and
-    install the listener that commits ``groupId`` streams' progress to their consumer group
-    (only code in the driver can do that, so call this once per session)."""
-    from sparklog.datasource.group_commits import install
+    """Register the ``sparklog`` format on ``spark`` unless auto-registration already did
+    (so Spark does not warn that it replaced it), and install the listener that commits
+    ``groupId`` streams' progress to their consumer group (only code in the driver can do
+    that, so call this once per session).
 
-    spark.dataSource.register(SparklogDataSource)
+    First, for a local master, it checks that Spark's Python workers can import sparklog
+    (``workers.check_worker_python``): without that, every query would fail later with an
+    error that does not name the cause."""
+    from sparklog.datasource.group_commits import install
+    from sparklog.datasource.workers import check_worker_python
+
+    check_worker_python(spark)
+    if not _registered(spark):
+        spark.dataSource.register(SparklogDataSource)
     install(spark)
+
+
+def _registered(spark: SparkSession) -> bool:
+    """Whether the session knows the format already (statically, by auto-registration, or
+    by an earlier ``register``); False where the JVM cannot be asked (Spark Connect)."""
+    try:
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        return bool(manager.dataSourceExists(SparklogDataSource.name()))
+    except (AttributeError, Py4JError):  # not classic PySpark: registering again is harmless
+        return False

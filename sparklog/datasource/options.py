@@ -2,13 +2,16 @@
 
 Invariants:
 - Option names are matched case-insensitively (Spark lower-cases them), values are strings.
-- Every error is an ``OptionError`` whose message names the option and what is allowed.
+- Every error is an ``OptionError`` whose message names the option and what is allowed; an
+  unknown option also gets the nearest known name, in its documented spelling (Spark hands
+  the data source its option names lower-cased, so an unknown one can only be quoted so).
 - ``kafka.*`` options are passed to the Kafka client with the prefix removed;
   ``kafka.bootstrap.servers`` (or plain ``bootstrap.servers``) is required.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 
@@ -65,10 +68,13 @@ def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
 def check_known(options: Mapping[str, str], known: set[str], what: str) -> None:
     """Refuse options that are neither ``kafka.*`` nor in ``known`` (case-insensitive)."""
     allowed = {k.lower() for k in known} | {"path", "bootstrap.servers"}
+    spelled = {k.lower(): k for k in known}
     for key in options:
         lowered = key.lower()
         if lowered.startswith("kafka.") or lowered in allowed:
             continue
+        near = difflib.get_close_matches(lowered, list(spelled), n=1)
+        hint = f" (did you mean {spelled[near[0]]!r}?)" if near else ""
         raise OptionError(
-            f"unknown {what} option {key!r}; allowed: kafka.*, " + ", ".join(sorted(known))
+            f"unknown {what} option {key!r}{hint}; allowed: kafka.*, " + ", ".join(sorted(known))
         )

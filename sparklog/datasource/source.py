@@ -6,7 +6,9 @@ Invariants:
 - Readers and writers are built lazily here and import their modules on demand, so the
   driver's planning worker loads only what the query uses.
 - Option problems (unknown, conflicting, badly typed) raise ``OptionError`` naming the
-  option and what is allowed, when the query starts.
+  option and what is allowed, at ``load()``: Spark calls ``schema`` in the driver then
+  (never for writes), so the read options are validated there; what depends on batch or
+  stream is checked when the reader is built.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ class SparklogDataSource(DataSource):
         return "sparklog"
 
     def schema(self) -> StructType:
-        from sparklog.datasource.options import parse_bool
+        from sparklog.datasource.read.read_options import parse_read_options
 
-        return source_schema(parse_bool(self.options, "includeHeaders", False))
+        options = parse_read_options(self.options, streaming=None)
+        return source_schema(options.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from sparklog.datasource.read.batch_reader import SparklogBatchReader

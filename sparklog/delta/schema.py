@@ -2,7 +2,9 @@
 
 Invariants:
 - A table created here has the DataFrame's schema with every field nullable (as Spark's file
-  sources write it), converted Spark -> Arrow (timestamps ``us`` UTC) -> Delta.
+  sources write it) except the top-level columns the writer declares NOT NULL (the jobs'
+  ``--schema`` ``NOT NULL`` columns), converted Spark -> Arrow (timestamps ``us`` UTC) ->
+  Delta.
 - Columns are matched by name; nullability and field metadata are ignored when comparing.
 - Strict mode (``schema_mode=None``): a column the table lacks, or a column whose type
   differs, is refused with ``SchemaChangeError`` naming every difference. Table columns the
@@ -54,11 +56,16 @@ def nullable(data_type: DataType) -> DataType:
     return data_type
 
 
-def arrow_schema(spark_schema: StructType) -> pa.Schema:
-    """The Arrow schema of what Spark writes for ``spark_schema``: nullable, UTC timestamps."""
+def arrow_schema(spark_schema: StructType, not_null: Sequence[str] = ()) -> pa.Schema:
+    """The Arrow schema of what Spark writes for ``spark_schema``: nullable but for the
+    top-level columns ``not_null``, UTC timestamps."""
     as_nullable = nullable(spark_schema)
     assert isinstance(as_nullable, StructType)
-    return to_arrow_schema(as_nullable, timezone="UTC")
+    schema = to_arrow_schema(as_nullable, timezone="UTC")
+    for name in not_null:
+        index = schema.get_field_index(name)
+        schema = schema.set(index, schema.field(index).with_nullable(False))
+    return schema
 
 
 def _shape(delta_type: Any) -> Any:

@@ -21,8 +21,11 @@ Invariants:
   and a batch whose versions are recorded is never written again: a replayed batch is a
   no-op. Delta's txn action is the only record; nothing is kept outside the table.
 - Files of a batch that died before its commit are not in the Delta log, so no reader sees
-  them: under ``_sparklog/`` (Delta ignores ``_`` directories; the next attempt deletes them)
-  or, if it died while publishing, at final paths that ``DeltaTable.vacuum`` removes.
+  them: under ``_sparklog/`` (Delta ignores ``_`` directories; a write that fails with an
+  exception deletes its own staging directory, and after a crash the next attempt deletes
+  them) or, if it died while publishing, at final paths that ``DeltaTable.vacuum`` removes.
+- Columns a write declares ``not_null`` are checked in the staged files (no null may be
+  there) and are non-nullable in a table the write creates.
 - One writer per app id at a time (Spark runs one instance of a streaming query per
   checkpoint). The txn check is repeated before publishing, but two writers racing on one
   app id are not fenced against each other.
@@ -109,7 +112,8 @@ class DeltaSink:
 
     def write(self, df: DataFrame, transactions: Sequence[Transaction], *,
               before_commit: Callable[[], None] | None = None,
-              fault_tag: int | str | None = None) -> BatchResult:
+              fault_tag: int | str | None = None,
+              not_null: Sequence[str] = ()) -> BatchResult:
         if not transactions:
             raise ValueError("a batch needs at least one txn (app_id, version) to be idempotent")
         tag = fault_tag if fault_tag is not None else transactions[0].version
@@ -117,48 +121,52 @@ class DeltaSink:
         if table is not None and (done := _all_recorded(table, transactions)) is not None:
             return BatchResult(False, None, 0, 0, recorded_version=done)
 
-        batch_arrow = arrow_schema(df.schema)
+        batch_arrow = arrow_schema(df.schema, not_null)
         batch_delta = DeltaSchema.from_arrow(batch_arrow)
         table_partitions = table.metadata().partition_columns if table is not None else None
         partition_by = self.partition_by or list(table_partitions or [])
         check_partition_columns(df.schema, partition_by, table_partitions)
-        not_null: tuple[str, ...] = ()
+        checked = tuple(not_null)
         if table is not None:
             plan = plan_schema(table.schema(), batch_delta, self.schema_mode)
-            not_null = plan.not_null
+            checked = tuple(dict.fromkeys((*checked, *plan.not_null)))
             if plan.new_columns:
                 log.info("adding columns %s to %s", ", ".join(plan.new_columns), self.root)
                 table.alter.add_columns(new_fields(batch_delta, plan.new_columns))
 
-        staging = self._stage(df, partition_by, tag)
-        files = staged_files(staging, partition_by)
-        _check_not_null(files, not_null)
-        fault_point("staged", tag)
-        if before_commit is not None:
-            before_commit()
-        table = self.table()
-        if table is not None and (done := _all_recorded(table, transactions)) is not None:
-            log.warning("%s was committed by another writer meanwhile", transactions)
+        staging = self._staging_dir(tag)
+        try:
+            self._stage(df, partition_by, staging)
+            files = staged_files(staging, partition_by)
+            _check_not_null(files, checked)
+            fault_point("staged", tag)
+            if before_commit is not None:
+                before_commit()
+            table = self.table()
+            if table is not None and (done := _all_recorded(table, transactions)) is not None:
+                log.warning("%s was committed by another writer meanwhile", transactions)
+                return BatchResult(False, None, 0, 0, recorded_version=done)
+            version = self._publish(files, transactions, batch_arrow, partition_by, tag)
+        finally:  # committed, skipped or failed: the staged files are of no more use
             shutil.rmtree(staging, ignore_errors=True)
-            return BatchResult(False, None, 0, 0, recorded_version=done)
-        version = self._publish(files, transactions, batch_arrow, partition_by, tag)
-        shutil.rmtree(staging, ignore_errors=True)
         fault_point("after_commit", tag)
         return BatchResult(True, version, sum(f.rows for f in files), len(files))
 
     # -- staging ---------------------------------------------------------------------------
 
-    def _stage(self, df: DataFrame, partition_by: list[str], tag: int | str) -> Path:
+    def _staging_dir(self, tag: int | str) -> Path:
+        """A new staging directory of this writer; earlier attempts' are deleted first."""
         base = self.work_dir / STAGING
         base.mkdir(parents=True, exist_ok=True)
         for stale in base.glob(f"{self.writer_key}-*"):
             log.info("removing %s, left by an attempt that did not commit", stale)
             shutil.rmtree(stale, ignore_errors=True)
-        staging = base / f"{self.writer_key}-{tag}-{uuid.uuid4().hex[:12]}"
+        return base / f"{self.writer_key}-{tag}-{uuid.uuid4().hex[:12]}"
+
+    def _stage(self, df: DataFrame, partition_by: list[str], staging: Path) -> None:
         with _session_conf(df.sparkSession, "spark.sql.parquet.outputTimestampType",
                            "TIMESTAMP_MICROS"):
             df.write.partitionBy(*partition_by).parquet(staging.as_uri())
-        return staging
 
     # -- publishing ------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -51,6 +52,10 @@ MISSING_FIELD = "MissingRequiredField"
 SCHEMA_MISMATCH = "SchemaMismatch"
 
 
+class SchemaError(ValueError):
+    """A DDL schema that does not parse; the message is one line naming the problem."""
+
+
 @dataclass(frozen=True)
 class ParseSpec:
     ddl: str
@@ -59,10 +64,16 @@ class ParseSpec:
 
     @classmethod
     def from_ddl(cls, ddl: str) -> ParseSpec:
-        """Parse a DDL schema (``"id BIGINT NOT NULL, user STRING"``); needs a SparkSession."""
-        declared = StructType.fromDDL(ddl)
+        """Parse a DDL schema (``"id BIGINT NOT NULL, user STRING"``); needs a SparkSession.
+        A schema that does not parse raises ``SchemaError`` with the first line of Spark's
+        message (the rest is a drawing of the DDL)."""
+        try:
+            declared = StructType.fromDDL(ddl)
+        except (AnalysisException, ParseException) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SchemaError(f"--schema {ddl!r} is not a DDL schema: {first}") from None
         if CORRUPT in declared.fieldNames() or PARSED in declared.fieldNames():
-            raise ValueError(f"column names {CORRUPT} and {PARSED} are reserved")
+            raise SchemaError(f"column names {CORRUPT} and {PARSED} are reserved")
         schema = nullable(declared)
         assert isinstance(schema, StructType)
         return cls(ddl, schema, tuple(f.name for f in declared if not f.nullable))

@@ -76,7 +76,8 @@ def route_batch(df: DataFrame, spec: ParseSpec, sink: DeltaSink,
 
     try:
         result = sink.write(good_rows(parsed, spec), transactions,
-                            before_commit=send_dead_letters, fault_tag=batch_key)
+                            before_commit=send_dead_letters, fault_tag=batch_key,
+                            not_null=spec.required)
     finally:
         parsed.unpersist()
     dlq.forget()  # committed now, or earlier (skipped): no intent is needed any more

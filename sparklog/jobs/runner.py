@@ -2,15 +2,17 @@
 
 Invariants:
 - Settings are loaded and ``check``-ed before Spark starts, so a bad setting fails at once;
-  a failure the user can act on (a setting, a topic that is missing or cannot be created)
-  ends the job with one line naming it and exit code 1, not a traceback.
+  a failure the user can act on (a setting, a ``--schema`` that does not parse, a topic that
+  is missing or cannot be created) ends the job with one line naming it and exit code 1,
+  not a traceback.
 - The session is stopped however the job ends.
 - ``run_job`` (the long-running jobs) handles SIGTERM and SIGINT from when the session is up
   (it replaces PySpark's SIGINT handler, which raises KeyboardInterrupt into whatever py4j
   call is running): the first signal requests a stop that the job polls between two steps
-  (``sparklog.signals.Stop``), and the job then exits 0 with one log line of its own (Spark
-  and py4j also report a batch the stop interrupts); a second signal ends the process at
-  once.
+  (``sparklog.signals.Stop``), and the job then exits 0 with one log line of its own; a
+  second signal ends the process at once. A stop that cuts a batch short is not an error of
+  the job (the batch is replayed at the next start), so ``quiet_interrupted_batch`` silences
+  Spark's and py4j's reports of it before the query is stopped.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from sparklog.client.admin import TopicError
+from sparklog.dlq.parse import ParseSpec, SchemaError
 from sparklog.jobs.settings import JobSettings
 from sparklog.jobs.spark import build_spark
 from sparklog.signals import Stop, stop_on_signals
@@ -40,6 +43,13 @@ def setup_logging() -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+def quiet_interrupted_batch(spark: SparkSession) -> None:
+    """Silence Spark's (JVM) and py4j's logs from here on: called once a stop is requested,
+    before stopping a query, so the batch the stop interrupts is not reported as failing."""
+    spark.sparkContext.setLogLevel("OFF")
+    logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+
+
 @contextmanager
 def spark_job(app_name: str, args: argparse.Namespace,
               check: Callable[[JobSettings], object] | None = None,
@@ -52,8 +62,9 @@ def spark_job(app_name: str, args: argparse.Namespace,
         check(settings)
     spark = build_spark(app_name, settings, args.master)
     try:
+        ParseSpec.from_ddl(args.schema)  # a bad --schema fails now, before any work
         yield spark, settings
-    except TopicError as error:
+    except (TopicError, SchemaError) as error:
         raise SystemExit(str(error)) from None
     finally:
         spark.stop()

@@ -10,11 +10,14 @@ Invariants:
   before Spark starts.
 - ``source.<option>`` settings are passed to every ``sparklog`` read as
   ``.option(<option>, value)``; an empty value passes nothing.
+- ``--set`` only overrides settings ``jobs.properties`` has, or ``source.<option>``: an
+  unknown key is refused with the nearest known one, as a typo would otherwise be ignored.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -50,11 +53,18 @@ class JobSettings:
             spark = read_properties(spark_conf) if spark_conf.is_file() else {}
         except PropertiesError as error:
             raise SystemExit(str(error)) from None
+        known = set(values)
         for item in overrides:
             key, sep, value = item.partition("=")
+            key = key.strip()
             if not sep:
                 raise SystemExit(f"--set expects key=value, got {item!r}")
-            values[key.strip()] = value.strip()
+            if key not in known and not key.startswith(SOURCE_PREFIX):
+                near = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                raise SystemExit(f"--set {key}: no such setting{hint}; the settings are those "
+                                 f"of {directory / 'jobs.properties'}, or {SOURCE_PREFIX}<option>")
+            values[key] = value.strip()
         return cls(values, spark)
 
     def __getitem__(self, key: str) -> str:
@@ -84,8 +94,10 @@ class JobSettings:
 
 def job_parser(description: str) -> argparse.ArgumentParser:
     """The arguments every job takes: where to read, which table and schema, settings."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers HOST:PORT")
+    # help is plain text: the docstring's reStructuredText double backquotes go
+    parser = argparse.ArgumentParser(description=description.replace("``", ""))
+    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=True,
+                        metavar="HOST:PORT", help="Kafka bootstrap servers")
     parser.add_argument("--table", required=True, help="Delta table path (created if missing)")
     parser.add_argument("--schema", required=True,
                         help="DDL schema of the JSON values, e.g. 'id BIGINT NOT NULL, user "

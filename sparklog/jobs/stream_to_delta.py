@@ -17,9 +17,10 @@ Invariants:
   if it was committed; a new checkpoint is a new query that shares no versions with the old.
 - Every record read ends up exactly once in the table or in the dead-letter topic (see
   ``sparklog.dlq.producer`` for the dead-letter guarantee), whatever point the job dies at.
-- SIGTERM / Ctrl-C stop the query between two polls (an unfinished batch is replayed on the
-  next start) and exit 0, logging ``query stopped by signal <name>``; a second signal exits
-  at once; a failed query exits 1. ``--group-id`` is passed to the source as
+- SIGTERM / Ctrl-C stop the query between two polls, or in the middle of a batch (which then
+  fails as ``BatchInterrupted``, quietly, and is replayed on the next start), and exit 0,
+  logging ``query stopped by signal <name>``; a second signal exits at once; a query that
+  failed otherwise exits 1. ``--group-id`` is passed to the source as
   ``groupId``: each batch's end offsets are committed to that group (offsets live in the
   checkpoint; the group is for lag tooling such as ``sparklog groups describe``).
 """
@@ -37,7 +38,7 @@ from sparklog.delta.sink import DeltaSink
 from sparklog.dlq.parse import ParseSpec
 from sparklog.dlq.producer import DeadLetterProducer
 from sparklog.jobs.routing import dlq_state_dir, route_batch
-from sparklog.jobs.runner import run_job
+from sparklog.jobs.runner import quiet_interrupted_batch, run_job
 from sparklog.jobs.settings import JobSettings, job_parser
 from sparklog.jobs.spark import sparklog_reader
 from sparklog.signals import Stop
@@ -79,12 +80,19 @@ def trigger(text: str) -> dict[str, object]:
     raise SystemExit(f"--trigger must be availableNow or processingTime=<interval>, got {text!r}")
 
 
+class BatchInterrupted(Exception):
+    """A batch a stop cut short (it is replayed at the next start): a short message, because
+    Spark matches the failure's text with regular expressions that overflow the JVM's stack
+    on the long one py4j builds for a cancelled job."""
+
+
 class BatchWriter:
     """The ``foreachBatch`` function: one ``route_batch`` per micro-batch."""
 
     def __init__(self, spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
-                 spec: ParseSpec, dlq_topic: str) -> None:
+                 spec: ParseSpec, dlq_topic: str, stop: Stop) -> None:
         self.spark = spark
+        self.stop = stop
         self.args = args
         self.settings = settings
         self.spec = spec
@@ -111,8 +119,13 @@ class BatchWriter:
 
         started = time.monotonic()
         sink, dlq = self._open()
-        outcome = route_batch(df, self.spec, sink, [Transaction(sink.writer_id, batch_id)], dlq,
-                              str(batch_id), lambda letter: self.dlq_topic)
+        try:
+            outcome = route_batch(df, self.spec, sink, [Transaction(sink.writer_id, batch_id)],
+                                  dlq, str(batch_id), lambda letter: self.dlq_topic)
+        except Exception:
+            if self.stop.requested:
+                raise BatchInterrupted(f"batch {batch_id} was cut short by a stop") from None
+            raise
         log.info("batch %d: %s (%.2fs)", batch_id, outcome.describe(),
                  time.monotonic() - started)
 
@@ -142,7 +155,8 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
 
     dlq_topic = args.dlq_topic or args.topic + settings["dlq.topicSuffix"]
     ensure_topics(args.bootstrap, {dlq_topic: partition_count(args.bootstrap, args.topic)})
-    writer = BatchWriter(spark, args, settings, ParseSpec.from_ddl(args.schema), dlq_topic)
+    writer = BatchWriter(spark, args, settings, ParseSpec.from_ddl(args.schema), dlq_topic,
+                         stop)
     query = start(spark, args, settings, writer)
     try:
         while query.isActive and not stop.requested:
@@ -151,14 +165,17 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
         pass  # reported below
     finally:
         if query.isActive:
+            if stop.requested:
+                quiet_interrupted_batch(spark)
             query.stop()
             if stop.signal is not None:
                 log.info("query stopped by signal %s", stop.signal.name)
         writer.close()
-    if query.exception() is not None:
-        log.error("query failed: %s", query.exception())
+    failure = query.exception()
+    if failure is not None and not (stop.requested and BatchInterrupted.__name__ in str(failure)):
+        log.error("query failed: %s", failure)
         return 1
-    return 0
+    return 0  # a batch the stop cut short is no failure: it is replayed at the next start
 
 
 def main(argv: list[str] | None = None) -> int:

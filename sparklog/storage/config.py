@@ -7,6 +7,8 @@ Invariants:
   allowed, so a bad ``--set`` or AlterConfigs answers with a clear message.
 - A topic's effective value is: its own override, else the broker's ``log.*`` synonym, else
   the default. ``source_of`` tells which, for DescribeConfigs.
+- Deprecated configs Kafka 3.x still accepts (``message.format.version``) are accepted,
+  stored and described, and change nothing; ``DEPRECATED`` says why, for the warnings.
 """
 
 from __future__ import annotations
@@ -129,7 +131,15 @@ _KEYS = [
     ConfigKey("message.timestamp.after.max.ms", "long", 3600000, "Largest allowed lead of a "
               "CreateTime timestamp over the broker clock.",
               "log.message.timestamp.after.max.ms", minimum=0),
+    ConfigKey("message.format.version", "string", "3.0-IV1", "Deprecated: ignored, every "
+              "batch is stored in the format the producer sent (v2).",
+              "log.message.format.version"),
 ]
+
+DEPRECATED: dict[str, str] = {
+    "message.format.version": "message.format.version is deprecated and ignored (as in Kafka "
+                              "3.x): record batches are stored as sent, in format v2",
+}
 
 CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
 

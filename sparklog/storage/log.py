@@ -6,8 +6,10 @@ Invariants:
   start offset is unreadable (OFFSET_OUT_OF_RANGE) even while its segment still exists.
 - ``append`` takes the one batch a producer sent for the partition and validates it
   (framing, CRC, record count, size, producer sequence) before writing anything, so it is
-  stored whole or not at all; offsets are assigned by rewriting baseOffset and the leader
-  epoch, the batch bytes are otherwise kept as sent.
+  stored whole or not at all; when single records are at fault (a null key on a compacted
+  topic, a timestamp out of range) the error lists them (``record_errors``: index in the
+  batch and reason), computed only on that failure path; offsets are assigned by rewriting
+  baseOffset and the leader epoch, the batch bytes are otherwise kept as sent.
 - The recovery point is the offset below which everything was fsynced. After an unclean
   shutdown every segment from the one holding the recovery point is re-validated, a torn or
   corrupt tail is truncated, and later segments are dropped; after a clean shutdown the
@@ -281,7 +283,7 @@ class PartitionLog:
                leader_epoch: int = 0) -> AppendInfo:
         """Validate and append the one batch a producer sent for this partition."""
         header = validate_produced(records)
-        self._validate(header, now_ms)
+        self._validate(records, header, now_ms)
         duplicate = self.producer_state.check(header)
         if duplicate is not None:
             return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1,
@@ -342,7 +344,8 @@ class PartitionLog:
                 if completed is not None and completed.aborted:
                     active.txn_index.append(self._aborted_txn(completed))
 
-    def _validate(self, header: BatchHeader, now_ms: int) -> None:
+    def _validate(self, records: bytes | bytearray | memoryview, header: BatchHeader,
+                  now_ms: int) -> None:
         if header.size > self._max_message_bytes:
             raise MessageTooLargeError(
                 f"record batch of {header.size} bytes exceeds max.message.bytes "
@@ -353,10 +356,21 @@ class PartitionLog:
         if not self._log_append_time and header.max_timestamp >= 0:
             ahead = header.max_timestamp - now_ms
             if ahead > self._timestamp_after_ms or -ahead > self._timestamp_before_ms:
-                raise InvalidTimestampError(
-                    f"timestamp {header.max_timestamp} is out of the allowed range around "
-                    f"broker time {now_ms}"
-                )
+                self._reject_timestamps(records, header, now_ms)
+
+    def _reject_timestamps(self, records: bytes | bytearray | memoryview, header: BatchHeader,
+                           now_ms: int) -> None:
+        """Raise INVALID_TIMESTAMP naming each record whose timestamp is out of range."""
+        low, high = now_ms - self._timestamp_before_ms, now_ms + self._timestamp_after_ms
+        decoded = decode_records(records, header)
+        errors = tuple(
+            (index, f"Timestamp {r.timestamp} of message with offset {index} is out of range. "
+                    f"The timestamp should be within [{low}, {high}]")
+            for index, r in enumerate(decoded) if not low <= r.timestamp <= high)
+        raise InvalidTimestampError(
+            f"timestamp {header.max_timestamp} is out of the allowed range around broker time "
+            f"{now_ms}: {len(errors)} of {len(decoded)} records rejected",
+            record_errors=errors)
 
     def roll(self, now_ms: int) -> LogSegment:
         """Start a new active segment at the log end; the old one is fsynced and sealed."""
@@ -588,6 +602,13 @@ def _segment_at(segments: list[LogSegment], offset: int) -> int:
 
 
 def _require_keys(records: bytes | bytearray | memoryview, header: BatchHeader) -> None:
-    """Compacted topics reject records without a key (INVALID_RECORD), as Kafka does."""
-    if any(r.key is None for r in decode_records(records, header)):
-        raise InvalidRecordError("compacted topic rejects a record with a null key")
+    """Compacted topics reject records without a key (INVALID_RECORD), as Kafka does,
+    naming each such record."""
+    decoded = decode_records(records, header)
+    errors = tuple((index, "Compacted topic cannot accept message without key")
+                   for index, record in enumerate(decoded) if record.key is None)
+    if errors:
+        raise InvalidRecordError(
+            f"compacted topic rejects records without a key: {len(errors)} of {len(decoded)} "
+            f"(batch index {', '.join(str(i) for i, _ in errors[:10])}"
+            f"{', ...' if len(errors) > 10 else ''})", record_errors=errors)

@@ -6,9 +6,15 @@ Layout of ``--data-dir`` (Kafka's where Kafka has one):
   metadata log; one small atomically replaced file serves a single node);
 - ``meta.properties``: the cluster id and node id;
 - ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``;
-- ``.kafka_cleanshutdown``: present only after a clean close, removed at start-up.
+- ``.kafka_cleanshutdown``: present only after a clean close, removed at start-up;
+- ``.lock``: locked while a ``LogManager`` has the directory open (``storage/dir_lock.py``).
 
 Invariants:
+- The directory is locked before anything in it is read or written, and unlocked only after
+  the clean-shutdown marker is written: a second broker on a live directory fails with
+  ``DataDirError`` and changes nothing.
+- Topic names are Kafka's: 1-249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``, and no two
+  topics whose names are equal once ``.`` is read as ``_`` (Kafka's metric names collide).
 - ``topics.json`` is the source of truth: a partition directory whose topic is not in it is a
   leftover of an interrupted delete and is removed at start-up.
 - Metadata changes are written before the logs change (create: metadata then directories;
@@ -25,7 +31,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +43,8 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.storage.checkpoint import read_checkpoint, write_atomically, write_checkpoint
-from sparklog.storage.config import LogConfig, broker_defaults, render, validate
+from sparklog.storage.config import DEPRECATED, LogConfig, broker_defaults, render, validate
+from sparklog.storage.dir_lock import lock_data_dir
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.segment import LogSegment
 
@@ -70,13 +77,32 @@ def validate_topic_name(name: str) -> None:
         )
 
 
+def metric_name(topic: str) -> str:
+    """The topic's name in metric names, where Kafka reads ``.`` as ``_``: two topics with
+    the same metric name collide."""
+    return topic.replace(".", "_")
+
+
+def _warn_deprecated(topic: str, names: Iterable[str]) -> None:
+    for name in sorted(set(names) & DEPRECATED.keys()):
+        log.warning("topic %s: %s", topic, DEPRECATED[name])
+
+
 class LogManager:
     def __init__(self, data_dir: Path, broker_props: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.data_dir = data_dir
         self.clock = clock
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.topic_defaults = broker_defaults(broker_props or {})
+        self._lock = lock_data_dir(data_dir)
+        try:
+            self._load(broker_props or {})
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _load(self, broker_props: Mapping[str, str]) -> None:
+        data_dir = self.data_dir
+        self.topic_defaults = broker_defaults(broker_props)
         marker = data_dir / CLEAN_SHUTDOWN_FILE
         self.clean_start = marker.exists()
         first_start = not (data_dir / META_FILE).exists()
@@ -187,6 +213,11 @@ class LogManager:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
+        colliding = [t for t in self.topics if metric_name(t) == metric_name(name)]
+        if colliding:
+            raise InvalidTopicError(
+                f"topic {name!r} collides with existing topic {colliding[0]!r}: names that "
+                "differ only in '.' and '_' are refused, as in Kafka (they share metric names)")
         if partitions < 1:
             raise InvalidPartitionsError(f"partition count must be at least 1, not {partitions}")
         raw = {k: render(v) for k, v in (configs or {}).items()}
@@ -194,6 +225,7 @@ class LogManager:
                               LogConfig.of(raw, self.topic_defaults), internal, raw)
         if validate_only:
             return topic
+        _warn_deprecated(name, raw)
         self.topics[name] = topic
         self._save_topics()
         for partition in range(partitions):
@@ -246,6 +278,7 @@ class LogManager:
         config = LogConfig.of(raw, self.topic_defaults)
         if validate_only:
             return config
+        _warn_deprecated(name, raw.keys() - topic.overrides_raw.keys())
         topic.config, topic.overrides_raw = config, raw
         self._save_topics()
         for partition in range(topic.partitions):
@@ -295,4 +328,5 @@ class LogManager:
         self._delete_due_segments(now=1 << 62)
         self.checkpoint()
         write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        self._lock.release()
         log.info("closed %d partitions cleanly", len(self.logs))

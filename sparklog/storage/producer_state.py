@@ -191,15 +191,26 @@ class ProducerStateManager:
             if offset > max_offset:
                 continue
             try:
-                data = json.loads(path.read_text())
+                _, self.producers = read_snapshot(path)
             except (OSError, ValueError):
                 path.unlink(missing_ok=True)
                 continue
-            for pid, raw in data["producers"].items():
-                entry = ProducerEntry(raw["epoch"], txn_first_offset=raw.get("txn", -1))
-                entry.batches.extend(BatchMetadata(*b) for b in raw["batches"])
-                self.producers[int(pid)] = entry
-                if entry.txn_first_offset >= 0:
-                    self.ongoing[int(pid)] = entry.txn_first_offset
+            self.ongoing = {pid: entry.txn_first_offset
+                            for pid, entry in self.producers.items()
+                            if entry.txn_first_offset >= 0}
             return offset
         return -1
+
+
+def read_snapshot(path: Path) -> tuple[int, dict[int, ProducerEntry]]:
+    """A snapshot file's offset and producers; ``ValueError`` when it is not one."""
+    try:
+        data = json.loads(path.read_text())
+        producers = {}
+        for pid, raw in data["producers"].items():
+            entry = ProducerEntry(raw["epoch"], txn_first_offset=raw.get("txn", -1))
+            entry.batches.extend(BatchMetadata(*b) for b in raw["batches"])
+            producers[int(pid)] = entry
+        return int(data["offset"]), producers
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path.name} is not a producer-state snapshot: {exc!r}") from None

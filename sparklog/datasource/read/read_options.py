@@ -4,8 +4,11 @@ Invariants:
 - ``parse_read_options`` either returns a complete, valid ``ReadOptions`` or raises
   ``OptionError`` naming the option and what is allowed: unknown options, zero or several
   of subscribe/subscribePattern/assign, bad JSON or numbers, ``latest`` as a batch start,
-  ``earliest`` as a batch end, and ending options on a stream are all refused. It is
-  called when the reader is built, so a bad option fails the query when it starts.
+  ``earliest`` as a batch end, and ending options on a stream are all refused. It runs in
+  the driver at ``load()`` (``SparklogDataSource.schema``, with ``streaming=None``: every
+  check that does not depend on batch or stream, as Spark's Kafka source validates when
+  the DataFrame is created), and again when the reader is built, with the checks of its
+  mode.
 - Precedence of starting (and ending) options is Spark's: ``startingTimestamp`` over
   ``startingOffsetsByTimestamp`` over ``startingOffsets``.
 - Defaults are Spark's: streams start at latest, batches at earliest and end at latest;
@@ -170,7 +173,9 @@ class ReadOptions:
                             self.include_headers)
 
 
-def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
+def parse_read_options(options: Mapping[str, str], streaming: bool | None) -> ReadOptions:
+    """The options parsed for a stream (True), a batch (False), or either (None: only the
+    checks both modes share; the result is then for validation only)."""
     if streaming:
         for name in _ENDING:
             if get_option(options, name) is not None:
@@ -185,7 +190,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         subscription=_subscription(options),
         client=client,
         starting=_starting(options, streaming),
-        ending=_ending(options) if not streaming else LatestOffsets(),
+        ending=LatestOffsets() if streaming else _ending(options),
         fail_on_data_loss=parse_bool(options, "failOnDataLoss", True),
         include_headers=parse_bool(options, "includeHeaders", False),
         min_partitions=_positive(options, "minPartitions"),
@@ -202,9 +207,9 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
 def _subscription(options: Mapping[str, str]) -> Subscription:
     given = [name for name in _SUBSCRIPTIONS if get_option(options, name) is not None]
     if len(given) != 1:
-        verb = "must be" if not given else f"can be (got {', '.join(given)})"
-        raise OptionError(f"exactly one of the options subscribe, subscribePattern, assign "
-                          f"{verb} specified")
+        got = f", got {' and '.join(given)}" if given else ", got none"
+        raise OptionError("exactly one of the options subscribe, subscribePattern, assign "
+                          f"must be specified{got}")
     (name,) = given
     raw = get_option(options, name) or ""
     if name == "subscribe":
@@ -225,7 +230,7 @@ def _subscription(options: Mapping[str, str]) -> Subscription:
     return Subscription(name, assigned=tuple(parse_assign_option(raw)))
 
 
-def _starting(options: Mapping[str, str], streaming: bool) -> OffsetSpec:
+def _starting(options: Mapping[str, str], streaming: bool | None) -> OffsetSpec:
     strategy = (get_option(options, "startingOffsetsByTimestampStrategy") or "error").lower()
     if strategy not in ("error", "latest"):
         raise OptionError("option startingOffsetsByTimestampStrategy must be error or latest, "
@@ -236,7 +241,7 @@ def _starting(options: Mapping[str, str], streaming: bool) -> OffsetSpec:
         return by_time
     spec = _offsets(options, "startingOffsets",
                     LatestOffsets() if streaming else EarliestOffsets())
-    if not streaming and (isinstance(spec, LatestOffsets) or (
+    if streaming is False and (isinstance(spec, LatestOffsets) or (
             isinstance(spec, SpecificOffsets) and LATEST in spec.offsets.values())):
         raise OptionError("option startingOffsets: latest (-1) is not a valid start for batch "
                           "queries; allowed: earliest, or JSON offsets with -2 for earliest")

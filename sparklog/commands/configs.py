@@ -1,0 +1,197 @@
+"""``sparklog configs``: describe and alter topic and broker configs, like ``kafka-configs.sh``.
+
+    sparklog configs --bootstrap-server B --entity-type topics|brokers [--entity-name N]
+        --describe [--all]
+    sparklog configs --bootstrap-server B --entity-type topics --entity-name T --alter
+        [--add-config k1=v1,k2=[a,b]] [--delete-config k1,k2]
+        [--append-config k=[a,b]] [--subtract-config k=[a,b]]
+
+``--topic T`` and ``--broker ID`` are short for ``--entity-type ... --entity-name ...``.
+
+Invariants:
+- ``--describe`` prints Kafka's layout: ``Dynamic configs for topic T are:`` (or ``All
+  configs ...`` with ``--all``), then one line per config, ``  key=value sensitive=false
+  synonyms={SOURCE:key=value, ...}``. Without ``--all`` only dynamic configs (a topic's
+  overrides) are listed; a broker has none here. Without ``--entity-name`` every topic (or
+  this broker) is described.
+- ``--alter`` sends one IncrementalAlterConfigs request: ``--add-config`` is SET,
+  ``--delete-config`` DELETE, ``--append-config`` / ``--subtract-config`` APPEND / SUBTRACT
+  on list configs such as ``cleanup.policy``. Values are Kafka's ``k=v`` lists separated by
+  commas, a list value in brackets (``cleanup.policy=[compact,delete]``). It prints
+  ``Completed updating config for topic T.`` and a warning on stderr for each deprecated
+  config set (``message.format.version``: accepted, ignored).
+- Failures are one stderr line and exit code 1 (2 for usage errors), as the other tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+)
+
+from sparklog.client.admin import REQUEST_TIMEOUT_S
+from sparklog.commands._client import (
+    USAGE,
+    ToolError,
+    client_config,
+    client_parent,
+    complain,
+    tool,
+)
+from sparklog.storage.config import DEPRECATED
+
+NAME = "configs"
+ENTITY_TYPES = {"topics": ConfigResource.Type.TOPIC, "brokers": ConfigResource.Type.BROKER}
+_DYNAMIC = frozenset({ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+                      ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+                      ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value})
+_OPERATIONS = (("add_config", AlterConfigOpType.SET), ("append_config", AlterConfigOpType.APPEND),
+               ("subtract_config", AlterConfigOpType.SUBTRACT))
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        NAME, parents=[client_parent()], help="describe and alter topic and broker configs",
+        description=__doc__.split("Invariants:")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--entity-type", choices=sorted(ENTITY_TYPES))
+    parser.add_argument("--entity-name", help="the topic name or broker id (default: all)")
+    parser.add_argument("--topic", help="same as --entity-type topics --entity-name TOPIC")
+    parser.add_argument("--broker", help="same as --entity-type brokers --entity-name ID")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--describe", action="store_true", help="print configs")
+    action.add_argument("--alter", action="store_true", help="change configs")
+    parser.add_argument("--all", action="store_true",
+                        help="with --describe: every config, not only dynamic ones")
+    parser.add_argument("--add-config", metavar="K=V,K=[A,B]", help="configs to set")
+    parser.add_argument("--delete-config", metavar="K1,K2", help="configs to remove")
+    parser.add_argument("--append-config", metavar="K=[A,B]",
+                        help="items to add to list configs")
+    parser.add_argument("--subtract-config", metavar="K=[A,B]",
+                        help="items to remove from list configs")
+    parser.set_defaults(func=tool(NAME, run))
+
+
+def run(args: argparse.Namespace) -> int:
+    kind, name = _entity(args)
+    admin = AdminClient(client_config(args))
+    if args.describe:
+        return _describe(admin, kind, name, args.all)
+    if name is None:
+        raise ToolError("--alter needs --entity-name (or --topic / --broker)", USAGE)
+    return _alter(admin, kind, name, args)
+
+
+def _entity(args: argparse.Namespace) -> tuple[str, str | None]:
+    """(entity type, name or None) from --entity-type/--entity-name or --topic/--broker."""
+    given = [(kind, value) for kind, value in (("topics", args.topic), ("brokers", args.broker))
+             if value is not None]
+    if given and (args.entity_type or args.entity_name or len(given) > 1):
+        raise ToolError("give --topic, --broker or --entity-type/--entity-name, not several",
+                        USAGE)
+    if given:
+        return given[0]
+    if args.entity_type is None:
+        raise ToolError("--entity-type (topics or brokers) is required", USAGE)
+    return args.entity_type, args.entity_name
+
+
+def _resources(admin: AdminClient, kind: str, name: str | None) -> list[ConfigResource]:
+    """The resources to describe; a broker id the cluster does not have is refused here
+    (the client would wait for that broker until its timeout)."""
+    if kind == "brokers":
+        brokers = sorted(str(b) for b in admin.list_topics(timeout=REQUEST_TIMEOUT_S).brokers)
+        if name is not None and name not in brokers:
+            raise ToolError(f"broker {name} does not exist (brokers: {', '.join(brokers)})")
+        return [ConfigResource(ENTITY_TYPES[kind], b) for b in brokers if name in (None, b)]
+    if name is not None:
+        return [ConfigResource(ENTITY_TYPES[kind], name)]
+    topics = admin.list_topics(timeout=REQUEST_TIMEOUT_S).topics
+    return [ConfigResource(ENTITY_TYPES[kind], t) for t in sorted(topics)]
+
+
+def _describe(admin: AdminClient, kind: str, name: str | None, everything: bool) -> int:
+    resources = _resources(admin, kind, name)
+    if not resources:
+        return 0
+    futures = admin.describe_configs(resources, request_timeout=REQUEST_TIMEOUT_S)
+    singular = kind.removesuffix("s")
+    for resource in resources:
+        entries = next(f for r, f in futures.items() if r.name == resource.name).result()
+        print(f"{'All' if everything else 'Dynamic'} configs for {singular} {resource.name} are:")
+        for key in sorted(entries):
+            entry = entries[key]
+            if everything or entry.source in _DYNAMIC:
+                print(f"  {_entry_text(entry)}")
+    return 0
+
+
+def _entry_text(entry: ConfigEntry) -> str:
+    """Kafka's describe line. confluent-kafka keeps one synonym per name, so a broker
+    setting that overrides the default under the same name (``log.segment.bytes``) is put
+    back from the entry's own source; synonyms are listed most specific first."""
+    synonyms = {s.source: (s.name, s.value) for s in entry.synonyms.values()}
+    if entry.source not in synonyms:
+        own_name = entry.name if entry.source in _DYNAMIC or not entry.synonyms else next(
+            iter(entry.synonyms))
+        synonyms[entry.source] = (own_name, entry.value)
+    listed = ", ".join(f"{ConfigSource(source).name}:{name}={_value(value)}"
+                       for source, (name, value) in sorted(synonyms.items()))
+    sensitive = "true" if entry.is_sensitive else "false"
+    return f"{entry.name}={_value(entry.value)} sensitive={sensitive} synonyms={{{listed}}}"
+
+
+def _value(value: str | None) -> str:
+    return "null" if value is None else value
+
+
+def split_configs(text: str, flag: str) -> dict[str, str]:
+    """Kafka's ``k1=v1,k2=[a,b]``: commas inside brackets belong to the value, and a
+    bracketed value is the list ``a,b``."""
+    items, depth, current = [], 0, ""
+    for char in text:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    configs = {}
+    for item in (i.strip() for i in items if i.strip()):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ToolError(f"{flag} {item!r} is not KEY=VALUE", USAGE)
+        configs[key.strip()] = value.strip().removeprefix("[").removesuffix("]")
+    return configs
+
+
+def _alter(admin: AdminClient, kind: str, name: str, args: argparse.Namespace) -> int:
+    entries = []
+    for attribute, operation in _OPERATIONS:
+        flag = "--" + attribute.replace("_", "-")
+        text = getattr(args, attribute)
+        for key, value in (split_configs(text, flag) if text else {}).items():
+            entries.append(ConfigEntry(key, value, incremental_operation=operation))
+    for key in (k.strip() for k in (args.delete_config or "").split(",") if k.strip()):
+        entries.append(ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE))
+    if not entries:
+        raise ToolError("nothing to alter: give --add-config, --delete-config, "
+                        "--append-config or --subtract-config", USAGE)
+    resource = ConfigResource(ENTITY_TYPES[kind], name, incremental_configs=entries)
+    (future,) = admin.incremental_alter_configs([resource],
+                                                request_timeout=REQUEST_TIMEOUT_S).values()
+    future.result()
+    for entry in entries:
+        if entry.name in DEPRECATED and entry.incremental_operation != AlterConfigOpType.DELETE:
+            complain(NAME, f"warning: {DEPRECATED[entry.name]}")
+    print(f"Completed updating config for {kind.removesuffix('s')} {name}.", file=sys.stdout)
+    return 0

@@ -1,0 +1,99 @@
+"""Decoders of internal topics' records for ``sparklog dump-log``, one per ``--NAME-decoder``.
+
+``DECODERS`` maps a name to a ``RecordDecoder``; ``dump-log`` offers one flag per entry
+(``offsets`` gives ``--offsets-decoder``, as Kafka's tool), so an internal topic added later
+(``__transaction_state``: ``--transaction-log-decoder``) registers its decoder here with
+``register`` and needs nothing else.
+
+Invariants:
+- A decoder turns a record's key and value into the text printed after ``key:`` and
+  ``payload:``, in Kafka 3.x's layout: JSON ``{"type": "<key version>", "data": {...}}`` for a
+  key and ``{"version": "<value version>", "data": {...}}`` for a value, ``<DELETE>`` for a
+  tombstone. Field names are Kafka's (camelCase, as its JSON message converters write them).
+- A record a decoder cannot read is printed as ``unknown`` with the reason, never an
+  exception: dump-log keeps going.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from sparklog.coordinator.consumer_protocol import PROTOCOL_TYPE, subscribed_topics
+from sparklog.coordinator.group_records import (
+    GroupKey,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+)
+
+RecordDecoder = Callable[[bytes | None, bytes | None], tuple[str, str]]
+"""(key, value) -> (key text, payload text)."""
+
+TOMBSTONE = "<DELETE>"
+DECODERS: dict[str, RecordDecoder] = {}
+
+
+def register(name: str, decoder: RecordDecoder) -> None:
+    """Offer ``decoder`` as ``dump-log --NAME-decoder``."""
+    DECODERS[name] = decoder
+
+
+def _version(data: bytes) -> str:
+    return str(int.from_bytes(data[:2], "big", signed=True))
+
+
+def _json(kind: str, version: str, data: dict[str, Any]) -> str:
+    return json.dumps({kind: version, "data": data}, separators=(",", ":"))
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _fields(record: Any, rename: dict[str, str] | None = None) -> dict[str, Any]:
+    return {(rename or {}).get(k, _camel(k)): v for k, v in asdict(record).items()}
+
+
+def offsets_decoder(key: bytes | None, value: bytes | None) -> tuple[str, str]:
+    """``__consumer_offsets`` records: offset commits and group metadata."""
+    if key is None:
+        return "unknown (a record of __consumer_offsets has a key)", TOMBSTONE
+    try:
+        decoded_key = decode_key(key)
+    except ValueError as exc:
+        return f"unknown ({exc})", "unknown"
+    key_text = _json("type", _version(key), _fields(decoded_key))
+    if value is None:
+        return key_text, TOMBSTONE
+    try:
+        if isinstance(decoded_key, GroupKey):
+            group = decode_group_value(value)
+            data = _fields(group, {"state_timestamp": "currentStateTimestamp"})
+            data["members"] = [_member(m, group.protocol_type) for m in group.members]
+        else:
+            data = _fields(decode_offset_value(value))
+    except ValueError as exc:
+        return key_text, f"unknown ({exc})"
+    return key_text, _json("version", _version(value), data)
+
+
+def _member(member: Any, protocol_type: str) -> dict[str, Any]:
+    data = _fields(member, {"rebalance_timeout_ms": "rebalanceTimeout",
+                            "session_timeout_ms": "sessionTimeout"})
+    subscription, assignment = data.pop("subscription"), data.pop("assignment")
+    if protocol_type == PROTOCOL_TYPE:
+        try:
+            data["subscription"] = {"topics": list(subscribed_topics(subscription))}
+        except ValueError:
+            data["subscription"] = f"<{len(subscription)} bytes>"
+    else:
+        data["subscription"] = f"<{len(subscription)} bytes>"
+    data["assignment"] = f"<{len(assignment)} bytes>"
+    return data
+
+
+register("offsets", offsets_decoder)
