@@ -6,6 +6,8 @@ Invariants:
 - Precedence: built-in defaults < ``--config FILE`` < ``--set key=value``.
 - An unknown key is kept (Kafka logs and ignores it) and reported by ``unknown_keys``; a
   known key with a bad value fails at start-up with a message naming key and value.
+- ``metrics.listener`` (sparklog's own: the Prometheus endpoint and status page) is empty
+  (off) or ``http://HOST:PORT``; port 0 takes any free port.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sparklog.errors import InvalidConfigError
 from sparklog.properties import read_properties
@@ -48,6 +51,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.cleaner.backoff.ms": "15000",
     "log.cleaner.dedupe.buffer.size": "134217728",
     "log.cleaner.threads": "1",
+    "metrics.listener": "",
 }
 
 _INT_KEYS = {
@@ -75,6 +79,7 @@ class BrokerConfig:
         for key in _BOOL_KEYS & self.props.keys():
             self.get_bool(key)
         self.topic_defaults = broker_defaults(self.props)  # validates log.* values
+        self.metrics_listener()
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
@@ -93,6 +98,22 @@ class BrokerConfig:
         known = BROKER_DEFAULTS.keys() | _INT_KEYS | _TOPIC_SYNONYMS | {
             "log.retention.ms", "log.retention.minutes", "log.roll.hours"}
         return sorted(k for k in self.props if k not in known)
+
+    def metrics_listener(self) -> tuple[str, int] | None:
+        """``metrics.listener`` as (host, port); None when it is not set (no listener)."""
+        value = self.props["metrics.listener"].strip()
+        if not value:
+            return None
+        url = urlsplit(value)
+        try:
+            port = url.port
+        except ValueError:
+            port = None
+        if url.scheme != "http" or not url.hostname or port is None or url.path not in ("", "/"):
+            raise InvalidConfigError(
+                f"invalid value {value!r} for broker config metrics.listener: expected "
+                "http://HOST:PORT, e.g. http://127.0.0.1:9404")
+        return url.hostname, port
 
     def get(self, key: str) -> str:
         return self.props[key]

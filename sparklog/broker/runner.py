@@ -17,6 +17,10 @@ Invariants:
 - Maintenance (time-based flushes, retention, checkpoints) runs on the event loop at the
   intervals Kafka's settings name; log compaction runs in the ``LogCleaner`` threads
   (``log.cleaner.*``).
+- With ``metrics.listener`` set, the server records request metrics from its first request
+  and the listener (metrics and status page) accepts connections before ``start`` returns;
+  ``run`` then prints ``sparklog broker metrics and status page on URL`` before its
+  listening line. ``stop`` closes the listener first.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
+from sparklog.broker.monitoring.listener import MetricsListener
+from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import load_handlers
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
@@ -77,6 +83,7 @@ class BrokerService:
         self.broker: Broker | None = None
         self._server: BrokerServer | None = None
         self._cleaner: LogCleaner | None = None
+        self._listener: MetricsListener | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -91,17 +98,29 @@ class BrokerService:
         assert self._server is not None, "the broker is not started"
         return self._server.port
 
+    @property
+    def metrics_url(self) -> str | None:
+        """The metrics listener's URL (status page at its root), None when it is off."""
+        return None if self._listener is None else self._listener.url
+
     async def start(self) -> None:
         load_handlers()
         config = self.config
         broker = self.broker = Broker(config, self.data_dir)
         broker.start()
-        self._server = BrokerServer(broker, self.listen_host, self.listen_port)
-        _, bound_port = await self._server.start()
+        metrics_at, requests = config.metrics_listener(), RequestMetrics()
+        server = self._server = BrokerServer(broker, self.listen_host, self.listen_port,
+                                             requests if metrics_at is not None else None)
+        _, bound_port = await server.start()
         broker.host, broker.port = advertised_address(config, self.listen_host, bound_port)
         self._cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
         if self._cleaner.config.enable:
             self._cleaner.start()
+        if metrics_at is not None:
+            self._listener = MetricsListener(
+                broker, lambda: server.connection_count, requests,
+                self._cleaner if self._cleaner.config.enable else None, *metrics_at)
+            await self._listener.start()
         self._tasks = [
             asyncio.create_task(_every(config.get_int(interval), action))
             for interval, action in (
@@ -115,6 +134,8 @@ class BrokerService:
 
     async def stop(self) -> None:
         log.info("shutting down")
+        if self._listener is not None:
+            await self._listener.stop()
         for task in self._tasks:
             task.cancel()
         if self._server is not None:
@@ -131,6 +152,8 @@ async def serve(config: BrokerConfig, data_dir: Path, listen: str,
     """Serve until ``stop`` is set."""
     service = BrokerService(config, data_dir, listen)
     await service.start()
+    if service.metrics_url is not None:
+        print(f"sparklog broker metrics and status page on {service.metrics_url}", flush=True)
     print(f"sparklog broker listening on {service.host}:{service.port}", flush=True)
     try:
         await stop.wait()

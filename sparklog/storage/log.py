@@ -14,6 +14,9 @@ Invariants:
   indexes are only sanity-checked.
 - Retention and DeleteRecords remove whole segments only; the active segment is rolled
   first when it must go.
+- ``appended_records`` and ``appended_bytes`` count what ``append`` stored since the log was
+  opened (a duplicate is not stored, so not counted): two integer additions per batch, read
+  by the broker's metrics (Kafka's MessagesInPerSec and BytesInPerSec).
 - Threads: the event loop appends, reads and applies retention; the log cleaner's thread
   swaps cleaned segments in. ``lock`` serialises every change of ``segments`` (roll,
   retention, ``replace_segments``) and of producer state; the cleaner holds it for a few
@@ -118,6 +121,8 @@ class PartitionLog:
         self._unflushed = 0
         self._last_flush_ms = now_ms
         self._pending_flushes: list[Future[None]] = []
+        self.appended_records = 0
+        self.appended_bytes = 0
         self._load(now_ms, clean_shutdown)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -253,6 +258,8 @@ class PartitionLog:
             active.append(buffers, (header,))
             self.producer_state.update(header)
         self._unflushed += header.record_count
+        self.appended_records += header.record_count
+        self.appended_bytes += header.size
         if self._unflushed >= self._flush_messages:
             self.flush(now_ms)
         return AppendInfo(header.base_offset, header.base_offset + header.last_offset_delta,

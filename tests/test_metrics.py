@@ -1,0 +1,224 @@
+"""The metrics endpoint (``metrics.listener``): Kafka's metric names with the right labels and
+values after real clients produced, consumed and committed; the status JSON; the
+listener's start-up checks.
+
+Scrapes are parsed with prometheus-client's own parser, so what is checked is what
+Prometheus would store. Expected values come from the test's own bookkeeping (records
+produced per partition, offsets committed) and from the clients (watermarks), not from the
+broker's metrics code.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from broker_fixtures import (
+    TIMEOUT,
+    RawConnection,
+    committed_member,
+    consume_confluent,
+    create_topic,
+    module_broker,
+    produce_per_partition,
+    raw_produce,
+    start_broker,
+    topic,
+    watermarks,
+)
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from sparklog.broker.monitoring.exporter import FAMILIES
+from sparklog.broker.process import BrokerProcess
+from sparklog.record.records import build_batch
+
+__all__ = ["broker", "topic"]
+
+REPO = Path(__file__).resolve().parents[1]
+DASHBOARD = REPO / "sparklog" / "conf" / "grafana-dashboard.json"
+METRICS_ON = {"metrics.listener": "http://127.0.0.1:0"}
+
+broker = module_broker(METRICS_ON)
+
+
+class Scrape:
+    """One scrape of ``/metrics``: its families, and its samples by name and labels."""
+
+    def __init__(self, text: str) -> None:
+        self.families = {f.name: f for f in text_string_to_metric_families(text)}
+        self.samples: list[Sample] = [s for f in self.families.values() for s in f.samples]
+
+    def value(self, name: str, **labels: str) -> float:
+        """The value of the one sample ``name`` with exactly ``labels``."""
+        found = [s.value for s in self.samples if s.name == name and s.labels == labels]
+        assert len(found) == 1, f"{name}{labels}: {len(found)} samples"
+        return found[0]
+
+    def labelled(self, name: str, **labels: str) -> list[Sample]:
+        """Samples ``name`` whose labels include ``labels``."""
+        return [s for s in self.samples
+                if s.name == name and labels.items() <= s.labels.items()]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def scrape(proc: BrokerProcess) -> Scrape:
+    assert proc.metrics_url is not None, "the broker printed no metrics URL"
+    with urllib.request.urlopen(proc.metrics_url + "metrics", timeout=TIMEOUT) as response:
+        assert response.headers["Content-Type"].startswith("text/plain")
+        return Scrape(response.read().decode())
+
+
+@pytest.fixture
+def group_member(broker: BrokerProcess, topic: str) -> Iterator[str]:
+    """A live member of group ``<topic>-group`` subscribed to ``topic`` (2 partitions, 30
+    and 20 records), which committed offsets 12 and 5."""
+    create_topic(broker.bootstrap, topic, partitions=2)
+    produce_per_partition(broker.bootstrap, topic, {0: 30, 1: 20})
+    group = f"{topic}-group"
+    consumer = committed_member(broker.bootstrap, topic, group, {0: 12, 1: 5})
+    yield group
+    consumer.close()
+
+
+def test_a_scrape_has_kafkas_names_labels_and_values(broker: BrokerProcess, topic: str,
+                                                     group_member: str) -> None:
+    consume_confluent(broker.bootstrap, topic, 50, partitions=(0, 1))  # all of it, once
+    metrics = scrape(broker)
+
+    # BrokerTopicMetrics, per topic and for all topics
+    assert metrics.value("kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 50
+    assert metrics.value("kafka_server_brokertopicmetrics_messagesin_total") >= 50
+    sizes = [metrics.value("kafka_log_log_size", topic=topic, partition=str(p)) for p in (0, 1)]
+    assert all(size > 0 for size in sizes)
+    # every appended batch is in the (one) segment: bytes in is what the logs hold
+    assert metrics.value("kafka_server_brokertopicmetrics_bytesin_total", topic=topic) \
+        == sum(sizes)
+    # the consumer read every batch at least once
+    assert metrics.value("kafka_server_brokertopicmetrics_bytesout_total", topic=topic) \
+        >= sum(sizes)
+
+    # Log: start and end offsets per partition, as the clients see them
+    for partition, produced in ((0, 30), (1, 20)):
+        labels = {"topic": topic, "partition": str(partition)}
+        assert watermarks(broker.bootstrap, topic, partition) == (0, produced)
+        assert metrics.value("kafka_log_log_logstartoffset", **labels) == 0
+        assert metrics.value("kafka_log_log_logendoffset", **labels) == produced
+        assert metrics.value("kafka_log_log_numlogsegments", **labels) == 1
+        assert metrics.value("kafka_topic_partition_current_offset", **labels) == produced
+        assert metrics.value("kafka_topic_partition_oldest_offset", **labels) == 0
+    assert metrics.value("kafka_topic_partitions", topic=topic) == 2
+
+    # kafka-exporter's consumer group metrics
+    for partition, committed, end in ((0, 12, 30), (1, 5, 20)):
+        labels = {"consumergroup": group_member, "topic": topic, "partition": str(partition)}
+        assert metrics.value("kafka_consumergroup_current_offset", **labels) == committed
+        assert metrics.value("kafka_consumergroup_lag", **labels) == end - committed
+    assert metrics.value("kafka_consumergroup_lag_sum", consumergroup=group_member,
+                         topic=topic) == 18 + 15
+    assert metrics.value("kafka_consumergroup_members", consumergroup=group_member) == 1
+
+    # RequestMetrics: rate per API and version, latency histogram, errors by code
+    produces = metrics.labelled("kafka_network_requestmetrics_requests_total",
+                                request="Produce")
+    assert produces and all(s.labels["version"].isdigit() for s in produces)
+    count = metrics.value("kafka_network_requestmetrics_totaltimems_count", request="Produce")
+    assert count == sum(s.value for s in produces)
+    assert metrics.value("kafka_network_requestmetrics_totaltimems_bucket", request="Produce",
+                         le="+Inf") == count
+    assert metrics.value("kafka_network_requestmetrics_totaltimems_sum", request="Produce") > 0
+    buckets = [s.value for s in metrics.labelled(
+        "kafka_network_requestmetrics_totaltimems_bucket", request="Produce")]
+    assert buckets == sorted(buckets), "buckets are cumulative"
+    assert metrics.value("kafka_network_requestmetrics_errors_total", request="Produce",
+                         error="NONE") >= 2  # one per partition
+    for name in ("Fetch", "FetchConsumer", "OffsetCommit", "JoinGroup", "Metadata"):
+        assert metrics.labelled("kafka_network_requestmetrics_requests_total", request=name)
+
+    # the connections and the replica state of a single node
+    assert metrics.value("kafka_server_socket_server_metrics_connection_count",
+                         listener="PLAINTEXT", networkProcessor="0") >= 1
+    partitions = metrics.value("kafka_server_replicamanager_partitioncount")
+    assert partitions >= 2 + 50  # the topic and __consumer_offsets
+    assert metrics.value("kafka_server_replicamanager_leadercount") == partitions
+    assert metrics.value("kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert metrics.value("kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+    assert metrics.value("kafka_brokers") == 1
+
+
+def test_a_scrape_holds_exactly_the_documented_families(broker: BrokerProcess) -> None:
+    metrics = scrape(broker)
+    kafka = {name: family.type for name, family in metrics.families.items()
+             if name.startswith("kafka_")}
+    assert kafka == FAMILIES
+    assert "process_resident_memory_bytes" in metrics.families
+
+
+def test_request_errors_are_counted_by_code(broker: BrokerProcess, topic: str) -> None:
+    before = scrape(broker).labelled("kafka_network_requestmetrics_errors_total",
+                                     request="Produce", error="UNKNOWN_TOPIC_OR_PARTITION")
+    with RawConnection(broker.bootstrap) as conn:
+        answer = raw_produce(conn, topic, 0, build_batch([(None, b"v", (), now_ms())]))
+    assert answer.error_code == 3
+    after = scrape(broker).value("kafka_network_requestmetrics_errors_total",
+                                 request="Produce", error="UNKNOWN_TOPIC_OR_PARTITION")
+    assert after == (before[0].value if before else 0) + 1
+
+
+def test_the_status_json_shows_partitions_and_group_lag(broker: BrokerProcess, topic: str,
+                                                        group_member: str) -> None:
+    assert broker.metrics_url is not None
+    with urllib.request.urlopen(broker.metrics_url + "status.json", timeout=TIMEOUT) as answer:
+        data = json.load(answer)
+    status = data["status"]
+    mine = {p["partition"]: p for p in status["partitions"] if p["topic"] == topic}
+    assert {p: (v["log_end_offset"], v["leader"], v["isr"]) for p, v in mine.items()} \
+        == {0: (30, 0, [0]), 1: (20, 0, [0])}
+    (group,) = [g for g in status["groups"] if g["group_id"] == group_member]
+    assert group["state"] == "Stable" and len(group["members"]) == 1
+    assert sorted(tp for m in group["members"] for tp, _ in m["assignment"]) == [topic]
+    assert [(o["partition"], o["committed"], o["lag"]) for o in group["offsets"]] \
+        == [(0, 12, 18), (1, 5, 15)]
+    assert data["history"], "the rate history has its first sample"
+
+
+def test_unknown_paths_are_404(broker: BrokerProcess) -> None:
+    assert broker.metrics_url is not None
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(broker.metrics_url + "nothing-here", timeout=TIMEOUT)
+    assert raised.value.code == 404
+
+
+# -- starting, and not starting, the listener ---------------------------------------------------
+
+
+def test_the_listener_is_off_unless_set(tmp_path: Path) -> None:
+    proc = start_broker(tmp_path)
+    try:
+        assert proc.metrics_url is None
+    finally:
+        assert proc.stop() == 0
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1:9404", "https://127.0.0.1:9404",
+                                   "http://127.0.0.1", "http://127.0.0.1:9404/metrics"])
+def test_a_bad_listener_is_refused_in_one_line_naming_the_key(tmp_path: Path,
+                                                              value: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", "broker", "--data-dir", str(tmp_path),
+         "--listen", "127.0.0.1:0", "--set", f"metrics.listener={value}"],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"sparklog broker: invalid value {value!r} for broker config metrics.listener: "
+        "expected http://HOST:PORT, e.g. http://127.0.0.1:9404"]
