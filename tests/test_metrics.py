@@ -1,6 +1,6 @@
 """The metrics endpoint (``metrics.listener``): Kafka's metric names with the right labels and
 values after real clients produced, consumed and committed; the status JSON; the
-listener's start-up checks.
+listener's start-up checks; rate-limited connection warnings.
 
 Scrapes are parsed with prometheus-client's own parser, so what is checked is what
 Prometheus would store. Expected values come from the test's own bookkeeping (records
@@ -11,6 +11,9 @@ broker's metrics code.
 from __future__ import annotations
 
 import json
+import re
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -31,6 +34,7 @@ from broker_fixtures import (
     raw_produce,
     start_broker,
     topic,
+    wait_until,
     watermarks,
 )
 from prometheus_client.parser import text_string_to_metric_families
@@ -222,3 +226,33 @@ def test_a_bad_listener_is_refused_in_one_line_naming_the_key(tmp_path: Path,
     assert done.stderr.strip().splitlines() == [
         f"sparklog broker: invalid value {value!r} for broker config metrics.listener: "
         "expected http://HOST:PORT, e.g. http://127.0.0.1:9404"]
+
+
+# -- rate-limited connection warnings -----------------------------------------------------------
+
+
+def test_a_burst_of_half_open_connections_gives_a_few_warnings_and_a_count(
+        tmp_path: Path) -> None:
+    proc = start_broker(tmp_path)
+    try:
+        for _ in range(200):  # each sends part of a frame, then ends its side of the stream
+            with RawConnection(proc.bootstrap) as conn:
+                conn.send(struct.pack(">i", 100) + b"x" * 10)
+                conn.sock.shutdown(socket.SHUT_WR)
+                assert conn.read_until_closed() == b""
+
+        def warnings() -> tuple[int, int, int]:
+            lines = [line for line in proc.log_file.read_text().splitlines()
+                     if " WARNING " in line]
+            summaries = [int(m[1]) for line in lines
+                         if (m := re.search(r"(\d+) more connections closed for bad input", line))]
+            logged = sum("closing connection from" in line for line in lines) - len(summaries)
+            return len(lines), logged, sum(summaries)
+
+        wait_until(lambda: sum(warnings()[1:]) == 200, timeout=60,
+                   message="every bad connection logged or counted in a summary")
+        lines, logged, counted = warnings()
+        assert lines <= 15, f"{lines} WARNING lines for 200 bad connections"
+        assert logged >= 5 and counted > 0
+    finally:
+        assert proc.stop() == 0

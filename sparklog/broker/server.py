@@ -13,6 +13,8 @@ Invariants:
 - With ``metrics`` (set when ``metrics.listener`` is), ``_dispatch`` records every request
   it decoded: its API, version, time to its encoded response and the response's error codes
   (``monitoring/requests.py``); without, that costs one attribute test.
+- Warnings about closed connections are rate-limited (``WarningLimiter``): a burst of bad
+  connections gives a few lines and a count, not a line each.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
   record data goes from the page cache to the socket without entering Python.
 """
@@ -29,6 +31,7 @@ from sparklog.broker.faults import ACTIVE
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import CLIENT_HOST, HANDLERS, served, serves
 from sparklog.broker.state import Broker
+from sparklog.broker.warning_limiter import WarningLimiter
 from sparklog.errors import KafkaError
 from sparklog.protocol.codec import decode_request, encode_api_versions_error, encode_response
 from sparklog.protocol.fetch_response import FetchResponse, FileRegion, encode_fetch_response
@@ -82,6 +85,7 @@ class BrokerServer:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._max_frame = broker.config.get_int("socket.request.max.bytes")
+        self._closing_warnings = WarningLimiter(log, "connections closed for bad input")
 
     @property
     def connection_count(self) -> int:
@@ -100,6 +104,7 @@ class BrokerServer:
         await asyncio.gather(*self._connections, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        self._closing_warnings.flush()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -116,7 +121,7 @@ class BrokerServer:
                 if parts:
                     await self._write(writer, parts)
         except (FrameError, KafkaError) as exc:
-            log.warning("closing connection from %s: %s", peer, exc)
+            self._closing_warnings.warning("closing connection from %s: %s", peer, exc)
         except DroppedByFault:
             log.info("closing connection from %s: dropped by a fault hook", peer)
         except (ConnectionError, asyncio.CancelledError):
