@@ -1,6 +1,6 @@
 """The metrics endpoint (``metrics.listener``): Kafka's metric names with the right labels and
-values after real clients produced, consumed and committed; the status JSON; the
-listener's start-up checks; rate-limited connection warnings.
+values after real clients produced, consumed and committed; the status JSON; the Grafana
+dashboard's queries; the listener's start-up checks; rate-limited connection warnings.
 
 Scrapes are parsed with prometheus-client's own parser, so what is checked is what
 Prometheus would store. Expected values come from the test's own bookkeeping (records
@@ -201,6 +201,45 @@ def test_unknown_paths_are_404(broker: BrokerProcess) -> None:
     with pytest.raises(urllib.error.HTTPError) as raised:
         urllib.request.urlopen(broker.metrics_url + "nothing-here", timeout=TIMEOUT)
     assert raised.value.code == 404
+
+
+# -- the Grafana dashboard ----------------------------------------------------------------------
+
+
+def _panels(dashboard: dict) -> Iterator[dict]:
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])  # collapsed rows hold their panels
+
+
+def test_the_grafana_dashboard_queries_only_metrics_the_broker_exports(
+        broker: BrokerProcess) -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["title"] and dashboard["uid"] and dashboard["schemaVersion"] >= 30
+    assert any(v["type"] == "datasource" and v["query"] == "prometheus"
+               for v in dashboard["templating"]["list"])
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
+                "gauge": ("",)}
+    exported = {name + suffix for name, family in scrape(broker).families.items()
+                for suffix in suffixes.get(family.type, ("",))}  # families with no sample too
+    queries = [v["definition"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    for panel in _panels(dashboard):
+        assert panel["type"] in ("row", "timeseries", "stat", "table"), panel["type"]
+        for target in panel.get("targets", []):
+            assert target["datasource"]["uid"] == "${datasource}"
+            queries.append(target["expr"])
+    assert len(queries) >= 10
+    queried = {name for query in queries
+               for name in re.findall(r"\b((?:kafka|process)_[a-z0-9_]+)", query)}
+    assert queried - exported == set(), "the dashboard queries names the broker does not export"
+    # it shows each kind of metric: topics, requests, logs, cleaner, replicas, lag
+    for name in ("kafka_server_brokertopicmetrics_messagesin_total",
+                 "kafka_network_requestmetrics_totaltimems_bucket",
+                 "kafka_network_requestmetrics_errors_total", "kafka_log_log_size",
+                 "kafka_log_logcleanermanager_max_dirty_percent",
+                 "kafka_server_replicamanager_underreplicatedpartitions",
+                 "kafka_consumergroup_lag"):
+        assert name in queried
 
 
 # -- starting, and not starting, the listener ---------------------------------------------------
