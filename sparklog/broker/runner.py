@@ -5,12 +5,16 @@
 ``sparklog.broker.embedded`` runs one on a thread of a test process.
 
 Invariants:
-- ``start`` returns once the socket accepts connections; ``port`` is then the bound port
-  (with port 0, the one the OS chose) and ``run`` prints ``sparklog broker listening on
-  HOST:PORT`` (the address to connect to here) only then.
-- The advertised address (Metadata, FindCoordinator) is ``advertised.listeners``' host and
-  port when set, else the listening address, with 127.0.0.1 for all interfaces or
-  ``localhost`` (librdkafka may resolve ``localhost`` to ::1).
+- One server per listener of ``listeners`` (Kafka's ``NAME://HOST:PORT`` list); the
+  ``listen`` address given to the service (``--listen``) replaces the first one's.
+- ``start`` returns once every listener accepts connections; ``port`` is then the first
+  listener's bound port (with port 0, the one the OS chose) and ``run`` prints a line per
+  further listener, then ``sparklog broker listening on HOST:PORT`` (the first listener's
+  address to connect to here) last.
+- A listener advertises (Metadata, FindCoordinator, to the clients that came in through it)
+  its ``advertised.listeners`` entry's host and port when there is one, else its listening
+  address, with 127.0.0.1 for all interfaces or ``localhost`` (librdkafka may resolve
+  ``localhost`` to ::1).
 - ``stop`` stops accepting, closes connections, stops the cleaner, then flushes and closes
   every log and writes the clean-shutdown marker. SIGTERM and SIGINT stop ``run``, which
   then exits 0.
@@ -29,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
@@ -43,25 +48,30 @@ from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 log = logging.getLogger(__name__)
 
 
+_WILDCARDS = ("0.0.0.0", "", "::", "localhost")
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"--listen expects HOST:PORT, got {listen!r}")
-    host = host.removeprefix("PLAINTEXT://").strip("[]")
+    host = host.rpartition("://")[2].strip("[]")  # a listener's NAME:// may lead
     return host or "0.0.0.0", int(port)
 
 
-def advertised_address(config: BrokerConfig, listen_host: str,
+def local_host(listen_host: str) -> str:
+    """The host to connect to from this machine (loopback for a wildcard or ``localhost``)."""
+    return "127.0.0.1" if listen_host in _WILDCARDS else listen_host
+
+
+def advertised_address(advertised: tuple[str, int] | None, listen_host: str,
                        bound_port: int) -> tuple[str, int]:
-    """Where clients are told to connect: ``advertised.listeners`` (host AND port, for NAT and
-    Docker set-ups), else the listening address (loopback for a wildcard or ``localhost``)."""
-    advertised = config.get("advertised.listeners")
-    if advertised:
-        host, port = parse_listen(advertised.split(",")[0])
+    """Where a listener's clients are told to connect: its ``advertised.listeners`` entry
+    (host AND port, for NAT and Docker set-ups), else its listening address."""
+    if advertised is not None:
+        host, port = advertised
         return host, port or bound_port
-    if listen_host in ("0.0.0.0", "", "::", "localhost"):
-        return "127.0.0.1", bound_port
-    return listen_host, bound_port
+    return local_host(listen_host), bound_port
 
 
 async def _every(interval_ms: int, action: Callable[[], None]) -> None:
@@ -79,24 +89,29 @@ class BrokerService:
     def __init__(self, config: BrokerConfig, data_dir: Path, listen: str) -> None:
         self.config = config
         self.data_dir = data_dir
-        self.listen_host, self.listen_port = parse_listen(listen)
+        self.listen_on = config.listeners()  # name -> (host, port)
+        self.listen_on[next(iter(self.listen_on))] = parse_listen(listen)
         self.broker: Broker | None = None
-        self._server: BrokerServer | None = None
+        self._servers: list[BrokerServer] = []
         self._cleaner: LogCleaner | None = None
         self._listener: MetricsListener | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def host(self) -> str:
-        """The host to connect to from this machine."""
-        return "127.0.0.1" if self.listen_host in ("0.0.0.0", "", "::", "localhost") \
-            else self.listen_host
+        """The first listener's host to connect to from this machine."""
+        return local_host(next(iter(self.listen_on.values()))[0])
 
     @property
     def port(self) -> int:
-        """The bound port."""
-        assert self._server is not None, "the broker is not started"
-        return self._server.port
+        """The first listener's bound port."""
+        assert self._servers, "the broker is not started"
+        return self._servers[0].port
+
+    @property
+    def servers(self) -> list[BrokerServer]:
+        """One per listener, in the order of ``listeners``."""
+        return list(self._servers)
 
     @property
     def metrics_url(self) -> str | None:
@@ -109,16 +124,23 @@ class BrokerService:
         broker = self.broker = Broker(config, self.data_dir)
         broker.start()
         metrics_at, requests = config.metrics_listener(), RequestMetrics()
-        server = self._server = BrokerServer(broker, self.listen_host, self.listen_port,
-                                             requests if metrics_at is not None else None)
-        _, bound_port = await server.start()
-        broker.host, broker.port = advertised_address(config, self.listen_host, bound_port)
+        advertised = config.listeners("advertised.listeners")
+        broker.advertised = {}
+        for name, (host, port) in self.listen_on.items():
+            server = BrokerServer(broker, host, port,
+                                  requests if metrics_at is not None else None, name)
+            self._servers.append(server)
+            await server.start(partial(advertised_address, advertised.get(name), host))
+            broker.advertised[name] = server.advertised
+            log.info("listener %s on %s:%d, advertised as %s:%d", name, host, server.port,
+                     *server.advertised)
         self._cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
         if self._cleaner.config.enable:
             self._cleaner.start()
         if metrics_at is not None:
             self._listener = MetricsListener(
-                broker, lambda: server.connection_count, requests,
+                broker, lambda: {s.listener: s.connection_count for s in self._servers},
+                requests,
                 self._cleaner if self._cleaner.config.enable else None, *metrics_at)
             await self._listener.start()
         self._tasks = [
@@ -129,8 +151,7 @@ class BrokerService:
                 ("log.flush.offset.checkpoint.interval.ms", broker.logs.checkpoint),
             )
         ]
-        log.info("serving %s:%d, advertised as %s:%d (data in %s)", self.listen_host,
-                 bound_port, broker.host, broker.port, self.data_dir)
+        log.info("serving %d listener(s), data in %s", len(self._servers), self.data_dir)
 
     async def stop(self) -> None:
         log.info("shutting down")
@@ -138,8 +159,8 @@ class BrokerService:
             await self._listener.stop()
         for task in self._tasks:
             task.cancel()
-        if self._server is not None:
-            await self._server.stop()
+        for server in self._servers:
+            await server.stop()
         if self._cleaner is not None:
             self._cleaner.stop()
         if self.broker is not None:
@@ -154,6 +175,9 @@ async def serve(config: BrokerConfig, data_dir: Path, listen: str,
     await service.start()
     if service.metrics_url is not None:
         print(f"sparklog broker metrics and status page on {service.metrics_url}", flush=True)
+    for server in service.servers[1:]:
+        print(f"sparklog broker listener {server.listener} on {server.host}:{server.port}, "
+              "advertised as {}:{}".format(*server.advertised), flush=True)
     print(f"sparklog broker listening on {service.host}:{service.port}", flush=True)
     try:
         await stop.wait()

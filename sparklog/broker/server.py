@@ -13,6 +13,9 @@ Invariants:
 - With ``metrics`` (set when ``metrics.listener`` is), ``_dispatch`` records every request
   it decoded: its API, version, time to its encoded response and the response's error codes
   (``monitoring/requests.py``); without, that costs one attribute test.
+- Each server is one listener (``listener``, its name): every request of a connection it
+  accepted sees its ``advertised`` address (``state.ADVERTISED``), known before the first
+  connection is accepted.
 - Warnings about closed connections are rate-limited (``WarningLimiter``): a burst of bad
   connections gives a few lines and a count, not a line each.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
@@ -25,12 +28,13 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sparklog.broker.faults import ACTIVE
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import CLIENT_HOST, HANDLERS, served, serves
-from sparklog.broker.state import Broker
+from sparklog.broker.state import ADVERTISED, Broker
 from sparklog.broker.warning_limiter import WarningLimiter
 from sparklog.errors import KafkaError
 from sparklog.protocol.codec import decode_request, encode_api_versions_error, encode_response
@@ -77,11 +81,13 @@ class _Descriptor:
 
 class BrokerServer:
     def __init__(self, broker: Broker, host: str, port: int,
-                 metrics: RequestMetrics | None = None) -> None:
+                 metrics: RequestMetrics | None = None, listener: str = "PLAINTEXT") -> None:
         self.broker = broker
         self.host = host
         self.port = port
         self.metrics = metrics
+        self.listener = listener
+        self.advertised = (host, port)  # until ``start`` knows the bound port
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._max_frame = broker.config.get_int("socket.request.max.bytes")
@@ -91,9 +97,13 @@ class BrokerServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
-    async def start(self) -> tuple[str, int]:
+    async def start(self, advertise: Callable[[int], tuple[str, int]] | None = None
+                    ) -> tuple[str, int]:
+        """Listen; ``advertise(bound port)`` gives the address to advertise (default: the
+        bound one), set before any connection is accepted."""
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
+        self.advertised = advertise(self.port) if advertise else (self.host, self.port)
         return self.host, self.port
 
     async def stop(self) -> None:
@@ -112,6 +122,7 @@ class BrokerServer:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         CLIENT_HOST.set(f"/{peer[0]}" if peer else "")  # this connection's task only
+        ADVERTISED.set(self.advertised)
         try:
             while True:
                 frame = await read_frame(reader, self._max_frame)

@@ -46,8 +46,6 @@ from sparklog.broker.monitoring.requests import LATENCY_BUCKETS_MS
 from sparklog.broker.monitoring.status import BrokerStatus
 from sparklog.errors import ErrorCode
 
-LISTENER = "PLAINTEXT"
-
 FAMILIES: dict[str, str] = {
     "kafka_server_brokertopicmetrics_messagesin": "counter",
     "kafka_server_brokertopicmetrics_bytesin": "counter",
@@ -151,7 +149,8 @@ def _request_metrics(status: BrokerStatus) -> Iterator[Metric]:
     connections = GaugeMetricFamily("kafka_server_socket_server_metrics_connection_count",
                                     "Open client connections", labels=["listener",
                                                                        "networkProcessor"])
-    connections.add_metric([LISTENER, "0"], status.connections)
+    for listener, count in status.connections.items():
+        connections.add_metric([listener, "0"], count)
     yield from (requests, errors, latency, connections)
 
 

@@ -61,7 +61,7 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class MetricsListener:
-    def __init__(self, broker: Broker, connections: Callable[[], int],
+    def __init__(self, broker: Broker, connections: Callable[[], dict[str, int]],
                  requests: RequestMetrics, cleaner: LogCleaner | None,
                  host: str, port: int) -> None:
         self.broker = broker

@@ -94,17 +94,17 @@ class CleanerStatus:
 class BrokerStatus:
     node_id: int
     cluster_id: str
-    advertised: str
+    advertised: dict[str, str]  # listener name -> host:port
     data_dir: str
     time_ms: int
-    connections: int
+    connections: dict[str, int]  # listener name -> open connections
     partitions: tuple[PartitionStatus, ...]
     groups: tuple[GroupStatus, ...]
     cleaner: CleanerStatus | None
     requests: RequestTotals
 
 
-def take_status(broker: Broker, connections: int, requests: RequestMetrics,
+def take_status(broker: Broker, connections: dict[str, int], requests: RequestMetrics,
                 cleaner: LogCleaner | None) -> BrokerStatus:
     """Everything the listener serves, read now (on the broker's event loop thread)."""
     node = broker.node_id
@@ -118,7 +118,9 @@ def take_status(broker: Broker, connections: int, requests: RequestMetrics,
     ends = {(p.topic, p.partition): p.log_end_offset for p in partitions}
     groups = tuple(_group(group, ends) for _, group in sorted(broker.coordinator.groups.items()))
     return BrokerStatus(
-        node, broker.cluster_id, f"{broker.host}:{broker.port}", str(broker.data_dir),
+        node, broker.cluster_id,
+        {name: f"{host}:{port}" for name, (host, port) in broker.advertised.items()},
+        str(broker.data_dir),
         broker.now_ms(), connections, tuple(partitions), groups,
         None if cleaner is None else _cleaner(cleaner, broker.now_ms()), requests.copy())
 
