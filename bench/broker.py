@@ -9,9 +9,12 @@ Measures, in one run:
   batch.size 1 MB, acks=all, idempotent);
 - consume throughput of the same data from offset 0 (records/s, MB/s);
 - end-to-end latency p50/p99 at a moderate rate (1000 records/s, linger.ms 0), unloaded;
+- the cost of metrics: produce throughput (100 B records) of two fresh brokers, one without
+  and one with ``metrics.listener`` scraped every second (``/metrics`` and the status page's
+  ``/status.json``), in alternating runs, best of two each;
 - the broker's peak RSS (VmHWM).
-Prints a table with absolute figures and the ratio to the socket ceiling; the last line is
-``produce_100B_records_per_s=<n>``.
+Prints a table with absolute figures and the ratio to the socket ceiling (for the metrics
+row: to the run without metrics); the last line is ``produce_100B_records_per_s=<n>``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from _common import Row, peak_rss_mib, print_table, vm_hwm_mib  # bench/ is on sys.path when run
@@ -150,6 +154,53 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float
     return samples[total // 10:]  # drop the warm-up tenth
 
 
+class Scraper:
+    """Scrapes a broker's /metrics and /status.json every second, like a Prometheus with a
+    short interval and an open status page, until stopped."""
+
+    def __init__(self, metrics_url: str) -> None:
+        self.url = metrics_url
+        self.scrapes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            for path in ("metrics", "status.json"):
+                with urllib.request.urlopen(self.url + path, timeout=30) as response:
+                    response.read()
+            self.scrapes += 1
+
+
+def metrics_overhead(root: Path, count: int) -> tuple[float, float, int]:
+    """Best produce rates (100 B records/s) without and with metrics, and the scrapes made."""
+    plain = BrokerProcess(root / "plain").start()
+    measured = BrokerProcess(root / "measured",
+                             {"metrics.listener": "http://127.0.0.1:0"}).start()
+    assert measured.metrics_url is not None
+    best = {"off": 0.0, "on": 0.0}
+    try:
+        with Scraper(measured.metrics_url) as scraper:
+            for run in range(2):
+                for mode, broker in (("off", plain), ("on", measured)):
+                    topic = f"bench-metrics-{mode}-{run}"
+                    create_topic(broker.bootstrap, topic)
+                    best[mode] = max(best[mode],
+                                     count / produce(broker.bootstrap, topic, 100, count))
+        return best["off"], best["on"], scraper.scrapes
+    finally:
+        plain.stop()
+        measured.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
@@ -188,7 +239,12 @@ def main() -> int:
         p99 = statistics.quantiles(samples, n=100)[98]
         rows.append(Row("end-to-end latency @1000 rec/s", f"p50 {p50:.2f} ms",
                         f"p99 {p99:.2f} ms", "", ""))
+        off, on, scrapes = metrics_overhead(root, int(3_000_000 * scale))
+        rows.append(Row("produce 100 B, metrics off", f"{off:,.0f} rec/s", "", "", ""))
+        rows.append(Row(f"produce 100 B, metrics on ({scrapes} scrapes)", f"{on:,.0f} rec/s",
+                        "", f"{on / off:.3f}", ""))
         print_table(["measure", "records", "bytes", "ratio to TCP", "broker peak RSS"], rows)
+        print(f"metrics_overhead_percent={100 * (1 - on / off):.1f}")
         print(f"bench process peak RSS: {peak_rss_mib():.0f} MiB")
         print(f"produce_100B_records_per_s={results['produce_100']:.0f}")
     finally:
