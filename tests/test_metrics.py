@@ -30,10 +30,13 @@ from broker_fixtures import (
     consume_confluent,
     create_topic,
     module_broker,
+    numbered,
+    produce_confluent,
     produce_per_partition,
     raw_produce,
     start_broker,
     topic,
+    unique_topic,
     wait_until,
     watermarks,
 )
@@ -201,6 +204,44 @@ def test_unknown_paths_are_404(broker: BrokerProcess) -> None:
     with pytest.raises(urllib.error.HTTPError) as raised:
         urllib.request.urlopen(broker.metrics_url + "nothing-here", timeout=TIMEOUT)
     assert raised.value.code == 404
+
+
+def _status(proc: BrokerProcess) -> dict:
+    assert proc.metrics_url is not None
+    with urllib.request.urlopen(proc.metrics_url + "status.json", timeout=TIMEOUT) as answer:
+        return json.load(answer)["status"]  # type: ignore[no-any-return]
+
+
+def test_the_cleaners_backlog_and_runs_are_measured(tmp_path: Path) -> None:
+    # a cleaner round runs at start; with this backoff, no other one until the restart
+    proc = start_broker(tmp_path, {**METRICS_ON, "log.cleaner.backoff.ms": "600000"})
+    try:
+        compacted = create_topic(proc.bootstrap, unique_topic("compacted"), config={
+            "cleanup.policy": "compact", "segment.bytes": "1024",
+            "min.cleanable.dirty.ratio": "0.01"})
+        for _ in range(20):  # 20 batches of the same 5 keys, a few per 1 KiB segment
+            produce_confluent(proc.bootstrap, compacted, numbered(10, key_count=5, pad=40))
+        backlog = scrape(proc)
+        # nothing of it was ever cleaned: every inactive segment is dirty
+        assert backlog.value("kafka_log_logcleanermanager_max_dirty_percent") == 100
+        assert backlog.value("kafka_log_logcleaner_max_clean_time_secs") == 0
+        assert backlog.value("kafka_log_logcleanermanager_time_since_last_run_ms") > 0
+        assert backlog.value("kafka_log_logcleaner_deadthreadcount") == 0
+        assert _status(proc)["cleaner"]["cleans"] == 0
+        size = backlog.value("kafka_log_log_size", topic=compacted, partition="0")
+
+        proc.config["log.cleaner.backoff.ms"] = "50"
+        proc.restart()
+        wait_until(lambda: _status(proc)["cleaner"]["cleans"] >= 1, message="a clean")
+        cleaned = scrape(proc)
+        assert cleaned.value("kafka_log_logcleanermanager_max_dirty_percent") < 100
+        assert cleaned.value("kafka_log_logcleaner_max_clean_time_secs") > 0
+        assert 0 < cleaned.value("kafka_log_logcleaner_cleaner_recopy_percent") < 100
+        assert cleaned.value("kafka_log_log_size", topic=compacted, partition="0") < size
+        assert cleaned.value("kafka_log_logcleanermanager_uncleanable_partitions_count",
+                             logDirectory=str(proc.data_dir)) == 0
+    finally:
+        assert proc.stop() == 0
 
 
 # -- the Grafana dashboard ----------------------------------------------------------------------
