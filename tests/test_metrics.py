@@ -26,6 +26,7 @@ import pytest
 from broker_fixtures import (
     TIMEOUT,
     RawConnection,
+    admin,
     committed_member,
     consume_confluent,
     create_topic,
@@ -180,6 +181,16 @@ def test_request_errors_are_counted_by_code(broker: BrokerProcess, topic: str) -
     after = scrape(broker).value("kafka_network_requestmetrics_errors_total",
                                  request="Produce", error="UNKNOWN_TOPIC_OR_PARTITION")
     assert after == (before[0].value if before else 0) + 1
+
+
+def test_a_deleted_topics_series_go(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic)
+    produce_per_partition(broker.bootstrap, topic, {0: 3})
+    consume_confluent(broker.bootstrap, topic, 3)
+    assert scrape(broker).value("kafka_server_brokertopicmetrics_bytesout_total", topic=topic)
+    client = admin(broker.bootstrap)
+    client.delete_topics([topic], operation_timeout=10)[topic].result(TIMEOUT)
+    assert [s for s in scrape(broker).samples if s.labels.get("topic") == topic] == []
 
 
 def test_the_status_json_shows_partitions_and_group_lag(broker: BrokerProcess, topic: str,

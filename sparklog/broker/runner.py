@@ -124,6 +124,7 @@ class BrokerService:
         broker = self.broker = Broker(config, self.data_dir)
         broker.start()
         metrics_at, requests = config.metrics_listener(), RequestMetrics()
+        broker.logs.on_log_deleted.append(lambda tp: requests.forget_topic(tp[0]))
         advertised = config.listeners("advertised.listeners")
         broker.advertised = {}
         for name, (host, port) in self.listen_on.items():

@@ -20,7 +20,9 @@ Invariants:
   holds exactly these families, and the Grafana dashboard (``sparklog/conf/``) queries only
   them (``tests/test_metrics.py`` checks both).
 - BrokerTopicMetrics are exported per topic and once without a ``topic`` label for all topics,
-  as Kafka registers both meters (so sum over ``{topic!=""}``, not over everything).
+  as Kafka registers both meters (so sum over ``{topic!=""}``, not over everything). They
+  count since the broker started (in: since each log was opened); a deleted topic's series
+  go, and the all-topics sum drops by its counts, which Prometheus reads as a counter reset.
 - Request latency (``TotalTimeMs``) is a Prometheus histogram (``_bucket``, ``_sum``,
   ``_count``) in milliseconds: the JMX exporter's ``_count`` keeps its name, and its quantile
   gauges (from Kafka's own decaying reservoir) are replaced by buckets, from which

@@ -11,6 +11,8 @@ Invariants:
   in Kafka. Errors are counted per error code of the response (``NONE`` included), and a
   request that failed without a response as its exception's code (else
   ``UNKNOWN_SERVER_ERROR``).
+- A deleted topic's bytes out are forgotten (``forget_topic``), as Kafka removes a deleted
+  topic's meters; a topic of the same name starts again from 0.
 - Latency runs from the whole request frame being read to its response being encoded (with
   a Fetch's long poll; the socket write is not included), in milliseconds, into the fixed
   buckets ``LATENCY_BUCKETS_MS`` (the last bucket takes everything above them).
@@ -128,6 +130,9 @@ class RequestMetrics:
         if found is None:
             found = self._apis[name] = _ApiCounters()
         return found
+
+    def forget_topic(self, topic: str) -> None:
+        self._bytes_out.pop(topic, None)
 
     def bytes_out_total(self) -> int:
         return sum(self._bytes_out.values())
