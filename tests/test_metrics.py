@@ -319,6 +319,21 @@ def test_a_bad_listener_is_refused_in_one_line_naming_the_key(tmp_path: Path,
         "expected http://HOST:PORT, e.g. http://127.0.0.1:9404"]
 
 
+def test_a_listener_that_cannot_bind_stops_the_broker_cleanly(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "sparklog.cli", "broker", "--data-dir",
+             str(tmp_path / "data"), "--listen", "127.0.0.1:0",
+             "--set", f"metrics.listener=http://127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert f"cannot listen on metrics.listener http://127.0.0.1:{port}/" in done.stderr
+    assert (tmp_path / "data" / ".kafka_cleanshutdown").exists(), "the logs were closed"
+
+
 # -- rate-limited connection warnings -----------------------------------------------------------
 
 

@@ -24,7 +24,8 @@ Invariants:
 - With ``metrics.listener`` set, the server records request metrics from its first request
   and the listener (metrics and status page) accepts connections before ``start`` returns;
   ``run`` then prints ``sparklog broker metrics and status page on URL`` before its
-  listening line. ``stop`` closes the listener first.
+  listening line. ``stop`` closes the listener first; a listener that cannot bind stops the
+  broker cleanly and ``start`` raises its error, naming ``metrics.listener``.
 """
 
 from __future__ import annotations
@@ -143,7 +144,11 @@ class BrokerService:
                 broker, lambda: {s.listener: s.connection_count for s in self._servers},
                 requests,
                 self._cleaner if self._cleaner.config.enable else None, *metrics_at)
-            await self._listener.start()
+            try:
+                await self._listener.start()
+            except OSError:  # its address is taken or unknown: stop what started, cleanly
+                await self.stop()
+                raise
         self._tasks = [
             asyncio.create_task(_every(config.get_int(interval), action))
             for interval, action in (

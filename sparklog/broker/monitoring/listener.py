@@ -87,9 +87,10 @@ class MetricsListener:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        family = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)[0][0]
-        server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
         try:
+            family = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)[0][0]
+            server_class = type("MetricsServer", (ThreadingWSGIServer,),
+                                {"address_family": family})
             self._httpd = make_server(self.host, self.port, self._app, server_class,
                                       handler_class=_QuietHandler)
         except OSError as exc:
