@@ -6,6 +6,7 @@ and print ratios next to absolute figures, so results can be compared across mac
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import tempfile
@@ -34,6 +35,13 @@ def vm_hwm_mib(pid: int | None) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds another process used so far (/proc/<pid>/stat); less
+    sensitive than wall-clock time to what else the machine runs."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Stopwatch:
