@@ -37,10 +37,12 @@ def vm_hwm_mib(pid: int | None) -> float:
     return float("nan")
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds another process used so far (/proc/<pid>/stat); less
-    sensitive than wall-clock time to what else the machine runs."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int | None, thread: int | None = None) -> float:
+    """User + system CPU seconds another process (or one of its threads: the main thread's id
+    is the pid) used so far, from /proc; less sensitive than wall-clock time to what else the
+    machine runs."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
