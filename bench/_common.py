@@ -37,13 +37,15 @@ def vm_hwm_mib(pid: int | None) -> float:
     return float("nan")
 
 
-def cpu_seconds(pid: int | None, thread: int | None = None) -> float:
-    """User + system CPU seconds another process (or one of its threads: the main thread's id
-    is the pid) used so far, from /proc; less sensitive than wall-clock time to what else the
-    machine runs."""
+def cpu_seconds(pid: int | None, thread: int | None = None, *, user_only: bool = False) -> float:
+    """CPU seconds (user + system, or user only) another process (or one of its threads: the
+    main thread's id is the pid) used so far, from /proc; less sensitive than wall-clock time
+    to what else the machine runs. User time leaves out the kernel's share, which write-back
+    of earlier runs' data can inflate."""
     path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     fields = Path(path).read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + (0 if user_only else int(fields[12]))
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class Stopwatch:
