@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: test demo bench lint java cc venv clean
+.PHONY: test demo bench lint java cc browser venv clean
 
 venv: $(STAMP)
 
@@ -39,7 +39,17 @@ java:
 		|| { echo "could not install Java 17: install it and retry" >&2; exit 1; }; \
 	fi
 
-test: $(STAMP) java
+# The status page's test drives Debian's Chromium through its ChromeDriver; install both
+# from the distribution when missing.
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+		echo "Chromium or ChromeDriver not found: installing chromium chromium-driver"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			chromium chromium-driver) \
+		|| { echo "could not install Chromium: install it and retry" >&2; exit 1; }; \
+	fi
+
+test: $(STAMP) java browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP) java

@@ -6,6 +6,7 @@ and print ratios next to absolute figures, so results can be compared across mac
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import tempfile
@@ -34,6 +35,17 @@ def vm_hwm_mib(pid: int | None) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_seconds(pid: int | None, thread: int | None = None, *, user_only: bool = False) -> float:
+    """CPU seconds (user + system, or user only) another process (or one of its threads: the
+    main thread's id is the pid) used so far, from /proc; less sensitive than wall-clock time
+    to what else the machine runs. User time leaves out the kernel's share, which write-back
+    of earlier runs' data can inflate."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + (0 if user_only else int(fields[12]))
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class Stopwatch:

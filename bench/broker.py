@@ -21,8 +21,16 @@ Measures, in one run:
   process over each measurement), and the cores it used meanwhile: the machine has two,
   which the client competes for;
 - end-to-end latency p50/p99 at a moderate rate (1000 records/s, linger.ms 0), unloaded;
+- the cost of metrics: produce throughput (100 B records) of two fresh brokers, one without
+  and one with ``metrics.listener``, scraped (``/metrics`` every 5 s) with the status page
+  open (``/status.json`` every 2 s), in runs ordered off, on, on, off, best of two each;
+  also the user CPU time per record of the broker's event loop thread (which a busy machine
+  disturbs less than throughput) and the CPU time of the listener's threads (formatting
+  scrapes);
 - the broker's peak RSS (VmHWM).
-The last line is ``produce_100B_records_per_s=<n>`` (confluent-kafka, tuned).
+Prints a table with absolute figures and the ratio to the socket ceiling, then the metrics
+rows (ratio to the run without metrics); the last line is ``produce_100B_records_per_s=<n>``
+(confluent-kafka, tuned).
 """
 
 from __future__ import annotations
@@ -37,12 +45,19 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import Row, peak_rss_mib, print_table, vm_hwm_mib  # bench/ is on sys.path when run
+from _common import (  # bench/ is on sys.path when run
+    Row,
+    cpu_seconds,
+    peak_rss_mib,
+    print_table,
+    vm_hwm_mib,
+)
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -129,7 +144,7 @@ def produce_confluent(bootstrap: str, topic: str, value: bytes, count: int,
             try:
                 send(topic, value)
                 break
-            except BufferError:  # the default queue (100,000 messages) is full
+            except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.01)
     if producer.flush(120):
         raise SystemExit("produce benchmark: records left undelivered")
@@ -231,14 +246,6 @@ CLIENTS = {
 # -- measuring ------------------------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """utime + stime of a process so far (NaN without one)."""
-    if pid is None:
-        return float("nan")
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass(frozen=True)
 class Measured:
     seconds: float
@@ -246,10 +253,15 @@ class Measured:
 
 
 def measure(run: Callable[[], object], broker_pid: int | None) -> Measured:
-    cpu_before, started = cpu_seconds(broker_pid), time.perf_counter()
+    """``run``'s wall-clock seconds and the broker's CPU seconds meanwhile (NaN when the
+    broker is not ours)."""
+    def broker_cpu() -> float:
+        return float("nan") if broker_pid is None else cpu_seconds(broker_pid)
+
+    cpu_before, started = broker_cpu(), time.perf_counter()
     run()
     seconds = time.perf_counter() - started
-    return Measured(seconds, cpu_seconds(broker_pid) - cpu_before)
+    return Measured(seconds, broker_cpu() - cpu_before)
 
 
 def row(client: str, setting: str, what: str, count: int, nbytes: int, measured: Measured,
@@ -291,6 +303,80 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float
     reader.join(60)
     consumer.close()
     return samples[total // 10:]  # drop the warm-up tenth
+
+
+class Scraper:
+    """Scrapes a broker like an eager Prometheus (``/metrics`` every 5 s, a third of the usual
+    15 s) with the status page open (``/status.json`` every 2 s, as the page polls), until
+    stopped; ``scrapes`` counts the /metrics scrapes."""
+
+    def __init__(self, metrics_url: str) -> None:
+        self.url = metrics_url
+        self.scrapes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _get(self, path: str) -> None:
+        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+            response.read()
+
+    def _run(self) -> None:
+        tick = 0
+        while not self._stop.wait(1.0):
+            tick += 1
+            if tick % 2 == 0:
+                self._get("status.json")
+            if tick % 5 == 0:
+                self._get("metrics")
+                self.scrapes += 1
+
+
+def metrics_overhead(root: Path, count: int) -> tuple[dict[str, float], dict[str, float],
+                                                     float, int]:
+    """Per mode ("off", "on"): the best produce rate (100 B records/s) and the least user CPU
+    microseconds per record of the broker's event loop thread (where the request path and
+    its metrics run); the CPU milliseconds the metrics broker's other threads (the
+    listener's) used per run at most; the scrapes made. Runs go off, on, on, off, so that
+    what a run leaves to the next (write-back, caches) weighs on both alike."""
+    brokers = {"off": BrokerProcess(root / "plain").start(),
+               "on": BrokerProcess(root / "measured",
+                                   {"metrics.listener": "http://127.0.0.1:0"}).start()}
+    metrics_url = brokers["on"].metrics_url
+    assert metrics_url is not None
+    value = os.urandom(100)
+    rate = {"off": 0.0, "on": 0.0}
+    loop_cpu = {"off": float("inf"), "on": float("inf")}
+    listener_ms = 0.0
+    try:
+        with Scraper(metrics_url) as scraper:
+            for run, mode in enumerate(("off", "on", "on", "off")):
+                broker = brokers[mode]
+                topic = f"bench-metrics-{run}"
+                create_topic(broker.bootstrap, topic)
+                process = cpu_seconds(broker.pid)
+                loop = cpu_seconds(broker.pid, broker.pid)
+                loop_user = cpu_seconds(broker.pid, broker.pid, user_only=True)
+                seconds = measure(lambda b=broker.bootstrap, t=topic: produce_confluent(
+                    b, t, value, count, TUNED["confluent-kafka"]["producer"]), None).seconds
+                rate[mode] = max(rate[mode], count / seconds)
+                loop_user = cpu_seconds(broker.pid, broker.pid, user_only=True) - loop_user
+                loop_cpu[mode] = min(loop_cpu[mode], loop_user / count * 1e6)
+                if mode == "on":
+                    others = cpu_seconds(broker.pid) - process
+                    others -= cpu_seconds(broker.pid, broker.pid) - loop
+                    listener_ms = max(listener_ms, others * 1e3)
+        return rate, loop_cpu, listener_ms, scraper.scrapes
+    finally:
+        for broker in brokers.values():
+            broker.stop()
 
 
 def main() -> int:
@@ -354,6 +440,15 @@ def main() -> int:
               f"{peak_rss_mib():.0f} MiB")
         if ("confluent-kafka", "tuned", 100) in results:
             print(f"produce_100B_records_per_s={results[('confluent-kafka', 'tuned', 100)]:.0f}")
+        rate, loop_cpu, listener_ms, scrapes = metrics_overhead(root, int(3_000_000 * scale))
+        print_table(["metrics", "produce 100 B records/s", "event loop user us / record",
+                     "ratio to off"],
+                    [Row("off", f"{rate['off']:,.0f}", f"{loop_cpu['off']:.3f}", ""),
+                     Row(f"on ({scrapes} scrapes)", f"{rate['on']:,.0f}",
+                         f"{loop_cpu['on']:.3f}", f"{rate['on'] / rate['off']:.3f}")])
+        print(f"metrics cost: throughput {100 * (1 - rate['on'] / rate['off']):+.1f}%, event "
+              f"loop user CPU per record {100 * (loop_cpu['on'] / loop_cpu['off'] - 1):+.1f}%, "
+              f"listener threads {listener_ms:.0f} ms CPU per run at most")
     finally:
         if broker is not None:
             broker.stop()

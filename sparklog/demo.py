@@ -1,12 +1,15 @@
 """``make demo``: a topic of JSON events streamed exactly once into a Delta table.
 
-1. Start ``sparklog broker`` on a temporary directory (127.0.0.1, any free port).
+1. Start ``sparklog broker`` on a temporary directory (127.0.0.1, any free port), with its
+   metrics and status page (``metrics.listener``, any free port): the URL is printed, and
+   the page can be watched while the demo runs.
 2. Produce 10,000 JSON events to topic ``events`` (3 partitions) with confluent-kafka; every
    50th one is malformed (truncated JSON, not an object, no id, a non-numeric amount).
 3. Run ``python -m sparklog.jobs.stream_to_delta --trigger availableNow`` as a child process
    (with its defaults from the package): good events go to a Delta table, malformed ones to
    the dead-letter topic ``events.dlq``.
-4. Print the counts (produced, rows in Delta, dead letters by error) and a few rows.
+4. Print the counts (produced, rows in Delta, dead letters by error), a few rows, and the
+   records in per topic as the broker's metrics endpoint reports them.
 
 ``python -m sparklog.demo produce --bootstrap HOST:PORT [--topic T] [--count N]`` only does
 step 2 against a running broker (docker-compose uses it).
@@ -28,8 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.client.admin import ensure_topics
@@ -37,6 +43,7 @@ from sparklog.sample_events import SCHEMA, produce_events, read_topic
 
 EVENTS = 10_000
 BAD_EVERY = 50  # 2% malformed
+METRICS = {"metrics.listener": "http://127.0.0.1:0"}
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> tuple[int, int]:
@@ -88,6 +95,16 @@ def _report(bootstrap: str, root: Path, good: int, bad: int) -> None:
         raise SystemExit("counts do not match")
 
 
+def _metrics(metrics_url: str) -> None:
+    with urllib.request.urlopen(metrics_url + "metrics", timeout=30) as response:
+        families = text_string_to_metric_families(response.read().decode())
+    records_in = {s.labels["topic"]: int(s.value) for f in families
+                  if f.name == "kafka_server_brokertopicmetrics_messagesin"
+                  for s in f.samples if s.labels.get("topic", "").startswith("events")}
+    print("metrics: records in " + ", ".join(f"{topic} {count}"
+                                             for topic, count in sorted(records_in.items())))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command")
@@ -102,13 +119,17 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="sparklog-demo-"))
     try:
-        with BrokerProcess(root / "broker") as broker:
+        with BrokerProcess(root / "broker", METRICS) as broker:
             print(f"== broker listening on {broker.bootstrap} (data in {root / 'broker'})")
+            assert broker.metrics_url is not None
+            print(f"== status page and Prometheus metrics (/metrics) on {broker.metrics_url} "
+                  "while the demo runs")
             good, bad = _produce(broker.bootstrap, "events", EVENTS)
             print("== streaming into Delta, exactly once")
             _stream(broker.bootstrap, root)
             print("== results")
             _report(broker.bootstrap, root, good, bad)
+            _metrics(broker.metrics_url)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print("demo finished")

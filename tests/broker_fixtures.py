@@ -292,12 +292,33 @@ def produce_confluent(bootstrap: str, topic: str, records: Sequence[Rec], **conf
     return [r for r in acked if r is not None]
 
 
+def produce_per_partition(bootstrap: str, topic: str, counts: Mapping[int, int]) -> None:
+    """Produce ``numbered`` records to chosen partitions: partition -> how many."""
+    produce_confluent(bootstrap, topic, [Rec(r.key, r.value, partition=partition)
+                                         for partition, count in counts.items()
+                                         for r in numbered(count)])
+
+
 def confluent_consumer(bootstrap: str, **conf: Any) -> Consumer:
     settings = {"bootstrap.servers": bootstrap, "group.id": CLIENT_ID,
                 "enable.auto.commit": False, "auto.offset.reset": "error",
                 "fetch.wait.max.ms": 50, "client.id": CLIENT_ID}
     settings.update(conf)
     return Consumer(settings)
+
+
+def committed_member(bootstrap: str, topic: str, group: str,
+                     offsets: Mapping[int, int]) -> Consumer:
+    """A live member of ``group`` subscribed to ``topic``, returned once it owns every
+    partition of ``offsets`` and committed them (partition -> offset); the caller closes it."""
+    consumer = confluent_consumer(bootstrap, **{"group.id": group,
+                                                "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    wait_until(lambda: (consumer.poll(0.1), len(consumer.assignment()))[1] == len(offsets),
+               message=f"the assignment of {group}")
+    consumer.commit(offsets=[CkTopicPartition(topic, p, o) for p, o in offsets.items()],
+                    asynchronous=False)
+    return consumer
 
 
 def _from_confluent(msg: Message) -> Rec:

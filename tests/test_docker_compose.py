@@ -10,12 +10,15 @@ stay strings.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sparklog.broker.config import BrokerConfig
+from sparklog.cli import build_parser
 from sparklog.jobs import stream_to_delta
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,7 +154,6 @@ def test_services_of_the_default_setup(compose: dict[str, Any]) -> None:
     default = {name for name, s in services.items() if "profiles" not in s}
     assert default == {"broker", "spark-master", "spark-worker", "sample-events", "stream-job"}
     assert services["broker"]["command"][:2] == ["sparklog", "broker"]
-    assert "advertised.listeners=PLAINTEXT://broker:9092" in services["broker"]["command"]
     assert "org.apache.spark.deploy.master.Master" in services["spark-master"]["command"]
     assert "spark://spark-master:7077" in services["spark-worker"]["command"]
     for name in default | {"sample-events-kafka", "stream-job-kafka"}:
@@ -162,8 +164,59 @@ def test_services_of_the_default_setup(compose: dict[str, Any]) -> None:
         assert all(dep in services for dep in needs), f"{name} depends on an unknown service"
 
 
+def _broker_config(command: list[str]) -> BrokerConfig:
+    """The broker service's settings, read by the broker's own parser and checks."""
+    args = build_parser().parse_args(command[1:])
+    assert args.command == "broker" and args.listen is None
+    return BrokerConfig.load(args.config, args.set)
+
+
+def _published(service: dict[str, Any]) -> dict[int, int]:
+    """container port -> host port of a service's ``ports``."""
+    return {int(container): int(host) for host, container in
+            (p.split(":") for p in service.get("ports", []))}
+
+
+def test_the_broker_has_an_internal_and_a_published_listener(compose: dict[str, Any]) -> None:
+    """As Kafka images do: clients in the containers' network use one listener, clients on
+    the host another, each advertised with an address its clients can reach."""
+    broker = compose["services"]["broker"]
+    config = _broker_config(broker["command"])
+    listeners = config.listeners()
+    advertised = config.listeners("advertised.listeners")
+    assert set(listeners) == set(advertised) == {"PLAINTEXT", "PLAINTEXT_HOST"}
+    assert all(host == "0.0.0.0" for host, _ in listeners.values())
+    published = _published(broker)
+    # internal: the service's name and the listener's own port, not published
+    assert advertised["PLAINTEXT"] == (broker["hostname"], listeners["PLAINTEXT"][1])
+    assert listeners["PLAINTEXT"][1] not in published
+    # host: localhost and a published port that reaches the listener
+    host, port = advertised["PLAINTEXT_HOST"]
+    assert host == "localhost" and published[listeners["PLAINTEXT_HOST"][1]] == port
+    # the metrics and status page, on all interfaces, published
+    metrics_host, metrics_port = config.metrics_listener() or ("", 0)
+    assert metrics_host == "0.0.0.0" and published[metrics_port] == metrics_port
+    # every other sparklog service bootstraps on the internal listener
+    internal = "{}:{}".format(*advertised["PLAINTEXT"])
+    for name in ("sample-events", "stream-job"):
+        command = compose["services"][name]["command"]
+        assert command[command.index("--bootstrap") + 1] == internal
+
+
+def test_the_readme_shows_the_tools_in_the_broker_container(compose: dict[str, Any]) -> None:
+    config = _broker_config(compose["services"]["broker"]["command"])
+    reachable = {"{}:{}".format(*address)
+                 for address in config.listeners("advertised.listeners").values()}
+    readme = (REPO / "README.md").read_text()
+    lines = re.findall(r"^docker compose exec broker (sparklog .+)$", readme, re.MULTILINE)
+    assert any(line.startswith("sparklog topics ") for line in lines)
+    for line in lines:
+        args = build_parser().parse_args(shlex.split(line)[1:])  # the tool accepts them
+        assert args.bootstrap in reachable
+
+
 @pytest.mark.parametrize(("job", "bootstrap", "table"), [
-    ("stream-job", "broker:9092", "/lake/events"),
+    ("stream-job", "broker:19092", "/lake/events"),
     ("stream-job-kafka", "kafka:9092", "/lake/events-kafka"),
 ])
 def test_the_streaming_jobs_run_on_the_cluster(compose: dict[str, Any], job: str, bootstrap: str,

@@ -57,12 +57,15 @@ def readme_blocks() -> list[Block]:
 
 
 SKIP = "skip"
+NO_CONTAINER_ENGINE = ("docker compose needs a container engine, and there is none here; "
+                       "tests/test_docker_compose.py checks the files it reads")
 PLANS: list[tuple[str, str, str]] = [
     # (marker, how, reason for a skip)
     ("make demo", SKIP, "`make test` is this suite (running it here would recurse), and "
                         "`make demo` is `python -m sparklog.demo` after the venv set-up, which "
                         "tests/test_wheel_install.py runs from an installed wheel"),
-    ("sparklog broker --data-dir", "broker", ""),
+    ("--config conf/server.properties", "broker", ""),
+    ("metrics.listener=http", "until_signal", ""),
     ("sparklog topics create", "shell", ""),
     ("from confluent_kafka import Producer", "python", ""),
     ("import sparklog.datasource", "spark", ""),
@@ -71,8 +74,8 @@ PLANS: list[tuple[str, str, str]] = [
     ('option("deliveryGuarantee", "exactly-once")', "spark", ""),
     ("sparklog transactions list", "shell", ""),
     ("python -m sparklog.jobs.stream_to_delta", "shell", ""),
-    ("docker compose up", SKIP, "docker compose needs a container engine, and there is none "
-                                "here; tests/test_docker_compose.py checks the files it reads"),
+    ("docker compose up", SKIP, NO_CONTAINER_ENGINE),
+    ("docker compose exec", SKIP, NO_CONTAINER_ENGINE),
 ]
 
 

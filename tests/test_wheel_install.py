@@ -82,5 +82,7 @@ def test_a_wheel_installed_outside_the_repository_runs_the_demo(tmp_path: Path) 
     assert "running python -m sparklog.jobs.stream_to_delta --topic events" in out
     assert "Delta table: 9800 rows, 9800 distinct ids (expected 9800)" in out
     assert "dead-letter topic events.dlq: 200 records (expected 200)" in out
+    assert "status page and Prometheus metrics (/metrics) on http://127.0.0.1:" in out
+    assert "metrics: records in events 10000, events.dlq 200" in out
     assert out.rstrip().endswith("demo finished")
     assert str(REPO) not in out

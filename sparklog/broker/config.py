@@ -6,13 +6,20 @@ Invariants:
 - Precedence: built-in defaults < ``--config FILE`` < ``--set key=value``.
 - An unknown key is kept (Kafka logs and ignores it) and reported by ``unknown_keys``; a
   known key with a bad value fails at start-up with a message naming key and value.
+- ``metrics.listener`` (sparklog's own: the Prometheus endpoint and status page) is empty
+  (off) or ``http://HOST:PORT``; port 0 takes any free port.
+- ``listeners`` and ``advertised.listeners`` are Kafka's ``NAME://HOST:PORT`` lists: names
+  are unique, every advertised name is a listener's, and every listener's name maps to
+  PLAINTEXT in ``listener.security.protocol.map`` (TLS and SASL are not served).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sparklog.errors import InvalidConfigError
 from sparklog.properties import read_properties
@@ -25,6 +32,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "node.id": "0",
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": "",
+    "listener.security.protocol.map":
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
     "log.dirs": "/tmp/sparklog-logs",
     "num.partitions": "1",
     "default.replication.factor": "1",
@@ -57,6 +66,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.cleaner.backoff.ms": "15000",
     "log.cleaner.dedupe.buffer.size": "134217728",
     "log.cleaner.threads": "1",
+    "metrics.listener": "",
 }
 
 _INT_KEYS = {
@@ -77,6 +87,8 @@ _INT_KEYS = {
     "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size", "log.cleaner.threads",
 }
 _BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.enable"}
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[0-9a-fA-F:.]*\]|[^:/\[\]]*)"
+                       r":(?P<port>\d{1,5})$")
 _TOPIC_SYNONYMS = {k.broker_synonym for k in CONFIG_KEYS.values() if k.broker_synonym}
 
 
@@ -90,6 +102,8 @@ class BrokerConfig:
         for key in _BOOL_KEYS & self.props.keys():
             self.get_bool(key)
         self.topic_defaults = broker_defaults(self.props)  # validates log.* values
+        self.metrics_listener()
+        self._check_listeners()
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
@@ -108,6 +122,60 @@ class BrokerConfig:
         known = BROKER_DEFAULTS.keys() | _INT_KEYS | _TOPIC_SYNONYMS | {
             "log.retention.ms", "log.retention.minutes", "log.roll.hours"}
         return sorted(k for k in self.props if k not in known)
+
+    def listeners(self, key: str = "listeners") -> dict[str, tuple[str, int]]:
+        """``listeners`` or ``advertised.listeners``: name -> (host, port), in their order."""
+        value = self.props[key]
+        found: dict[str, tuple[str, int]] = {}
+        for item in (i.strip() for i in value.split(",") if i.strip()):
+            match = _LISTENER.match(item)
+            if not match or int(match["port"]) > 65535 or match["name"] in found:
+                twice = match is not None and match["name"] in found
+                why = "a listener named twice" if twice else "expected NAME://HOST:PORT,..."
+                raise InvalidConfigError(
+                    f"invalid value {value!r} for broker config {key}: {why}, e.g. "
+                    "PLAINTEXT://0.0.0.0:9092,PLAINTEXT_HOST://0.0.0.0:29092")
+            found[match["name"]] = (match["host"].strip("[]"), int(match["port"]))
+        return found
+
+    def _check_listeners(self) -> None:
+        listeners = self.listeners()
+        if not listeners:
+            raise InvalidConfigError("broker config listeners is empty: name at least one, "
+                                     "e.g. PLAINTEXT://0.0.0.0:9092")
+        unknown = sorted(self.listeners("advertised.listeners").keys() - listeners.keys())
+        if unknown:
+            raise InvalidConfigError(
+                f"advertised.listeners names {', '.join(unknown)}, not one of listeners "
+                f"({', '.join(listeners)})")
+        protocols = dict(item.strip().partition(":")[::2]
+                         for item in self.props["listener.security.protocol.map"].split(","))
+        for name in listeners:
+            protocol = protocols.get(name)
+            if protocol is None:
+                raise InvalidConfigError(
+                    f"listener {name} has no security protocol in "
+                    f"listener.security.protocol.map: add {name}:PLAINTEXT")
+            if protocol != "PLAINTEXT":
+                raise InvalidConfigError(
+                    f"listener {name} uses {protocol}: only PLAINTEXT is served (no TLS or "
+                    "SASL yet)")
+
+    def metrics_listener(self) -> tuple[str, int] | None:
+        """``metrics.listener`` as (host, port); None when it is not set (no listener)."""
+        value = self.props["metrics.listener"].strip()
+        if not value:
+            return None
+        url = urlsplit(value)
+        try:
+            port = url.port
+        except ValueError:
+            port = None
+        if url.scheme != "http" or not url.hostname or port is None or url.path not in ("", "/"):
+            raise InvalidConfigError(
+                f"invalid value {value!r} for broker config metrics.listener: expected "
+                "http://HOST:PORT, e.g. http://127.0.0.1:9404")
+        return url.hostname, port
 
     def get(self, key: str) -> str:
         return self.props[key]

@@ -46,6 +46,12 @@ class EmbeddedBroker:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def listeners(self) -> dict[str, int]:
+        """Each listener's bound port, by name (the first is ``port``)."""
+        assert self._service is not None, "not started"
+        return {server.listener: server.port for server in self._service.servers}
+
+    @property
     def faults(self) -> Faults:
         return self._broker.faults
 

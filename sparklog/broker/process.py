@@ -2,7 +2,8 @@
 
 Invariants:
 - ``start`` returns only once the child printed its listening line, so ``bootstrap`` is
-  ready to use; a child that exits before that raises with the child's output.
+  ready to use (and ``metrics_url``, with ``metrics.listener`` set); a child that exits
+  before that raises with the child's output.
 - ``stop`` sends SIGTERM and waits (a clean shutdown: logs flushed, marker written);
   ``kill`` sends SIGKILL (an unclean one, for crash tests). Both are idempotent.
 - The child runs ``python -m sparklog.cli broker`` with the same interpreter, so it sees the
@@ -23,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 _LISTENING = re.compile(r"listening on (?P<host>[^\s:]+):(?P<port>\d+)")
+_METRICS = re.compile(r"metrics and status page on (?P<url>\S+)")
 
 
 class BrokerProcess:
@@ -35,6 +37,7 @@ class BrokerProcess:
         self.port = port
         self.log_file = log_file or data_dir.with_name(data_dir.name + ".broker.log")
         self.host = "127.0.0.1"
+        self.metrics_url: str | None = None
         self._proc: subprocess.Popen[str] | None = None
 
     @property
@@ -56,6 +59,9 @@ class BrokerProcess:
             line = self._proc.stdout.readline()
             if not line:
                 break
+            metrics = _METRICS.search(line)
+            if metrics:
+                self.metrics_url = metrics["url"]
             match = _LISTENING.search(line)
             if match:
                 self.host, self.port = match["host"], int(match["port"])

@@ -5,22 +5,31 @@
 ``sparklog.broker.embedded`` runs one on a thread of a test process.
 
 Invariants:
-- Start-up checks in the order that touches nothing before it must: the listening address
-  is parsed (a port outside 0-65535 is refused), the socket is bound (a port in use fails
-  here), and only then is the data directory locked and loaded. Each failure is a
-  ``StartupError`` whose message is one line naming the cause; nothing is left listening.
-- ``start`` returns once the socket accepts connections; ``port`` is then the bound port
-  (with port 0, the one the OS chose) and ``run`` prints ``sparklog broker listening on
-  HOST:PORT`` (the address to connect to here) only then.
-- The advertised address (Metadata, FindCoordinator) is ``advertised.listeners``' host and
-  port when set, else the listening address, with 127.0.0.1 for all interfaces or
-  ``localhost`` (librdkafka may resolve ``localhost`` to ::1).
+- Start-up checks in the order that touches nothing before it must: the listening addresses
+  are parsed (a port outside 0-65535 is refused), every listener's socket is bound (a port
+  in use fails here), and only then is the data directory locked and loaded. Each failure is
+  a ``StartupError`` whose message is one line naming the cause; nothing is left listening.
+- One server per listener of ``listeners`` (Kafka's ``NAME://HOST:PORT`` list); the
+  ``listen`` address given to the service (``--listen``) replaces the first one's.
+- ``start`` returns once every listener accepts connections; ``port`` is then the first
+  listener's bound port (with port 0, the one the OS chose) and ``run`` prints a line per
+  further listener, then ``sparklog broker listening on HOST:PORT`` (the first listener's
+  address to connect to here) last.
+- A listener advertises (Metadata, FindCoordinator, to the clients that came in through it)
+  its ``advertised.listeners`` entry's host and port when there is one, else its listening
+  address, with 127.0.0.1 for all interfaces or ``localhost`` (librdkafka may resolve
+  ``localhost`` to ::1).
 - ``stop`` stops accepting, closes connections, stops the cleaner, then flushes and closes
   every log and writes the clean-shutdown marker. SIGTERM and SIGINT stop ``run``, which
   then exits 0.
 - Maintenance (time-based flushes, retention, checkpoints) runs on the event loop at the
   intervals Kafka's settings name; log compaction runs in the ``LogCleaner`` threads
   (``log.cleaner.*``).
+- With ``metrics.listener`` set, the server records request metrics from its first request
+  and the listener (metrics and status page) accepts connections before ``start`` returns;
+  ``run`` then prints ``sparklog broker metrics and status page on URL`` before its
+  listening line. ``stop`` closes the listener first; a listener that cannot bind stops the
+  broker cleanly and ``start`` raises a ``StartupError`` naming ``metrics.listener``.
 """
 
 from __future__ import annotations
@@ -31,9 +40,12 @@ import logging
 import os
 import socket
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
+from sparklog.broker.monitoring.listener import MetricsListener
+from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import load_handlers
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
@@ -42,6 +54,9 @@ from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 from sparklog.storage.dir_lock import DataDirError
 
 log = logging.getLogger(__name__)
+
+
+_WILDCARDS = ("0.0.0.0", "", "::", "localhost")
 
 
 class StartupError(Exception):
@@ -54,7 +69,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
         raise ValueError(f"--listen expects HOST:PORT, got {listen!r}")
     if int(port) > 65535:
         raise ValueError(f"--listen {listen!r}: port {port} is outside 0-65535")
-    host = host.removeprefix("PLAINTEXT://").strip("[]")
+    host = host.rpartition("://")[2].strip("[]")  # a listener's NAME:// may lead
     return host or "0.0.0.0", int(port)
 
 
@@ -71,17 +86,19 @@ def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
-def advertised_address(config: BrokerConfig, listen_host: str,
+def local_host(listen_host: str) -> str:
+    """The host to connect to from this machine (loopback for a wildcard or ``localhost``)."""
+    return "127.0.0.1" if listen_host in _WILDCARDS else listen_host
+
+
+def advertised_address(advertised: tuple[str, int] | None, listen_host: str,
                        bound_port: int) -> tuple[str, int]:
-    """Where clients are told to connect: ``advertised.listeners`` (host AND port, for NAT and
-    Docker set-ups), else the listening address (loopback for a wildcard or ``localhost``)."""
-    advertised = config.get("advertised.listeners")
-    if advertised:
-        host, port = parse_listen(advertised.split(",")[0])
+    """Where a listener's clients are told to connect: its ``advertised.listeners`` entry
+    (host AND port, for NAT and Docker set-ups), else its listening address."""
+    if advertised is not None:
+        host, port = advertised
         return host, port or bound_port
-    if listen_host in ("0.0.0.0", "", "::", "localhost"):
-        return "127.0.0.1", bound_port
-    return listen_host, bound_port
+    return local_host(listen_host), bound_port
 
 
 async def _every(interval_ms: int, action: Callable[[], None]) -> None:
@@ -99,44 +116,74 @@ class BrokerService:
     def __init__(self, config: BrokerConfig, data_dir: Path, listen: str) -> None:
         self.config = config
         self.data_dir = data_dir
-        self.listen_host, self.listen_port = parse_listen(listen)
+        self.listen_on = config.listeners()  # name -> (host, port)
+        self.listen_on[next(iter(self.listen_on))] = parse_listen(listen)
         self.broker: Broker | None = None
-        self._server: BrokerServer | None = None
+        self._servers: list[BrokerServer] = []
         self._cleaner: LogCleaner | None = None
+        self._listener: MetricsListener | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def host(self) -> str:
-        """The host to connect to from this machine."""
-        return "127.0.0.1" if self.listen_host in ("0.0.0.0", "", "::", "localhost") \
-            else self.listen_host
+        """The first listener's host to connect to from this machine."""
+        return local_host(next(iter(self.listen_on.values()))[0])
 
     @property
     def port(self) -> int:
-        """The bound port."""
-        assert self._server is not None, "the broker is not started"
-        return self._server.port
+        """The first listener's bound port."""
+        assert self._servers, "the broker is not started"
+        return self._servers[0].port
+
+    @property
+    def servers(self) -> list[BrokerServer]:
+        """One per listener, in the order of ``listeners``."""
+        return list(self._servers)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The metrics listener's URL (status page at its root), None when it is off."""
+        return None if self._listener is None else self._listener.url
 
     async def start(self) -> None:
         load_handlers()
         config = self.config
-        sock = bind(self.listen_host, self.listen_port)
+        sockets = self._bind_listeners()
         try:
             broker = self.broker = Broker(config, self.data_dir)
-        except DataDirError as exc:
-            sock.close()
-            raise StartupError(str(exc)) from None
-        except BaseException:
-            sock.close()
+        except BaseException as exc:
+            for sock in sockets.values():
+                sock.close()
+            if isinstance(exc, DataDirError):
+                raise StartupError(str(exc)) from None
             raise
         broker.start()
         await broker.txn_coordinator.settle()
-        self._server = BrokerServer(broker, sock)
-        _, bound_port = await self._server.start()
-        broker.host, broker.port = advertised_address(config, self.listen_host, bound_port)
+        metrics_at, requests = config.metrics_listener(), RequestMetrics()
+        broker.logs.on_log_deleted.append(lambda tp: requests.forget_topic(tp[0]))
+        advertised = config.listeners("advertised.listeners")
+        broker.advertised = {}
+        for name, (host, _) in self.listen_on.items():
+            server = BrokerServer(broker, sockets[name],
+                                  requests if metrics_at is not None else None, name)
+            self._servers.append(server)
+            await server.start(partial(advertised_address, advertised.get(name), host))
+            broker.advertised[name] = server.advertised
+            log.info("listener %s on %s:%d, advertised as %s:%d", name, host, server.port,
+                     *server.advertised)
         self._cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
         if self._cleaner.config.enable:
             self._cleaner.start()
+        if metrics_at is not None:
+            self._listener = MetricsListener(
+                broker, lambda: {s.listener: s.connection_count for s in self._servers},
+                requests,
+                self._cleaner if self._cleaner.config.enable else None, *metrics_at)
+            try:
+                await self._listener.start()
+            except OSError as exc:  # its address is taken or unknown: stop what started
+                await self.stop()
+                raise StartupError(str(exc)) from None
         self._tasks = [
             asyncio.create_task(_every(config.get_int(interval), action))
             for interval, action in (
@@ -145,15 +192,28 @@ class BrokerService:
                 ("log.flush.offset.checkpoint.interval.ms", broker.logs.checkpoint),
             )
         ]
-        log.info("serving %s:%d, advertised as %s:%d (data in %s)", self.listen_host,
-                 bound_port, broker.host, broker.port, self.data_dir)
+        log.info("serving %d listener(s), data in %s", len(self._servers), self.data_dir)
+
+    def _bind_listeners(self) -> dict[str, socket.socket]:
+        """Every listener's socket, bound; none left open when one fails."""
+        sockets: dict[str, socket.socket] = {}
+        try:
+            for name, (host, port) in self.listen_on.items():
+                sockets[name] = bind(host, port)
+        except StartupError:
+            for sock in sockets.values():
+                sock.close()
+            raise
+        return sockets
 
     async def stop(self) -> None:
         log.info("shutting down")
+        if self._listener is not None:
+            await self._listener.stop()
         for task in self._tasks:
             task.cancel()
-        if self._server is not None:
-            await self._server.stop()
+        for server in self._servers:
+            await server.stop()
         if self._cleaner is not None:
             self._cleaner.stop()
         if self.broker is not None:
@@ -166,6 +226,11 @@ async def serve(config: BrokerConfig, data_dir: Path, listen: str,
     """Serve until ``stop`` is set."""
     service = BrokerService(config, data_dir, listen)
     await service.start()
+    if service.metrics_url is not None:
+        print(f"sparklog broker metrics and status page on {service.metrics_url}", flush=True)
+    for server in service.servers[1:]:
+        print(f"sparklog broker listener {server.listener} on {server.host}:{server.port}, "
+              "advertised as {}:{}".format(*server.advertised), flush=True)
     print(f"sparklog broker listening on {service.host}:{service.port}", flush=True)
     try:
         await stop.wait()

@@ -10,6 +10,14 @@ Invariants:
   it reports.
 - Fault hooks (``Broker.faults``, tests only) are consulted after a request is decoded and
   before it is handled; with none added they cost one attribute test.
+- With ``metrics`` (set when ``metrics.listener`` is), ``_dispatch`` records every request
+  it decoded: its API, version, time to its encoded response and the response's error codes
+  (``monitoring/requests.py``); without, that costs one attribute test.
+- Each server is one listener (``listener``, its name): every request of a connection it
+  accepted sees its ``advertised`` address (``state.ADVERTISED``), known before the first
+  connection is accepted.
+- Warnings about closed connections are rate-limited (``WarningLimiter``): a burst of bad
+  connections gives a few lines and a count, not a line each.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
   record data goes from the page cache to the socket without entering Python.
 """
@@ -20,10 +28,15 @@ import asyncio
 import logging
 import os
 import socket
+import time
+from collections.abc import Callable
+from typing import Any
 
 from sparklog.broker.faults import ACTIVE
+from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import CLIENT_HOST, HANDLERS, served, serves
-from sparklog.broker.state import Broker
+from sparklog.broker.state import ADVERTISED, Broker
+from sparklog.broker.warning_limiter import WarningLimiter
 from sparklog.errors import KafkaError
 from sparklog.protocol.codec import decode_request, encode_api_versions_error, encode_response
 from sparklog.protocol.fetch_response import FetchResponse, FileRegion, encode_fetch_response
@@ -71,16 +84,29 @@ class BrokerServer:
     """Serves ``broker`` on ``sock``, a listening socket bound before the broker was loaded
     (so a port in use fails before the data directory is touched)."""
 
-    def __init__(self, broker: Broker, sock: socket.socket) -> None:
+    def __init__(self, broker: Broker, sock: socket.socket,
+                 metrics: RequestMetrics | None = None, listener: str = "PLAINTEXT") -> None:
         self.broker = broker
         self.sock = sock
         self.host, self.port = sock.getsockname()[:2]
+        self.metrics = metrics
+        self.listener = listener
+        self.advertised = (self.host, self.port)  # until ``start`` is given another
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._max_frame = broker.config.get_int("socket.request.max.bytes")
+        self._closing_warnings = WarningLimiter(log, "connections closed for bad input")
 
-    async def start(self) -> tuple[str, int]:
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self, advertise: Callable[[int], tuple[str, int]] | None = None
+                    ) -> tuple[str, int]:
+        """Accept; ``advertise(bound port)`` gives the address to advertise (default: the
+        bound one), set before any connection is accepted."""
         self._server = await asyncio.start_server(self._serve, sock=self.sock)
+        self.advertised = advertise(self.port) if advertise else (self.host, self.port)
         return self.host, self.port
 
     async def stop(self) -> None:
@@ -91,6 +117,7 @@ class BrokerServer:
         await asyncio.gather(*self._connections, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        self._closing_warnings.flush()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -98,6 +125,7 @@ class BrokerServer:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         CLIENT_HOST.set(f"/{peer[0]}" if peer else "")  # this connection's task only
+        ADVERTISED.set(self.advertised)
         try:
             while True:
                 frame = await read_frame(reader, self._max_frame)
@@ -107,7 +135,7 @@ class BrokerServer:
                 if parts:
                     await self._write(writer, parts)
         except (FrameError, KafkaError) as exc:
-            log.warning("closing connection from %s: %s", peer, exc)
+            self._closing_warnings.warning("closing connection from %s: %s", peer, exc)
         except DroppedByFault:
             log.info("closing connection from %s: dropped by a fault hook", peer)
         except (ConnectionError, asyncio.CancelledError):
@@ -119,12 +147,26 @@ class BrokerServer:
             writer.close()
 
     async def _dispatch(self, frame: bytes) -> Parts:
+        started = time.perf_counter()
         header, body_offset = parse_request_header(frame)
         if not serves(header.api_key, header.api_version):
             if header.api_key == ApiKey.API_VERSIONS:
                 return [encode_api_versions_error(header.correlation_id, served())]
             raise FrameError(f"unsupported API {header.api_key} version {header.api_version}")
         request = decode_request(header, frame, body_offset)
+        try:
+            result = await self._handle(header, request)
+            parts = _to_parts(header, result)
+        except Exception as exc:
+            if self.metrics is not None:
+                self.metrics.failed(header, request, exc, time.perf_counter() - started)
+            raise
+        if self.metrics is not None:
+            self.metrics.answered(header, request, result, time.perf_counter() - started)
+        return parts
+
+    async def _handle(self, header: RequestHeader, request: Any) -> Any:
+        """The handler's result for ``request``, through the fault hooks when armed."""
         fault = self.broker.faults.take(header.api_key, request) if self.broker.faults.armed \
             else None
         if fault is not None:
@@ -134,13 +176,13 @@ class BrokerServer:
                 raise DroppedByFault
         handler = HANDLERS[header.api_key].handler
         if fault is None:
-            return _to_parts(header, await handler(self.broker, header, request))
+            return await handler(self.broker, header, request)
         token = ACTIVE.set(fault)
         try:
             result = await handler(self.broker, header, request)
         finally:
             ACTIVE.reset(token)
-        return _to_parts(header, fault.rewrite(result))
+        return fault.rewrite(result)
 
     @staticmethod
     async def _write(writer: asyncio.StreamWriter, parts: Parts) -> None:

@@ -12,6 +12,9 @@ Invariants:
   futures and never poll.
 - The group coordinator is started (``__consumer_offsets`` replayed) before the first
   request is served, and stopped before the logs close.
+- ``host`` and ``port`` (what Metadata and FindCoordinator name) are the advertised address
+  of the listener the current request came in on (``ADVERTISED``, set per connection by the
+  server), as in Kafka; outside a request, the first listener's.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
@@ -44,6 +48,9 @@ PRODUCER_ID_BLOCK = 1000
 PRODUCER_ID_FILE = "producer-id-block"
 
 TopicPartition = tuple[str, int]
+
+ADVERTISED: ContextVar[tuple[str, int] | None] = ContextVar("advertised", default=None)
+"""The advertised (host, port) of the listener of the connection a handler serves."""
 
 
 class ProducerIdManager:
@@ -71,8 +78,9 @@ class Broker:
         self.logs = LogManager(data_dir, config.props, clock)
         self.producer_ids = ProducerIdManager(data_dir)
         self.node_id = config.get_int("node.id")
-        self.host = "127.0.0.1"
-        self.port = 9092
+        # listener name -> advertised (host, port), in the order of ``listeners`` (the runner
+        # fills it in as each listener starts)
+        self.advertised: dict[str, tuple[str, int]] = {}
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = defaultdict(set)
         self.faults = Faults()
         offsets_topic = LogTopic(
@@ -92,6 +100,17 @@ class Broker:
             self.producer_ids.next_id, self.partition_count,
             lambda group: (OFFSETS_TOPIC, self.coordinator.store.partition_for(group)),
             local_marker_writer(self), self.now_ms)
+
+    @property
+    def host(self) -> str:
+        return self._address()[0]
+
+    @property
+    def port(self) -> int:
+        return self._address()[1]
+
+    def _address(self) -> tuple[str, int]:
+        return ADVERTISED.get() or next(iter(self.advertised.values()))
 
     @property
     def cluster_id(self) -> str:

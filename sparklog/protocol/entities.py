@@ -8,6 +8,8 @@ Invariants:
   same rule) or of entities already built.
 - ``Build`` names entity classes of a response as Kafka's schemas name them
   (``b("MetadataResponseTopic", ...)``), resolved in the module of the request's version.
+- ``count_error_codes`` finds error codes by kio's field type (``error_code``), in the entity
+  and every entity it holds, so it serves every API without a list of their fields.
 """
 
 from __future__ import annotations
@@ -44,6 +46,28 @@ def _entity_in(annotation: Any) -> type | None:
         if hasattr(inner, "__dataclass_fields__"):
             return inner  # type: ignore[no-any-return]
     return None
+
+
+@cache
+def _error_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(fields holding an error code, fields that may hold entities) of an entity class."""
+    kinds = [(f.name, f.metadata.get("kafka_type")) for f in fields(cls)]  # type: ignore[arg-type]
+    return (tuple(name for name, kind in kinds if kind == "error_code"),
+            tuple(name for name, kind in kinds if kind is None))
+
+
+def count_error_codes(entity: Any, counts: dict[int, int]) -> None:
+    """Add each error code of a response entity, and of the entities it holds, to ``counts``
+    (Kafka's ``errorCounts``: the top-level code and each topic's or partition's alike)."""
+    codes, nested = _error_fields(type(entity))
+    for name in codes:
+        code = int(getattr(entity, name))
+        counts[code] = counts.get(code, 0) + 1
+    for name in nested:
+        value = getattr(entity, name)
+        for child in value if isinstance(value, tuple) else (value,):
+            if hasattr(child, "__dataclass_fields__"):
+                count_error_codes(child, counts)
 
 
 def build(cls: type[T], values: Mapping[str, Any]) -> T:

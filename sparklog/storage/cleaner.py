@@ -58,7 +58,9 @@ with dirty bytes, the one with the highest dirty ratio above ``min.cleanable.dir
 (or any whose oldest dirty record is older than ``max.compaction.lag.ms``), and a thread
 with nothing to clean sleeps ``log.cleaner.backoff.ms``. Replaced segments are deleted by
 the cleaner after ``file.delete.delay.ms``, so fetches already sending from them complete.
-The logs dict is read with ``list(dict.items())``, atomic under the GIL.
+The logs dict is read with ``list(dict.items())``, atomic under the GIL. ``activity`` says
+what the threads did last (rounds, cleans, the last clean's figures) for the broker's metrics:
+it is replaced whole under the lock after each round, never edited, so any thread may read it.
 """
 
 from __future__ import annotations
@@ -261,6 +263,15 @@ class CleanResult:
                 f"{self.records_read} -> {self.records_kept} records in {self.seconds:.2f} s "
                 f"({rate:.1f} MB/s); dirty ratio {self.ratio_before:.3f} -> "
                 f"{self.ratio_after:.3f}")
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerActivity:
+    """The cleaner threads' last round (end time), how many cleans they made, the last one."""
+
+    last_round_ms: int
+    cleans: int = 0
+    last_clean: CleanResult | None = None
 
 
 @dataclass
@@ -484,6 +495,7 @@ class LogCleaner:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.activity = CleanerActivity(manager.now_ms())
         manager.on_log_deleted.append(self._forget)
 
     @property
@@ -493,6 +505,17 @@ class LogCleaner:
     def checkpoint(self, tp: TopicPartition) -> int | None:
         with self._lock:
             return self._checkpoints.get(tp)
+
+    @property
+    def dead_threads(self) -> int:
+        """Cleaner threads that ended although the cleaner was not stopped."""
+        return sum(not thread.is_alive() for thread in self._threads)
+
+    @property
+    def uncleanable(self) -> int:
+        """Logs found corrupt and no longer cleaned until restart."""
+        with self._lock:
+            return len(self._uncleanable)
 
     # -- threads -------------------------------------------------------------------------
     def start(self) -> None:
@@ -515,14 +538,22 @@ class LogCleaner:
 
     def _run(self, cleaner: Cleaner) -> None:
         while not self._stop.is_set():
+            result = None
             try:
-                cleaned = self.clean_filthiest(cleaner) is not None
+                result = self.clean_filthiest(cleaner)
             except Exception:
                 log.exception("log cleaner round failed")
-                cleaned = False
+            self._round_done(result)
             self._delete_due()
-            if not cleaned:
+            if result is None:
                 self._stop.wait(self.config.backoff_ms / 1000)
+
+    def _round_done(self, result: CleanResult | None) -> None:
+        with self._lock:
+            before = self.activity
+            self.activity = CleanerActivity(self.manager.now_ms(),
+                                            before.cleans + (result is not None),
+                                            result or before.last_clean)
 
     # -- cleaning ------------------------------------------------------------------------
     def filthiest(self) -> LogToClean | None:

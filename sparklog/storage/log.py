@@ -24,6 +24,9 @@ Invariants:
   from a snapshot at or before the first of them.
 - Retention and DeleteRecords remove whole segments only; the active segment is rolled
   first when it must go.
+- ``appended_records`` and ``appended_bytes`` count what ``append`` stored since the log was
+  opened (a duplicate is not stored, so not counted): two integer additions per batch, read
+  by the broker's metrics (Kafka's MessagesInPerSec and BytesInPerSec).
 - Threads: the event loop appends, reads and applies retention; the log cleaner's thread
   swaps cleaned segments in. ``lock`` serialises every change of ``segments`` (roll,
   retention, ``replace_segments``) and of producer state; the cleaner holds it for a few
@@ -129,6 +132,8 @@ class PartitionLog:
         self._unflushed = 0
         self._last_flush_ms = now_ms
         self._pending_flushes: list[Future[None]] = []
+        self.appended_records = 0
+        self.appended_bytes = 0
         recovered = self._load(now_ms, clean_shutdown)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -318,6 +323,8 @@ class PartitionLog:
             if completed is not None and completed.aborted:
                 active.txn_index.append(self._aborted_txn(completed))
         self._unflushed += header.record_count
+        self.appended_records += header.record_count
+        self.appended_bytes += header.size
         if self._unflushed >= self._flush_messages:
             self.flush(now_ms)
         return AppendInfo(header.base_offset, header.base_offset + header.last_offset_delta,

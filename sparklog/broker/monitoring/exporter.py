@@ -1,0 +1,256 @@
+"""The broker's metrics for Prometheus, under the names Kafka's usual exporters give them.
+
+Names and labels come from:
+- the Prometheus JMX exporter's Kafka example rules (``example_configs/kafka-2_0_0.yml`` of
+  prometheus/jmx_exporter, ``lowercaseOutputName: true``): an MBean
+  ``kafka.<domain>:type=<T>,name=<N>PerSec,<k>=<v>`` ``Count`` becomes
+  ``kafka_<domain>_<t>_<n>_total{<k>="<v>"}``, a ``Value`` becomes the gauge
+  ``kafka_<domain>_<t>_<n>`` (dashes become underscores), so Kafka's
+  ``BrokerTopicMetrics``, ``RequestMetrics``, ``Log``, ``LogCleaner``,
+  ``LogCleanerManager``, ``ReplicaManager`` and ``KafkaController`` MBeans give the names
+  below;
+- Strimzi's rules for ``socket-server-metrics`` (``kafka.server<type=(.+),
+  listener=(.+), networkProcessor=(.+)><>(.+)`` -> ``kafka_server_$1_$4``), which the
+  Kafka example rules do not cover: the active connections;
+- danielqsj/kafka_exporter for the consumer groups (``kafka_consumergroup_*``) and topic
+  offsets (``kafka_topic_*``, ``kafka_brokers``).
+
+Invariants:
+- ``FAMILIES`` lists every family this module exports (name without ``_total``, type); a scrape
+  holds exactly these families, and the Grafana dashboard (``sparklog/conf/``) queries only
+  them (``tests/test_metrics.py`` checks both).
+- BrokerTopicMetrics are exported per topic and once without a ``topic`` label for all topics,
+  as Kafka registers both meters (so sum over ``{topic!=""}``, not over everything). They
+  count since the broker started (in: since each log was opened); a deleted topic's series
+  go, and the all-topics sum drops by its counts, which Prometheus reads as a counter reset.
+- Request latency (``TotalTimeMs``) is a Prometheus histogram (``_bucket``, ``_sum``,
+  ``_count``) in milliseconds: the JMX exporter's ``_count`` keeps its name, and its quantile
+  gauges (from Kafka's own decaying reservoir) are replaced by buckets, from which
+  ``histogram_quantile`` gives any quantile over any window.
+- Everything is built from one ``BrokerStatus`` (read on the broker's loop in one step), so
+  a scrape is consistent; this module only formats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from sparklog.broker.monitoring.requests import LATENCY_BUCKETS_MS
+from sparklog.broker.monitoring.status import BrokerStatus
+from sparklog.errors import ErrorCode
+
+FAMILIES: dict[str, str] = {
+    "kafka_server_brokertopicmetrics_messagesin": "counter",
+    "kafka_server_brokertopicmetrics_bytesin": "counter",
+    "kafka_server_brokertopicmetrics_bytesout": "counter",
+    "kafka_network_requestmetrics_requests": "counter",
+    "kafka_network_requestmetrics_errors": "counter",
+    "kafka_network_requestmetrics_totaltimems": "histogram",
+    "kafka_server_socket_server_metrics_connection_count": "gauge",
+    "kafka_log_log_size": "gauge",
+    "kafka_log_log_logstartoffset": "gauge",
+    "kafka_log_log_logendoffset": "gauge",
+    "kafka_log_log_numlogsegments": "gauge",
+    "kafka_log_logcleaner_max_clean_time_secs": "gauge",
+    "kafka_log_logcleaner_cleaner_recopy_percent": "gauge",
+    "kafka_log_logcleaner_deadthreadcount": "gauge",
+    "kafka_log_logcleanermanager_max_dirty_percent": "gauge",
+    "kafka_log_logcleanermanager_time_since_last_run_ms": "gauge",
+    "kafka_log_logcleanermanager_uncleanable_partitions_count": "gauge",
+    "kafka_server_replicamanager_partitioncount": "gauge",
+    "kafka_server_replicamanager_leadercount": "gauge",
+    "kafka_server_replicamanager_underreplicatedpartitions": "gauge",
+    "kafka_controller_kafkacontroller_offlinepartitionscount": "gauge",
+    "kafka_controller_kafkacontroller_activecontrollercount": "gauge",
+    "kafka_brokers": "gauge",
+    "kafka_topic_partitions": "gauge",
+    "kafka_topic_partition_current_offset": "gauge",
+    "kafka_topic_partition_oldest_offset": "gauge",
+    "kafka_consumergroup_current_offset": "gauge",
+    "kafka_consumergroup_lag": "gauge",
+    "kafka_consumergroup_lag_sum": "gauge",
+    "kafka_consumergroup_members": "gauge",
+}
+
+_PARTITION = ["topic", "partition"]
+_GROUP_PARTITION = ["consumergroup", "topic", "partition"]
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+class BrokerCollector(Collector):
+    """A prometheus-client collector over ``read_status`` (called once per scrape)."""
+
+    def __init__(self, read_status: Callable[[], BrokerStatus]) -> None:
+        self._read_status = read_status
+
+    def collect(self) -> Iterator[Metric]:
+        status = self._read_status()
+        yield from _topic_metrics(status)
+        yield from _request_metrics(status)
+        yield from _log_metrics(status)
+        yield from _cleaner_metrics(status)
+        yield from _replica_metrics(status)
+        yield from _group_metrics(status)
+
+
+def _topic_metrics(status: BrokerStatus) -> Iterator[Metric]:
+    messages_in: dict[str, int] = {}
+    bytes_in: dict[str, int] = {}
+    for p in status.partitions:
+        messages_in[p.topic] = messages_in.get(p.topic, 0) + p.messages_in
+        bytes_in[p.topic] = bytes_in.get(p.topic, 0) + p.bytes_in
+    for name, per_topic, doc in (
+        ("messagesin", messages_in, "Records appended (Kafka's MessagesInPerSec)"),
+        ("bytesin", bytes_in, "Bytes of record batches appended (BytesInPerSec)"),
+        ("bytesout", status.requests.bytes_out, "Bytes of records sent to fetchers "
+                                                "(BytesOutPerSec)"),
+    ):
+        family = CounterMetricFamily(f"kafka_server_brokertopicmetrics_{name}", doc,
+                                     labels=["topic"])
+        family.add_metric([], sum(per_topic.values()))
+        for topic, value in sorted(per_topic.items()):
+            family.add_metric([topic], value)
+        yield family
+
+
+def _request_metrics(status: BrokerStatus) -> Iterator[Metric]:
+    requests = CounterMetricFamily("kafka_network_requestmetrics_requests",
+                                   "Requests per API and version (RequestsPerSec)",
+                                   labels=["request", "version"])
+    errors = CounterMetricFamily("kafka_network_requestmetrics_errors",
+                                 "Error codes in responses, per API (ErrorsPerSec)",
+                                 labels=["request", "error"])
+    latency = HistogramMetricFamily("kafka_network_requestmetrics_totaltimems",
+                                    "Milliseconds from request received to response ready "
+                                    "(TotalTimeMs)", labels=["request"])
+    for name, api in sorted(status.requests.apis.items()):
+        for version, count in sorted(api.by_version.items()):
+            requests.add_metric([name, str(version)], count)
+        for code, count in sorted(api.errors.items()):
+            errors.add_metric([name, _error_name(code)], count)
+        cumulative, buckets = 0, []
+        for bound, count in zip((*LATENCY_BUCKETS_MS, float("inf")), api.buckets, strict=True):
+            cumulative += count
+            buckets.append((floatToGoString(bound), cumulative))
+        latency.add_metric([name], buckets, api.total_ms)
+    connections = GaugeMetricFamily("kafka_server_socket_server_metrics_connection_count",
+                                    "Open client connections", labels=["listener",
+                                                                       "networkProcessor"])
+    for listener, count in status.connections.items():
+        connections.add_metric([listener, "0"], count)
+    yield from (requests, errors, latency, connections)
+
+
+def _log_metrics(status: BrokerStatus) -> Iterator[Metric]:
+    families = {
+        "size": ("Bytes in the partition's segments (Log Size)", lambda p: p.size),
+        "logstartoffset": ("The partition's log start offset", lambda p: p.log_start_offset),
+        "logendoffset": ("The partition's log end offset", lambda p: p.log_end_offset),
+        "numlogsegments": ("Segments of the partition", lambda p: p.segments),
+    }
+    for name, (doc, value) in families.items():
+        family = GaugeMetricFamily(f"kafka_log_log_{name}", doc, labels=_PARTITION)
+        for p in status.partitions:
+            family.add_metric([p.topic, str(p.partition)], value(p))
+        yield family
+
+
+def _cleaner_metrics(status: BrokerStatus) -> Iterator[Metric]:
+    cleaner = status.cleaner
+    if cleaner is None:
+        return
+    since_run = max(status.time_ms - cleaner.last_round_ms, 0)
+    for name, doc, value in (
+        ("logcleaner_max_clean_time_secs", "Seconds the last clean took",
+         cleaner.last_clean_seconds),
+        ("logcleaner_cleaner_recopy_percent", "Bytes written / bytes read by the last clean, %",
+         cleaner.last_clean_recopy_percent),
+        ("logcleaner_deadthreadcount", "Cleaner threads that died", cleaner.dead_threads),
+        ("logcleanermanager_max_dirty_percent", "Highest dirty ratio of a compacted log, %",
+         cleaner.max_dirty_percent),
+        ("logcleanermanager_time_since_last_run_ms", "Milliseconds since a cleaner round ended",
+         since_run),
+    ):
+        yield GaugeMetricFamily(f"kafka_log_{name}", doc, value=value)
+    uncleanable = GaugeMetricFamily("kafka_log_logcleanermanager_uncleanable_partitions_count",
+                                    "Logs found corrupt, not cleaned until restart",
+                                    labels=["logDirectory"])
+    uncleanable.add_metric([status.data_dir], cleaner.uncleanable_partitions)
+    yield uncleanable
+
+
+def _replica_metrics(status: BrokerStatus) -> Iterator[Metric]:
+    partitions = status.partitions
+    led = [p for p in partitions if p.leader == status.node_id]
+    for name, doc, value in (
+        ("server_replicamanager_partitioncount", "Partitions with a replica on this broker",
+         len(partitions)),
+        ("server_replicamanager_leadercount", "Partitions this broker leads", len(led)),
+        ("server_replicamanager_underreplicatedpartitions",
+         "Led partitions whose ISR is smaller than their replica set",
+         sum(len(p.isr) < len(p.replicas) for p in led)),
+        ("controller_kafkacontroller_offlinepartitionscount", "Partitions without a leader",
+         sum(p.leader < 0 for p in partitions)),
+        ("controller_kafkacontroller_activecontrollercount",
+         "1 on the active controller (this node)", 1),
+    ):
+        yield GaugeMetricFamily(f"kafka_{name}", doc, value=value)
+
+
+def _group_metrics(status: BrokerStatus) -> Iterator[Metric]:
+    yield GaugeMetricFamily("kafka_brokers", "Brokers in the cluster", value=1)
+    topics = GaugeMetricFamily("kafka_topic_partitions", "Partitions of the topic",
+                               labels=["topic"])
+    current = GaugeMetricFamily("kafka_topic_partition_current_offset",
+                                "Log end offset of the partition", labels=_PARTITION)
+    oldest = GaugeMetricFamily("kafka_topic_partition_oldest_offset",
+                               "Log start offset of the partition", labels=_PARTITION)
+    counts: dict[str, int] = {}
+    for p in status.partitions:
+        counts[p.topic] = counts.get(p.topic, 0) + 1
+        current.add_metric([p.topic, str(p.partition)], p.log_end_offset)
+        oldest.add_metric([p.topic, str(p.partition)], p.log_start_offset)
+    for topic, count in sorted(counts.items()):
+        topics.add_metric([topic], count)
+    yield from (topics, current, oldest)
+
+    committed = GaugeMetricFamily("kafka_consumergroup_current_offset",
+                                  "Committed offset of the group on the partition",
+                                  labels=_GROUP_PARTITION)
+    lag = GaugeMetricFamily("kafka_consumergroup_lag",
+                            "Log end offset minus the group's committed offset",
+                            labels=_GROUP_PARTITION)
+    lag_sum = GaugeMetricFamily("kafka_consumergroup_lag_sum",
+                                "The group's lag over the topic's partitions",
+                                labels=["consumergroup", "topic"])
+    members = GaugeMetricFamily("kafka_consumergroup_members", "Members of the group",
+                                labels=["consumergroup"])
+    for group in status.groups:
+        members.add_metric([group.group_id], len(group.members))
+        sums: dict[str, int] = {}
+        for offset in group.offsets:
+            if offset.committed is None:
+                continue
+            labels = [group.group_id, offset.topic, str(offset.partition)]
+            committed.add_metric(labels, offset.committed)
+            if offset.lag is not None:
+                lag.add_metric(labels, offset.lag)
+                sums[offset.topic] = sums.get(offset.topic, 0) + offset.lag
+        for topic, total in sorted(sums.items()):
+            lag_sum.add_metric([group.group_id, topic], total)
+    yield from (committed, lag, lag_sum, members)

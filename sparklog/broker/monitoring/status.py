@@ -1,0 +1,166 @@
+"""The broker's state at one moment, for the metrics endpoint and the status page.
+
+``take_status`` reads everything the listener serves in one step and returns plain frozen
+data that other threads may format at leisure.
+
+Invariants:
+- ``take_status`` runs on the broker's event loop thread (the listener's threads hop there,
+  see ``listener.py``), which owns the logs, the groups and the request metrics, so it reads
+  them where they are written and needs no locks. The cleaner's figures come from its own
+  threads: ``LogCleaner.activity`` is one object replaced whole, and the backlog is measured
+  with ``log_to_clean``, which takes one reference to a log's segment list as every reader
+  does.
+- Per topic, messages and bytes in are the sums of the partition logs' append counters
+  (since each log was opened); bytes out are counted by the server per Fetch response.
+- A group's partitions are those it committed offsets for and those assigned to its members
+  (as ``kafka-consumer-groups --describe`` lists them). Lag is the log end offset minus the
+  committed offset, never below 0; a partition without a committed offset has none.
+  Members' assignments are decoded only for Stable ``consumer`` groups; one that does not
+  decode shows none.
+- Leader, replicas and ISR are this node for every partition, as Metadata answers
+  (``broker/metadata.py``), until replication lands; under-replicated and offline counts are
+  derived from them, not fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparklog.broker.monitoring.requests import RequestMetrics, RequestTotals
+from sparklog.broker.state import Broker
+from sparklog.coordinator.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
+from sparklog.coordinator.group import Group, GroupState
+from sparklog.storage.cleaner import LogCleaner, log_to_clean
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    topic: str
+    partition: int
+    internal: bool
+    log_start_offset: int
+    log_end_offset: int
+    size: int
+    segments: int
+    messages_in: int
+    bytes_in: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStatus:
+    member_id: str
+    client_id: str
+    client_host: str
+    assignment: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffset:
+    topic: str
+    partition: int
+    committed: int | None  # None: assigned, nothing committed yet
+    log_end_offset: int | None  # None: the partition no longer exists
+    lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    generation: int
+    members: tuple[MemberStatus, ...]
+    offsets: tuple[GroupOffset, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerStatus:
+    threads: int
+    dead_threads: int
+    cleans: int
+    last_round_ms: int
+    last_clean_seconds: float
+    last_clean_recopy_percent: float
+    max_dirty_percent: float
+    dirty_bytes: int
+    uncleanable_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatus:
+    node_id: int
+    cluster_id: str
+    advertised: dict[str, str]  # listener name -> host:port
+    data_dir: str
+    time_ms: int
+    connections: dict[str, int]  # listener name -> open connections
+    partitions: tuple[PartitionStatus, ...]
+    groups: tuple[GroupStatus, ...]
+    cleaner: CleanerStatus | None
+    requests: RequestTotals
+
+
+def take_status(broker: Broker, connections: dict[str, int], requests: RequestMetrics,
+                cleaner: LogCleaner | None) -> BrokerStatus:
+    """Everything the listener serves, read now (on the broker's event loop thread)."""
+    node = broker.node_id
+    logs = broker.logs
+    partitions = []
+    for (topic, partition), log in sorted(logs.logs.items()):
+        partitions.append(PartitionStatus(
+            topic, partition, logs.topics[topic].internal, log.log_start_offset,
+            log.log_end_offset, log.size, len(log.segments), log.appended_records,
+            log.appended_bytes, node, (node,), (node,)))
+    ends = {(p.topic, p.partition): p.log_end_offset for p in partitions}
+    groups = tuple(_group(group, ends) for _, group in sorted(broker.coordinator.groups.items()))
+    return BrokerStatus(
+        node, broker.cluster_id,
+        {name: f"{host}:{port}" for name, (host, port) in broker.advertised.items()},
+        str(broker.data_dir),
+        broker.now_ms(), connections, tuple(partitions), groups,
+        None if cleaner is None else _cleaner(cleaner, broker.now_ms()), requests.copy())
+
+
+def _group(group: Group, ends: dict[tuple[str, int], int]) -> GroupStatus:
+    consumer = group.protocol_type == PROTOCOL_TYPE and group.state is GroupState.STABLE
+    members = tuple(
+        MemberStatus(m.member_id, m.client_id, m.client_host,
+                     _assignment(m.assignment) if consumer else ())
+        for m in group.members.values())
+    assigned = {(topic, p) for m in members for topic, parts in m.assignment for p in parts}
+    offsets = []
+    for tp in sorted(assigned | group.offsets.keys()):
+        found = group.offsets.get(tp)
+        committed = None if found is None else found.offset
+        end = ends.get(tp)
+        lag = None if end is None or committed is None else max(end - committed, 0)
+        offsets.append(GroupOffset(*tp, committed, end, lag))
+    return GroupStatus(group.group_id, str(group.state), group.protocol_type or "",
+                       group.protocol or "", group.generation, members, tuple(offsets))
+
+
+def _assignment(assignment: bytes) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    try:
+        return assigned_partitions(assignment)
+    except ValueError:
+        return ()
+
+
+def _cleaner(cleaner: LogCleaner, now_ms: int) -> CleanerStatus:
+    activity = cleaner.activity
+    last = activity.last_clean
+    ratios, dirty = [0.0], 0
+    for tp, log in list(cleaner.manager.logs.items()):
+        if log.config.compact and not log.closed:
+            measured = log_to_clean(tp, log, cleaner.checkpoint(tp), now_ms)
+            ratios.append(measured.dirty_ratio)
+            dirty += measured.dirty_bytes
+    recopy = 100 * last.bytes_written / last.bytes_read if last and last.bytes_read else 0.0
+    return CleanerStatus(
+        cleaner.config.threads if cleaner.config.enable else 0, cleaner.dead_threads,
+        activity.cleans, activity.last_round_ms, last.seconds if last else 0.0, recopy,
+        100 * max(ratios), dirty, cleaner.uncleanable)
