@@ -12,10 +12,11 @@ Invariants:
   ``failOnDataLoss`` true; ``maxTriggerDelay`` 15m; ``includeHeaders`` false.
 - ``ReadOptions`` is immutable and picklable (readers are pickled to executors).
 - ``groupId`` (or ``kafka.group.id``) names a consumer group that mirrors the stream's
-  progress (``ReadOptions.group_id``); the commits are made in the driver by
-  ``sparklog.datasource.group_commits``, which parses the source's options with this same
-  function and matches offsets with ``Subscription.reads``. ``groupIdPrefix`` is accepted
-  for compatibility and unused.
+  progress (``ReadOptions.group_id``); the stream reader commits to it through
+  ``sparklog.datasource.group_offsets``, which matches offsets with
+  ``Subscription.reads``, and the driver's listener (``group_commits``) parses the
+  source's options with this same function. ``groupIdPrefix`` is accepted for
+  compatibility and unused.
 """
 
 from __future__ import annotations
