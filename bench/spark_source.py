@@ -37,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 from _common import (  # bench/ is on sys.path
     Row,
+    cpu_seconds,
     peak_rss_mib,
     print_table,
     scratch_dir,
@@ -144,34 +145,6 @@ class Run:
 
     seconds: float
     cpu: dict[str, float]
-
-
-def cpu_seconds(jvm_pid: int, broker_pid: int | None) -> dict[str, dict[int, float]]:
-    """CPU seconds so far, per process, of the driver JVM, of its Python workers (its
-    descendants: the planner, the source runner, the executor workers) and of the broker."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    used: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended meanwhile
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
-
-    def descends(pid: int) -> bool:
-        while pid > 1:
-            pid = parents.get(pid, 0)
-            if pid == jvm_pid:
-                return True
-        return False
-
-    return {"jvm": {jvm_pid: used.get(jvm_pid, 0.0)},
-            "python workers": {pid: t for pid, t in used.items() if descends(pid)},
-            "broker": {pid: t for pid, t in used.items() if pid == broker_pid}}
 
 
 def median_run(runs: list[Run]) -> Run:
