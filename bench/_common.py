@@ -48,6 +48,34 @@ def cpu_seconds(pid: int | None, thread: int | None = None, *, user_only: bool =
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def spark_cpu_seconds(jvm_pid: int, broker_pid: int | None) -> dict[str, dict[int, float]]:
+    """CPU seconds so far, per process, of the driver JVM, of its Python workers (its
+    descendants: the planner, the source runner, the executor workers) and of the broker."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == jvm_pid:
+                return True
+        return False
+
+    return {"jvm": {jvm_pid: used.get(jvm_pid, 0.0)},
+            "python workers": {pid: t for pid, t in used.items() if descends(pid)},
+            "broker": {pid: t for pid, t in used.items() if pid == broker_pid}}
+
+
 class Stopwatch:
     """Adds up the wall-clock time spent inside ``with stopwatch:`` blocks."""
 

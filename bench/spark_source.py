@@ -40,6 +40,7 @@ from _common import (  # bench/ is on sys.path
     peak_rss_mib,
     print_table,
     scratch_dir,
+    spark_cpu_seconds,
     vm_hwm_mib,
 )
 from confluent_kafka import Producer
@@ -146,34 +147,6 @@ class Run:
     cpu: dict[str, float]
 
 
-def cpu_seconds(jvm_pid: int, broker_pid: int | None) -> dict[str, dict[int, float]]:
-    """CPU seconds so far, per process, of the driver JVM, of its Python workers (its
-    descendants: the planner, the source runner, the executor workers) and of the broker."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    used: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended meanwhile
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
-
-    def descends(pid: int) -> bool:
-        while pid > 1:
-            pid = parents.get(pid, 0)
-            if pid == jvm_pid:
-                return True
-        return False
-
-    return {"jvm": {jvm_pid: used.get(jvm_pid, 0.0)},
-            "python workers": {pid: t for pid, t in used.items() if descends(pid)},
-            "broker": {pid: t for pid, t in used.items() if pid == broker_pid}}
-
-
 def median_run(runs: list[Run]) -> Run:
     return sorted(runs, key=lambda run: run.seconds)[len(runs) // 2]
 
@@ -182,14 +155,14 @@ def run_query(spark: Any, fmt: str, options: dict[str, str], expected: int,
               checkpoint: Path, broker_pid: int | None) -> Run:
     """An availableNow query from ``fmt`` into the noop sink, timed."""
     jvm_pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
-    before = cpu_seconds(jvm_pid, broker_pid)
+    before = spark_cpu_seconds(jvm_pid, broker_pid)
     started = time.perf_counter()
     query = (spark.readStream.format(fmt).options(**options).load()
              .writeStream.format("noop").option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
     query.awaitTermination()
     seconds = time.perf_counter() - started
-    after = cpu_seconds(jvm_pid, broker_pid)
+    after = spark_cpu_seconds(jvm_pid, broker_pid)
     if query.exception() is not None:
         raise RuntimeError(f"{fmt} query failed: {query.exception()}")
     rows = sum(p["numInputRows"] for p in query.recentProgress)
@@ -251,8 +224,9 @@ def main() -> None:
             ours, ceiling = median_run(ours_runs), median_run(ceiling_runs)
             jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
             jvm_rss = vm_hwm_mib(int(jvm_pid))
-            workers_rss = max((rss for pid in cpu_seconds(int(jvm_pid), None)["python workers"]
-                               if (rss := vm_hwm_mib(pid)) == rss), default=float("nan"))
+            workers = spark_cpu_seconds(int(jvm_pid), None)["python workers"]
+            workers_rss = max((rss for pid in workers if (rss := vm_hwm_mib(pid)) == rss),
+                              default=float("nan"))
             broker_rss = vm_hwm_mib(broker.pid)
             spark.stop()
         finally:

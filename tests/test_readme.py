@@ -6,8 +6,9 @@ the repository root with the development venv first on ``PATH``; the broker bloc
 started in the background and the blocks after it talk to it; Python blocks run in a child
 process; Spark blocks run in the session's local SparkSession (``spark`` is defined, as in
 ``pyspark``); a block that runs until stopped gets SIGTERM once it has printed and must
-exit 0. Two substitutions make the blocks safe to run on a shared machine: ``127.0.0.1:9092``
-becomes a free port and ``/tmp/sparklog`` a temporary directory. A block that cannot run
+exit 0; the metered broker's block must serve Prometheus metrics, then stop with exit 0.
+Substitutions make the blocks safe to run on a shared machine: ``127.0.0.1:9092`` (and the
+ports 9093 and 9404) become free ports and ``/tmp/sparklog`` a temporary directory. A block that cannot run
 here is skipped with its reason, explicitly.
 """
 
@@ -21,8 +22,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 FENCE = re.compile(r"^```(?P<language>\w*)\n(?P<code>.*?)^```$", re.MULTILINE | re.DOTALL)
 BROKER_ADDRESS = "127.0.0.1:9092"
+OTHER_PORTS = ("9093", "9404")  # the metered broker's listener and metrics listener
 DATA_ROOT = "/tmp/sparklog"
 RUN_TIMEOUT_S = 600
 
@@ -65,13 +68,14 @@ PLANS: list[tuple[str, str, str]] = [
                         "`make demo` is `python -m sparklog.demo` after the venv set-up, which "
                         "tests/test_wheel_install.py runs from an installed wheel"),
     ("--config conf/server.properties", "broker", ""),
-    ("metrics.listener=http", "until_signal", ""),
+    ("metrics.listener=http", "metered_broker", ""),
     ("sparklog topics create", "shell", ""),
     ("from confluent_kafka import Producer", "python", ""),
     ("import sparklog.datasource", "spark", ""),
     ("ConsumerLoop(", "until_signal", ""),
     ("df = spark.createDataFrame", "spark", ""),
     ('option("deliveryGuarantee", "exactly-once")', "spark", ""),
+    ('option("latestPerKey", "true")', "spark", ""),
     ("sparklog transactions list", "shell", ""),
     ("python -m sparklog.jobs.stream_to_delta", "shell", ""),
     ("docker compose up", SKIP, NO_CONTAINER_ENGINE),
@@ -111,10 +115,15 @@ class Place:
     port: int
     root: Path
     broker: subprocess.Popen[str] | None = None
+    other_ports: dict[str, int] = field(
+        default_factory=lambda: {port: _free_port() for port in OTHER_PORTS})
 
     def code(self, block: Block) -> str:
-        return (block.code.replace(BROKER_ADDRESS, f"127.0.0.1:{self.port}")
+        code = (block.code.replace(BROKER_ADDRESS, f"127.0.0.1:{self.port}")
                 .replace(DATA_ROOT, str(self.root / "sparklog")))
+        for port, free in self.other_ports.items():
+            code = code.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free}")
+        return code
 
     @property
     def env(self) -> dict[str, str]:
@@ -162,6 +171,22 @@ def _start_broker(place: Place, block: Block) -> None:
     _wait_for_output(place.broker, f"listening on 127.0.0.1:{place.port}", 60)
 
 
+def _run_metered_broker(place: Place, block: Block) -> None:
+    """The block's broker serves Prometheus metrics under Kafka's names, and stops cleanly."""
+    proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", f"exec {place.code(block)}"],
+                            cwd=ROOT, env=place.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        _wait_for_output(proc, "status page on", 60)  # printed once everything listens
+        metrics_port = place.other_ports["9404"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as r:
+            assert b"kafka_server_socket_server_metrics_connection_count" in r.read()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    assert code == 0, f"{block.name}: exit {code} after SIGTERM"
+
+
 def _run_python(place: Place, block: Block) -> None:
     result = subprocess.run([sys.executable, "-c", place.code(block)], cwd=place.root,
                             env=place.env, capture_output=True, text=True,
@@ -201,6 +226,8 @@ def test_readme_block(block: Block, place: Place, request: pytest.FixtureRequest
         _run_python(place, block)
     elif how == "until_signal":
         _run_until_signal(place, block)
+    elif how == "metered_broker":
+        _run_metered_broker(place, block)
     else:
         _run_spark(place, block, request.getfixturevalue("spark"))
 

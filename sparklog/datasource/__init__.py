@@ -6,8 +6,9 @@ sink. The module ``pyspark_sparklog`` registers it automatically; ``register(spa
 explicitly.
 
 Layout: ``source`` (the DataSource class), ``schema`` and ``options`` (shared by both
-sides), ``read/`` (readers), ``write/`` (writers) and ``group_commits`` (the driver's
-listener that mirrors ``groupId`` streams into their consumer group). The source talks to
+sides), ``read/`` (readers), ``write/`` (writers), ``group_offsets`` (committing a
+``groupId`` stream's offsets, which the stream reader does) and ``group_commits`` (the
+driver's listener that adds the final commit when a query stops). The source talks to
 brokers through ``sparklog.client`` and commits through ``sparklog.offsets``; it never
 imports the broker, storage or coordinator.
 """
@@ -28,9 +29,10 @@ __all__ = ["SparklogDataSource", "register"]
 
 def register(spark: SparkSession) -> None:
     """Register the ``sparklog`` format on ``spark`` unless auto-registration already did
-    (so Spark does not warn that it replaced it), and install the listener that commits
-    ``groupId`` streams' progress to their consumer group (only code in the driver can do
-    that, so call this once per session).
+    (so Spark does not warn that it replaced it), and install the listener that commits a
+    ``groupId`` stream's last batch synchronously when the query stops (the reader commits
+    every batch by itself; only code in the driver sees the stop, so call this once per
+    session).
 
     First, for a local master, it checks that Spark's Python workers can import sparklog
     (``workers.check_worker_python``): without that, every query would fail later with an

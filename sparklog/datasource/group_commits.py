@@ -1,26 +1,22 @@
-"""Committing a streaming query's progress to a Kafka consumer group, from the driver.
+"""The final synchronous commit of a ``groupId`` stream's progress, from the driver.
 
-Spark calls neither a reader's ``stop()`` nor the last batch's ``commit()``, so the commits
-live in a ``StreamingQueryListener`` in the driver's Python process, which does see every
-batch (``onQueryProgress``: each source's ``endOffset``) and the end (``onQueryTerminated``).
+The stream reader commits each batch's end offsets itself (``read.stream_reader``, in
+Spark's driver-side Python worker). What it cannot do is commit when the query stops: Spark
+kills that worker without calling ``stop()``. This ``StreamingQueryListener``, installed in
+the driver by ``sparklog.datasource.register``, sees every batch (``onQueryProgress``: each
+source's ``endOffset``) and the end (``onQueryTerminated``), and commits the last batch's
+end offsets synchronously when the query stops.
 
 Invariants:
 - The source's options are read from the query's analyzed plan and parsed by the source's
   own ``parse_read_options``: the group (``ReadOptions.group_id``: ``groupId`` or
-  ``kafka.group.id``), the subscription and the client settings (bootstrap servers, client
-  id) are exactly what the reader uses. Only sources that name a group are touched.
-- A source's offsets are matched to its group by the source's own rule,
-  ``Subscription.reads``: the partitions in ``endOffset`` that it subscribes to
-  (``subscribe``, ``assign`` or ``subscribePattern``); a pattern never matches an internal
-  topic (``__consumer_offsets``), which is learned from Metadata as the reader learns it
-  (once per topic name, and only for a pattern).
-- Each completed batch's end offsets (Spark's "next offset to read", Kafka's commit
-  convention) are committed asynchronously with compare-and-set, so a late retry never
-  overwrites a newer batch's offsets; when the query stops, the last batch's offsets are
-  committed synchronously. The checkpoint stays the source of truth for the stream: the
-  group only mirrors it, so lag tools (``sparklog groups describe``) show the stream's lag.
+  ``kafka.group.id``), the subscription and the client settings are exactly what the
+  reader uses. Only sources that name a group are touched, through ``GroupTarget``, which
+  commits only the partitions the source subscribes to.
+- The listener commits nothing while the query runs (the reader does), so it adds one
+  commit per query run: the offsets the reader committed last or newer ones, never older.
 - A failure here (Metadata unreachable, options that no longer parse) is logged and skips
-  a commit; it never fails the query.
+  the commit; it never fails the query. The checkpoint stays the source of truth.
 """
 
 from __future__ import annotations
@@ -30,82 +26,26 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-from sparklog.client.errors import KafkaClientError
-from sparklog.client.kafka import KafkaClient
+from sparklog.datasource.group_offsets import GroupTarget
 from sparklog.datasource.options import OptionError
 from sparklog.datasource.read.offsets import PartitionOffsets, from_json
-from sparklog.datasource.read.read_options import ReadOptions, parse_read_options
-from sparklog.offsets.committer import OffsetCommitter
+from sparklog.datasource.read.read_options import parse_read_options
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "sparklog"
 
-Commits = dict[tuple[str, int], int]
-
 
 @dataclass
-class GroupTarget:
-    """One sparklog source of a query that commits to a consumer group."""
+class QueryGroups:
+    """The sparklog sources of a running query that commit to a group, and the end offsets
+    of its last batch (every source's, merged; each target commits those it reads)."""
 
-    options: ReadOptions
-    committer: OffsetCommitter | None = None
-    consumer: Consumer | None = None
-    last: Commits = field(default_factory=dict)
-    internal: dict[str, bool] = field(default_factory=dict)
-    """Whether each topic seen so far is internal (asked of Metadata for a pattern)."""
-
-    @property
-    def group_id(self) -> str:
-        assert self.options.group_id is not None
-        return self.options.group_id
-
-    def commits(self, end: PartitionOffsets) -> Commits:
-        """The offsets of ``end`` that this source reads, keyed as the committer takes them."""
-        subscription = self.options.subscription
-        internal = (self._internal_topics({tp.topic for tp in end})
-                    if subscription.pattern is not None else frozenset())
-        return {(tp.topic, tp.partition): offset for tp, offset in end.items()
-                if subscription.reads(tp, internal)}
-
-    def _internal_topics(self, topics: set[str]) -> frozenset[str]:
-        unknown = sorted(topics - self.internal.keys())
-        if unknown:
-            with KafkaClient(self.options.client, self.options.driver_retry) as client:
-                cluster = client.metadata(unknown)
-            self.internal.update({topic: topic in cluster.internal for topic in unknown})
-        return frozenset(topic for topic in topics if self.internal[topic])
-
-    def commit_async(self, offsets: Commits) -> None:
-        if not offsets:
-            return
-        if self.committer is None:
-            self.consumer = Consumer(self._consumer_config())
-            self.committer = OffsetCommitter(self.consumer)
-        self.last.update(offsets)
-        self.committer.commit_async(offsets)
-
-    def _consumer_config(self) -> dict[str, Any]:
-        """The committing consumer's settings: the source's servers and client id (its other
-        ``kafka.*`` options are fetch settings, some with Java-only names)."""
-        client = self.options.client
-        return {"bootstrap.servers": client.servers, "client.id": client.client_id,
-                "group.id": self.group_id, "enable.auto.commit": False}
-
-    def close(self) -> None:
-        """The final synchronous commit of the last batch's offsets, then release."""
-        if self.committer is None or self.consumer is None:
-            return
-        try:
-            self.committer.commit_sync(self.last)
-            log.info("committed final offsets of group %s: %s", self.group_id, self.last)
-        finally:
-            self.committer.close()
-            self.consumer.close()
+    targets: list[GroupTarget]
+    end: PartitionOffsets = field(default_factory=dict)
 
 
 def sparklog_sources(spark: SparkSession, query_id: str) -> list[dict[str, str]] | None:
@@ -142,54 +82,53 @@ def group_targets(sources: list[dict[str, str]]) -> list[GroupTarget]:
 
 
 class GroupCommitListener(StreamingQueryListener):
-    """Mirrors every sparklog stream's progress into its consumer group (see module doc)."""
+    """Commits every ``groupId`` stream's last batch when it stops (see module doc)."""
 
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
-        self._targets: dict[str, list[GroupTarget]] = {}
+        self._queries: dict[str, QueryGroups] = {}
 
-    def _targets_of(self, query_id: str) -> list[GroupTarget]:
+    def _groups_of(self, query_id: str) -> QueryGroups | None:
         """The query's group targets, read from its plan while it is active. Events arrive
         asynchronously, so a query may be gone by the time one is handled: a miss is not
         cached, and ``onQueryStarted`` resolves early so that later events find it."""
-        if query_id not in self._targets:
+        if query_id not in self._queries:
             sources = sparklog_sources(self._spark, query_id)
             if sources is None:
                 log.warning("query %s ended before its sparklog options could be read: its "
-                            "progress is not committed to a consumer group", query_id)
-                return []
-            self._targets[query_id] = group_targets(sources)
-        return self._targets[query_id]
+                            "last batch is not committed to a consumer group", query_id)
+                return None
+            self._queries[query_id] = QueryGroups(group_targets(sources))
+        return self._queries[query_id]
 
     def onQueryStarted(self, event: Any) -> None:
-        self._targets_of(str(event.id))
+        self._groups_of(str(event.id))
 
     def onQueryIdle(self, event: Any) -> None:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
-        targets = self._targets_of(str(progress.id))
-        if not targets:
+        groups = self._groups_of(str(progress.id))
+        if groups is None or not groups.targets:
             return
+        end: PartitionOffsets = {}
         for source in progress.sources:
             try:
-                end = from_json(json.loads(source.endOffset or "null"))
+                end.update(from_json(json.loads(source.endOffset or "null")))
             except ValueError:  # not a sparklog (or Kafka) source's offsets
                 continue
-            for target in targets:
-                try:
-                    target.commit_async(target.commits(end))
-                except KafkaClientError as exc:
-                    log.warning("offsets of batch %s not committed to group %s: %s",
-                                progress.batchId, target.group_id, exc)
+        if end:
+            groups.end = end
 
     def onQueryTerminated(self, event: Any) -> None:
-        for target in self._targets.pop(str(event.id), []):
+        groups = self._queries.pop(str(event.id), None)
+        for target in groups.targets if groups is not None else ():
             try:
+                if target.commit(groups.end, sync=True):
+                    log.info("committed the final offsets of group %s", target.group_id)
+            finally:
                 target.close()
-            except Exception:
-                log.exception("final offset commit of group %s failed", target.group_id)
 
 
 _installed: dict[int, GroupCommitListener] = {}

@@ -9,6 +9,11 @@ Invariants:
   option and what is allowed, at ``load()``: Spark calls ``schema`` in the driver then
   (never for writes), so the read options are validated there; what depends on batch or
   stream is checked when the reader is built.
+- ``df.write`` appends: save mode ``overwrite`` is refused (a topic cannot be overwritten,
+  as Spark's Kafka sink refuses it). Spark itself refuses the other modes, including the
+  default ``errorifexists``, for every Python data source, so writes say
+  ``.mode("append")``. A streaming write's ``overwrite`` (complete output mode) appends
+  each batch, as Spark's Kafka sink does.
 """
 
 from __future__ import annotations
@@ -51,6 +56,12 @@ class SparklogDataSource(DataSource):
         return SparklogStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            from sparklog.datasource.options import OptionError
+
+            raise OptionError(
+                'save mode "overwrite" is not allowed: a topic cannot be overwritten, the '
+                'sparklog sink appends records to it; use .mode("append")')
         from sparklog.datasource.write.writer import SparklogBatchWriter
 
         return SparklogBatchWriter(self.options, schema)

@@ -3,8 +3,8 @@
 Invariants:
 - ``spark-local.conf`` settings apply under what Spark was already given: a setting from
   ``spark-submit`` (or ``--master``) wins.
-- The session has the ``sparklog`` format and the listener that mirrors a query's progress
-  into its ``groupId`` registered; Python workers run this interpreter unless
+- The session has the ``sparklog`` format and the listener that commits a ``groupId``
+  stream's last batch when it stops registered; Python workers run this interpreter unless
   ``PYSPARK_PYTHON`` says otherwise.
 - Every ``sparklog`` read includes headers and carries the ``source.*`` settings.
 """
@@ -38,7 +38,7 @@ def build_spark(app_name: str, settings: JobSettings, master: str | None = None)
     if master:
         builder = builder.master(master)
     spark = builder.getOrCreate()
-    register(spark)  # the format, and the listener that mirrors --group-id commits
+    register(spark)  # the format, and the final synchronous --group-id commit at stop
     return spark
 
 

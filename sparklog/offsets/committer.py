@@ -24,6 +24,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -66,6 +67,9 @@ class CommitResult:
     attempts: int = 1
 
 
+RESULTS_KEPT = 1000
+"""Async outcomes kept in ``OffsetCommitter.results`` (a stream commits once per batch)."""
+
 CommitFn = Callable[[list[TopicPartition]], None]
 
 
@@ -97,7 +101,8 @@ class OffsetCommitter:
         self._queue: queue.Queue[tuple[int, dict[tuple[str, int], int]] | None] = queue.Queue()
         self._idle = threading.Event()
         self._idle.set()
-        self.results: list[CommitResult] = []
+        self.results: deque[CommitResult] = deque(maxlen=RESULTS_KEPT)
+        """The latest async outcomes, oldest first."""
         self._worker = threading.Thread(target=self._run, name="offset-committer", daemon=True)
         self._worker.start()
 

@@ -6,7 +6,9 @@ Invariants:
   the subscribed partitions once, on the driver, and plans one task per range (split by
   ``minPartitions`` / ``maxRecordsPerPartition``); a start after its end is an error naming
   the partition. The reader keeps no connection afterwards: Spark pickles it to executors.
-- ``read`` yields exactly the records of the task's range that exist (see ``fetcher``).
+- ``read`` yields exactly the records of the task's range that exist (see ``fetcher``),
+  or with ``latestPerKey`` the latest record of each key among them, tombstoned and keyless
+  ones left out (see ``latest_per_key``).
 """
 
 from __future__ import annotations
@@ -43,8 +45,12 @@ class SparklogBatchReader(DataSourceReader):
                          options.max_records_per_partition))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from sparklog.datasource.read.fetcher import read_partition  # executors only
-
         if not isinstance(partition, KafkaInputPartition):  # Spark's stand-in for no tasks
             return iter(())
+        if partition.settings.latest_per_key:
+            from sparklog.datasource.read.latest_per_key import read_latest_per_key
+
+            return read_latest_per_key(partition)
+        from sparklog.datasource.read.fetcher import read_partition  # executors only
+
         return read_partition(partition)

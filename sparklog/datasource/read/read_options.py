@@ -14,11 +14,14 @@ Invariants:
 - Defaults are Spark's: streams start at latest, batches at earliest and end at latest;
   ``failOnDataLoss`` true; ``maxTriggerDelay`` 15m; ``includeHeaders`` false.
 - ``ReadOptions`` is immutable and picklable (readers are pickled to executors).
+- ``latestPerKey`` (batch only) reads each topic-partition range in one task, so it is
+  refused with ``minPartitions`` and ``maxRecordsPerPartition``, and on a stream.
 - ``groupId`` (or ``kafka.group.id``) names a consumer group that mirrors the stream's
-  progress (``ReadOptions.group_id``); the commits are made in the driver by
-  ``sparklog.datasource.group_commits``, which parses the source's options with this same
-  function and matches offsets with ``Subscription.reads``. ``groupIdPrefix`` is accepted
-  for compatibility and unused.
+  progress (``ReadOptions.group_id``); the stream reader commits to it through
+  ``sparklog.datasource.group_offsets``, which matches offsets with
+  ``Subscription.reads``, and the driver's listener (``group_commits``) parses the
+  source's options with this same function. ``groupIdPrefix`` is accepted for
+  compatibility and unused.
 """
 
 from __future__ import annotations
@@ -56,10 +59,11 @@ _STARTING = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp
              "startingOffsetsByTimestampStrategy")
 _ENDING = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 _STREAMING = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+_TABLE = ("latestPerKey",)
 _COMMON = ("failOnDataLoss", "includeHeaders", "minPartitions", "maxRecordsPerPartition",
            "groupId", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
            "fetchOffset.retryIntervalMs")
-SOURCE_OPTIONS = frozenset(_SUBSCRIPTIONS + _STARTING + _ENDING + _STREAMING + _COMMON)
+SOURCE_OPTIONS = frozenset(_SUBSCRIPTIONS + _STARTING + _ENDING + _STREAMING + _TABLE + _COMMON)
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
 _DURATION_UNITS_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
@@ -146,6 +150,8 @@ class TaskSettings:
     retry: RetryPolicy
     fail_on_data_loss: bool
     include_headers: bool
+    latest_per_key: bool = False
+    """Reduce the task's range to the latest record per key (``latest_per_key``)."""
 
 
 @dataclass(frozen=True)
@@ -166,11 +172,14 @@ class ReadOptions:
     group_id: str | None
     """The consumer group that mirrors the stream's progress (``groupId`` or
     ``kafka.group.id``), or None."""
+    latest_per_key: bool
+    """``latestPerKey``: a batch read gives the latest record of each key (a compacted
+    topic read as its table)."""
 
     @property
     def task_settings(self) -> TaskSettings:
         return TaskSettings(self.client, self.executor_retry, self.fail_on_data_loss,
-                            self.include_headers)
+                            self.include_headers, self.latest_per_key)
 
 
 def parse_read_options(options: Mapping[str, str], streaming: bool | None) -> ReadOptions:
@@ -181,11 +190,15 @@ def parse_read_options(options: Mapping[str, str], streaming: bool | None) -> Re
             if get_option(options, name) is not None:
                 raise OptionError(f"option {name} is not valid in streaming queries; ending "
                                   "offsets apply to batch reads (spark.read) only")
+        if get_option(options, "latestPerKey") is not None:
+            raise OptionError("option latestPerKey is not valid in streaming queries: it reads "
+                              "a compacted topic as a table, with spark.read only")
     check_known(options, set(SOURCE_OPTIONS), "source")
     client = client_config(kafka_params(options))
     poll_timeout_ms = _number(options, "kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
     retries = _number(options, "fetchOffset.numRetries", 3, minimum=0)
     retry_interval_ms = _number(options, "fetchOffset.retryIntervalMs", 1000, minimum=1)
+    latest_per_key = _latest_per_key(options)
     return ReadOptions(
         subscription=_subscription(options),
         client=client,
@@ -201,7 +214,22 @@ def parse_read_options(options: Mapping[str, str], streaming: bool | None) -> Re
         driver_retry=RetryPolicy(retries * retry_interval_ms / 1000, retry_interval_ms / 1000),
         executor_retry=RetryPolicy(poll_timeout_ms / 1000, client.retry_backoff_s),
         group_id=get_option(options, "groupId") or get_option(options, "kafka.group.id") or None,
+        latest_per_key=latest_per_key,
     )
+
+
+def _latest_per_key(options: Mapping[str, str]) -> bool:
+    """``latestPerKey``, refused with the options that would split a partition's range."""
+    if not parse_bool(options, "latestPerKey", False):
+        return False
+    for name in ("minPartitions", "maxRecordsPerPartition"):
+        if get_option(options, name) is not None:
+            raise OptionError(
+                f"option {name} cannot be combined with latestPerKey: latestPerKey reduces "
+                "each topic-partition in one task (a key's latest record may be anywhere in "
+                f"its partition), and {name} would split partitions across tasks; remove "
+                f"{name}")
+    return True
 
 
 def _subscription(options: Mapping[str, str]) -> Subscription:

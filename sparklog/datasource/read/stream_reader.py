@@ -20,10 +20,16 @@ Invariants:
   returns ``start`` itself when a batch should not run yet.
 - Partitions that disappeared and partitions whose latest offset fell below the start are
   data loss (``failOnDataLoss``): fail, or log, drop or restart them at latest.
-- ``commit`` does nothing: offsets live in Spark's checkpoint. With ``groupId`` (or
-  ``kafka.group.id``) the driver's listener (``sparklog.datasource.group_commits``,
-  installed by ``sparklog.datasource.register``) mirrors them into that consumer group,
-  because Spark never delivers the last batch's ``commit`` to a Python reader.
+- Offsets live in Spark's checkpoint. With ``groupId`` (or ``kafka.group.id``) the reader
+  mirrors them into that consumer group (``sparklog.datasource.group_offsets``), from the
+  driver-side worker, with no other call needed: ``commit(end)`` commits ``end``
+  asynchronously, and ``latestOffset(start, ...)`` commits ``start`` (the end of the last
+  completed batch, or the initial offsets): asynchronously when a batch follows,
+  synchronously when none does (the stream is idle, or an AvailableNow run is done),
+  because Spark never delivers the last batch's ``commit``. Commits are compare-and-set
+  and never fail the query (a failure is logged). ``stop()`` is never called by Spark, so
+  the driver's listener (``sparklog.datasource.register``) adds a final synchronous commit
+  when the query stops.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from sparklog.datasource.read.planning import KafkaInputPartition, plan, rate_li
 from sparklog.datasource.read.read_options import parse_read_options
 
 if TYPE_CHECKING:
+    from sparklog.datasource.group_offsets import GroupTarget
     from sparklog.datasource.read.offset_reader import OffsetReader
 
 
@@ -59,10 +66,12 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: PartitionOffsets | None = None  # the AvailableNow end
         self._latest: PartitionOffsets | None = None  # for reportLatestOffset
         self._last_batch_time = 0.0  # when latestOffset last admitted a batch (time.time())
+        self._group: GroupTarget | None = None  # the groupId's committer (driver worker)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_offsets"] = None
+        state["_group"] = None
         return state
 
     @property
@@ -95,7 +104,9 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest = latest
         base = self._base(from_json(start), latest)
         end = self._admit(base, latest, limit)
-        return start if end is None else to_json(end)
+        following = start if end is None else to_json(end)
+        self._commit_group(start, sync=following == start)
+        return following
 
     def _base(self, start: PartitionOffsets, latest: PartitionOffsets) -> PartitionOffsets:
         """Where each partition of ``latest`` continues from, after data loss checks."""
@@ -145,11 +156,23 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                          self.options.min_partitions, self.options.max_records_per_partition))
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: Spark's checkpoint holds the offsets."""
+        """Spark's checkpoint holds ``end``; mirror it into the group, if any."""
+        self._commit_group(end, sync=False)
+
+    def _commit_group(self, offsets: dict, sync: bool) -> None:
+        if self.options.group_id is None:
+            return
+        if self._group is None:
+            from sparklog.datasource.group_offsets import GroupTarget
+
+            self._group = GroupTarget(self.options)
+        self._group.commit(from_json(offsets), sync)
 
     def stop(self) -> None:
         if self._offsets is not None:
             self._offsets.close()
+        if self._group is not None:
+            self._group.close()
 
     # -- executors --------------------------------------------------------------------------
 
