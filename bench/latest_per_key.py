@@ -22,13 +22,20 @@ run twice, alternating (latestPerKey, window, plain, latestPerKey, ...), and the
 each query's six runs counts. Prints seconds, input records/s, the ratio (window seconds /
 latestPerKey seconds), CPU seconds of the driver JVM and of the Python workers, and peak
 RSS (VmHWM) of the driver JVM and of the largest Python worker, per query; and of the
-broker. The last line is ``latest_per_key_ratio=<ratio>``.
+broker.
+
+Then the memory bound of one task, without Spark: a topic of one partition holding the same
+number of records, every key distinct (the most keys a partition can have), reduced by
+``read_latest_per_key`` in a child process with the default budget (64 MiB) and with 16 MiB,
+against a plain read of the partition (``read_partition``): seconds, rounds, peak RSS of
+the process. The last line is ``latest_per_key_ratio=<ratio>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import statistics
@@ -38,7 +45,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import Row, print_table, scratch_dir, spark_cpu_seconds, vm_hwm_mib  # bench/ on path
+from _common import (  # bench/ is on sys.path
+    MiB,
+    Row,
+    peak_rss_mib,
+    print_table,
+    scratch_dir,
+    spark_cpu_seconds,
+    vm_hwm_mib,
+)
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -50,19 +65,41 @@ TOPIC = "table"
 PASSES = 3  # timed runs per child
 ROUNDS = 2  # children per query, alternating
 QUERIES = ("latestPerKey", "window", "plain read")
+DISTINCT_TOPIC = "distinct"
+TASK_BUDGETS_MIB = (0, 64, 16)  # 0: the plain read
 
 
 # -- the data ----------------------------------------------------------------------------------
 
 
-def produce(bootstrap: str, records: int, keys: int) -> int:
-    """Produce the topic; return how many rows its table has (keys whose last record is
-    not a tombstone)."""
+def topic_producer(bootstrap: str, topic: str, partitions: int,
+                   config: dict[str, str]) -> Producer:
+    """Create ``topic``; a producer batching large for it."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, PARTITIONS, config={
-        "cleanup.policy": "compact", "min.compaction.lag.ms": "86400000"})])[TOPIC].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                         "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000})
+    admin.create_topics([NewTopic(topic, partitions, config=config)])[topic].result(30)
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                     "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000})
+
+
+def send(producer: Producer, topic: str, key: bytes, value: bytes | None) -> None:
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def flush(producer: Producer) -> None:
+    if producer.flush(300):
+        raise SystemExit("records still unsent after 300 s")
+
+
+def produce(bootstrap: str, records: int, keys: int) -> int:
+    """Produce the table's topic; return how many rows its table has (keys whose last
+    record is not a tombstone)."""
+    producer = topic_producer(bootstrap, TOPIC, PARTITIONS, {
+        "cleanup.policy": "compact", "min.compaction.lag.ms": "86400000"})
     rng = random.Random(14)
     value = b"x" * RECORD_BYTES
     alive: dict[bytes, bool] = {}
@@ -70,14 +107,8 @@ def produce(bootstrap: str, records: int, keys: int) -> int:
         key = b"user-%09d" % rng.randrange(keys)
         tombstone = rng.random() < 0.05
         alive[key] = not tombstone
-        while True:
-            try:
-                producer.produce(TOPIC, key=key, value=None if tombstone else value)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    if producer.flush(300):
-        raise SystemExit("records still unsent after 300 s")
+        send(producer, TOPIC, key, None if tombstone else value)
+    flush(producer)
     return sum(alive.values())
 
 
@@ -131,12 +162,51 @@ def child(bootstrap: str, query: str, expected_rows: int) -> None:
     spark.stop()
 
 
-def run_child(bootstrap: str, query: str, expected_rows: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", query, "--bootstrap", bootstrap,
-         "--expect", str(expected_rows)],
-        check=True, stdout=subprocess.PIPE, text=True).stdout
+def run_child(bootstrap: str, *args: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--bootstrap", bootstrap, *args],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+# -- one task's memory, without Spark (the child) -----------------------------------------------
+
+
+class RoundsSeen(logging.Handler):
+    """Catches the reduction's "read in N rounds" log record."""
+
+    rounds = 1
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "rounds" in record.msg:
+            self.rounds = int(record.args[4])  # type: ignore[index]
+
+
+def task_child(bootstrap: str, budget_mib: int) -> None:
+    """One partition of distinct keys reduced (budget > 0) or read plainly (0)."""
+    from sparklog.datasource.read.batch_reader import SparklogBatchReader
+    from sparklog.datasource.read.fetcher import read_partition
+    from sparklog.datasource.read.latest_per_key import log, read_latest_per_key
+
+    seen = RoundsSeen()
+    log.addHandler(seen)
+    log.setLevel(logging.INFO)
+    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": DISTINCT_TOPIC,
+               "latestPerKey": "true"}
+    (task,) = SparklogBatchReader(options, None).partitions()
+    started = time.perf_counter()
+    chunks = (read_latest_per_key(task, budget_mib * MiB) if budget_mib
+              else read_partition(task))
+    rows = sum(chunk.num_rows for chunk in chunks)
+    print(json.dumps({"seconds": time.perf_counter() - started, "rows": rows,
+                      "rounds": seen.rounds if budget_mib else 0, "rss": peak_rss_mib()}))
+
+
+def produce_distinct(bootstrap: str, records: int) -> None:
+    producer = topic_producer(bootstrap, DISTINCT_TOPIC, 1, {})
+    value = b"x" * RECORD_BYTES
+    for i in range(records):
+        send(producer, DISTINCT_TOPIC, b"user-%09d" % i, value)
+    flush(producer)
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -150,9 +220,13 @@ def main() -> None:
     parser.add_argument("--child", choices=QUERIES, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--expect", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--task-budget-mib", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.bootstrap, args.child, args.expect)
+        return
+    if args.task_budget_mib is not None:
+        task_child(args.bootstrap, args.task_budget_mib)
         return
     records, keys = (200_000, 20_000) if args.quick else (args.records, args.keys)
     results: dict[str, list[dict[str, Any]]] = {query: [] for query in QUERIES}
@@ -162,7 +236,11 @@ def main() -> None:
             table_rows = produce(broker.bootstrap, records, keys)
             for _ in range(ROUNDS):
                 for query in QUERIES:
-                    results[query].append(run_child(broker.bootstrap, query, table_rows))
+                    results[query].append(run_child(broker.bootstrap, "--child", query,
+                                                    "--expect", str(table_rows)))
+            produce_distinct(broker.bootstrap, records)
+            tasks = {budget: run_child(broker.bootstrap, "--task-budget-mib", str(budget))
+                     for budget in TASK_BUDGETS_MIB}
             broker_rss = vm_hwm_mib(broker.pid)
         finally:
             broker.stop()
@@ -190,6 +268,12 @@ def main() -> None:
     print("every run (s): " + "; ".join(
         f"{query} " + " ".join(f"{s:.2f}" for run in results[query] for s in run["seconds"])
         for query in QUERIES))
+    print(f"one task, {records:,} distinct keys (user-NNNNNNNNN) in one partition, no Spark:")
+    print_table(("task", "s", "records/s", "rounds", "rows out", "peak RSS MiB"), [
+        Row(f"read_latest_per_key, budget {budget} MiB" if budget else "read_partition (plain)",
+            f"{run['seconds']:.2f}", f"{records / run['seconds']:,.0f}",
+            str(run["rounds"]) if budget else "", f"{run['rows']:,}", f"{run['rss']:.0f}")
+        for budget, run in tasks.items()])
     print(f"broker peak RSS {broker_rss:.0f} MiB")
     print(f"latest_per_key_ratio={ratio:.3f}")
 
