@@ -152,11 +152,13 @@ def test_a_signal_in_the_middle_of_a_batch_is_quiet_too(bootstrap: str, tmp_path
 
 
 @pytest.mark.timeout(300)
-def test_a_bad_schema_ends_a_job_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("logging_flags", [[], ["-v"], ["--log-level", "warning"]])
+def test_a_bad_schema_ends_a_job_with_one_line(tmp_path: Path, logging_flags: list[str]) -> None:
+    """Also: the jobs take the tools' logging flags (``-v``, ``--log-level``)."""
     result = subprocess.run(
         [sys.executable, "-m", "sparklog.jobs.backfill", "--bootstrap-server", "127.0.0.1:1",
          "--topic", "t", "--table", str(tmp_path / "table"), "--schema", "id BIGNT NOT NULL",
-         "--from-offsets", '{"t":{"0":0}}', "--to-offsets", '{"t":{"0":1}}'],
+         "--from-offsets", '{"t":{"0":0}}', "--to-offsets", '{"t":{"0":1}}', *logging_flags],
         capture_output=True, text=True, timeout=240, cwd=tmp_path,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert result.returncode == 1

@@ -37,8 +37,10 @@ if TYPE_CHECKING:
 JobRun = Callable[["SparkSession", "argparse.Namespace", JobSettings, Stop], int]
 
 
-def setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+def setup_logging(level: str = "INFO") -> None:
+    """The job's log lines on stderr at ``level`` (``-v`` / ``--log-level``); py4j's (one
+    line per call at DEBUG) at WARNING whatever the level."""
+    logging.basicConfig(level=getattr(logging, level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -56,7 +58,7 @@ def spark_job(app_name: str, args: argparse.Namespace,
               ) -> Iterator[tuple[SparkSession, JobSettings]]:
     """Logging, settings (``check`` refuses bad ones before Spark starts) and a session that
     is stopped at the end; a ``TopicError`` becomes the job's one-line failure."""
-    setup_logging()
+    setup_logging(args.log_level)
     settings = JobSettings.load(args.conf_dir, args.set)
     if check is not None:
         check(settings)

@@ -108,4 +108,10 @@ def job_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a jobs.properties setting (repeatable)")
     parser.add_argument("--master", help="Spark master (default: spark-local.conf)")
+    parser.add_argument("-v", "--verbose", dest="log_level", action="store_const",
+                        const="DEBUG", default="INFO",
+                        help="debug logging (same as --log-level DEBUG)")
+    parser.add_argument("--log-level", dest="log_level", type=str.upper,
+                        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                        help="DEBUG, INFO (default), WARNING or ERROR")
     return parser
