@@ -7,9 +7,9 @@ started in the background and the blocks after it talk to it; Python blocks run 
 process; Spark blocks run in the session's local SparkSession (``spark`` is defined, as in
 ``pyspark``); a block that runs until stopped gets SIGTERM once it has printed and must
 exit 0; the metered broker's block must serve Prometheus metrics, then stop with exit 0.
-Substitutions make the blocks safe to run on a shared machine: ``127.0.0.1:9092`` (and the
-ports 9093 and 9404) become free ports and ``/tmp/sparklog`` a temporary directory. A block that cannot run
-here is skipped with its reason, explicitly.
+Substitutions make the blocks safe to run on a shared machine: ``127.0.0.1:9092`` (and
+the ports 9093 and 9404) become free ports and ``/tmp/sparklog`` a temporary directory. A
+block that cannot run here is skipped with its reason, explicitly.
 """
 
 from __future__ import annotations
