@@ -18,6 +18,10 @@ Invariants:
   connection is accepted.
 - Warnings about closed connections are rate-limited (``WarningLimiter``): a burst of bad
   connections gives a few lines and a count, not a line each.
+- Every accepted connection has TCP_NODELAY, as Kafka's sockets do: responses are written
+  whole, and Nagle's algorithm would hold a small one back for the client's delayed ACK
+  (tens of milliseconds). asyncio sets it only on sockets whose protocol number is TCP, which
+  the pre-bound listening socket's connections do not carry, so it is set here.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
   record data goes from the page cache to the socket without entering Python.
 """
@@ -123,6 +127,7 @@ class BrokerServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = writer.get_extra_info("peername")
         CLIENT_HOST.set(f"/{peer[0]}" if peer else "")  # this connection's task only
         ADVERTISED.set(self.advertised)
