@@ -327,7 +327,9 @@ def test_offsets_for_times_and_earliest_latest(broker: BrokerProcess, topic: str
     base = _now_ms() - 600_000
     records = [Rec(None, str(i).encode(), partition=0, timestamp=base + 1000 * i)
                for i in range(10)]
-    produce_confluent(broker.bootstrap, topic, records, **{"linger.ms": 50})  # one batch
+    # one batch: the flush sends at once, the long linger only keeps a busy machine from
+    # splitting the ten records
+    produce_confluent(broker.bootstrap, topic, records, **{"linger.ms": 5000})
     # timestamp asked for -> (offset, timestamp of that record); None: after the last record
     expected = {base - 5000: (0, base), base: (0, base), base + 3000: (3, base + 3000),
                 base + 3500: (4, base + 4000), base + 9000: (9, base + 9000),
