@@ -16,6 +16,11 @@ Invariants:
 - Each server is one listener (``listener``, its name): every request of a connection it
   accepted sees its ``advertised`` address (``state.ADVERTISED``), known before the first
   connection is accepted.
+- Each server serves its listener's security (``security``): with TLS the handshake comes
+  before the first frame; on a SASL listener a connection is served nothing but ApiVersions,
+  SaslHandshake and SaslAuthenticate until it authenticated (anything else closes it), as
+  in Kafka. Every request of a connection sees its ``Session`` (``security.session.SESSION``:
+  principal, SASL state); a session marked ``closing`` is closed once its answer is written.
 - Warnings about closed connections are rate-limited (``WarningLimiter``): a burst of bad
   connections gives a few lines and a count, not a line each.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
@@ -35,6 +40,10 @@ from typing import Any
 from sparklog.broker.faults import ACTIVE
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import CLIENT_HOST, HANDLERS, served, serves
+from sparklog.broker.sasl import step
+from sparklog.broker.security.listener import ListenerSecurity
+from sparklog.broker.security.session import SESSION, Session
+from sparklog.broker.security.tls import certificate_principal
 from sparklog.broker.state import ADVERTISED, Broker
 from sparklog.broker.warning_limiter import WarningLimiter
 from sparklog.errors import KafkaError
@@ -44,6 +53,7 @@ from sparklog.protocol.framing import FrameError, RequestHeader, parse_request_h
 from sparklog.protocol.versions import ApiKey
 
 Parts = list[bytes | FileRegion]
+_BEFORE_AUTHENTICATION = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
 
 class DroppedByFault(Exception):
@@ -85,12 +95,14 @@ class BrokerServer:
     (so a port in use fails before the data directory is touched)."""
 
     def __init__(self, broker: Broker, sock: socket.socket,
-                 metrics: RequestMetrics | None = None, listener: str = "PLAINTEXT") -> None:
+                 metrics: RequestMetrics | None = None, listener: str = "PLAINTEXT",
+                 security: ListenerSecurity | None = None) -> None:
         self.broker = broker
         self.sock = sock
         self.host, self.port = sock.getsockname()[:2]
         self.metrics = metrics
         self.listener = listener
+        self.security = security or ListenerSecurity(listener)
         self.advertised = (self.host, self.port)  # until ``start`` is given another
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -105,7 +117,8 @@ class BrokerServer:
                     ) -> tuple[str, int]:
         """Accept; ``advertise(bound port)`` gives the address to advertise (default: the
         bound one), set before any connection is accepted."""
-        self._server = await asyncio.start_server(self._serve, sock=self.sock)
+        self._server = await asyncio.start_server(self._serve, sock=self.sock,
+                                                  ssl=self.security.ssl_context)
         self.advertised = advertise(self.port) if advertise else (self.host, self.port)
         return self.host, self.port
 
@@ -126,12 +139,19 @@ class BrokerServer:
         peer = writer.get_extra_info("peername")
         CLIENT_HOST.set(f"/{peer[0]}" if peer else "")  # this connection's task only
         ADVERTISED.set(self.advertised)
+        session = Session(self.security,
+                          certificate_principal(writer.get_extra_info("ssl_object")))
+        SESSION.set(session)
         try:
-            while True:
+            while not session.closing:
                 frame = await read_frame(reader, self._max_frame)
                 if frame is None:
                     break
-                parts = await self._dispatch(frame)
+                if session.raw_tokens:  # after SaslHandshake v0: a bare SASL token
+                    answer, failure = await step(session, frame)
+                    parts = [] if failure else [len(answer).to_bytes(4, "big") + answer]
+                else:
+                    parts = await self._dispatch(frame, session)
                 if parts:
                     await self._write(writer, parts)
         except (FrameError, KafkaError) as exc:
@@ -146,9 +166,12 @@ class BrokerServer:
             self._connections.discard(task)
             writer.close()
 
-    async def _dispatch(self, frame: bytes) -> Parts:
+    async def _dispatch(self, frame: bytes, session: Session) -> Parts:
         started = time.perf_counter()
         header, body_offset = parse_request_header(frame)
+        if not session.authenticated and header.api_key not in _BEFORE_AUTHENTICATION:
+            raise FrameError(f"API {header.api_key} before SASL authentication on listener "
+                             f"{self.listener}")
         if not serves(header.api_key, header.api_version):
             if header.api_key == ApiKey.API_VERSIONS:
                 return [encode_api_versions_error(header.correlation_id, served())]
