@@ -9,6 +9,7 @@ one listener per security protocol, and each client's settings for each protocol
 - ``security(client, protocol, certs, ...)``: the keyword arguments confluent-kafka,
   kafka-python or aiokafka take for that protocol, in the form the ``PRODUCERS`` and
   ``CONSUMERS`` helpers of ``broker_fixtures`` pass on.
+- ``sasl_raw(address, user)``: a ``RawConnection`` logged in with SASL/PLAIN.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import Any
 
 import pytest
 from aiokafka.helpers import create_ssl_context
+from broker_fixtures import RawConnection, kp_request, kp_response
 
 from sparklog.cli import main as sparklog_main
+from sparklog.protocol.versions import ApiKey
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 PROTOCOL_MAP = ("PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
@@ -95,3 +98,17 @@ def security(client: str, protocol: str, certs: Path, *, mechanism: str = "PLAIN
             certfile=str(certs / f"{certificate}.crt") if certificate else None,
             keyfile=str(certs / f"{certificate}.key") if certificate else None)
     return conf
+
+
+def sasl_raw(address: str, user: str, password: str | None = None) -> RawConnection:
+    """A raw connection logged in with SASL/PLAIN (SaslHandshake v1, SaslAuthenticate v1), for
+    requests whose exact error codes a test checks."""
+    conn = RawConnection(address)
+    handshake = conn.call(kp_request(ApiKey.SASL_HANDSHAKE)(version=1, mechanism="PLAIN"),
+                          kp_response(ApiKey.SASL_HANDSHAKE))
+    assert handshake.error_code == 0
+    token = f"\0{user}\0{password or USERS[user]}".encode()
+    answer = conn.call(kp_request(ApiKey.SASL_AUTHENTICATE)(version=1, auth_bytes=token),
+                       kp_response(ApiKey.SASL_AUTHENTICATE))
+    assert answer.error_code == 0, answer
+    return conn

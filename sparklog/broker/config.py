@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from sparklog.broker.security.broker_security import check_authorizer_settings
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.security.settings import is_security_key
 from sparklog.errors import InvalidConfigError
@@ -153,6 +154,7 @@ class BrokerConfig:
                 f"({', '.join(listeners)})")
         for name, protocol in self.security_protocols().items():
             ListenerSecurity.check(self.props, name, protocol)
+        check_authorizer_settings(self.props)
 
     def security_protocols(self) -> dict[str, str]:
         """Every listener's security protocol (``listener.security.protocol.map``)."""

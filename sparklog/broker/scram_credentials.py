@@ -12,6 +12,8 @@ Behaviour, as Kafka's:
   credential RESOURCE_NOT_FOUND, a user's mechanism altered twice in one request
   DUPLICATE_RESOURCE; the first error of a user is its answer and none of that user's
   alterations is applied.
+- With an authorizer: Describe needs DESCRIBE and Alter ALTER on the CLUSTER
+  (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
+from sparklog.broker.security.acls import Operation
 from sparklog.broker.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_IDS,
@@ -49,6 +52,9 @@ async def describe_user_scram_credentials(broker: Broker, header: RequestHeader,
                                           request: DescribeUserScramCredentialsRequest) -> Any:
     build = Build(header)
     store = broker.security.scram
+    if not broker.security.allows_cluster(Operation.DESCRIBE):
+        return build.response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                              error_message=None, results=())
     users = store.users()
     names = list(users) if not request.users else [u.name for u in request.users]
     counts = Counter(names)
@@ -77,10 +83,12 @@ async def alter_user_scram_credentials(broker: Broker, header: RequestHeader,
     store = broker.security.scram
     alterations = [*request.deletions, *request.upsertions]
     counts = Counter((a.name, a.mechanism) for a in alterations)
+    allowed = broker.security.allows_cluster(Operation.ALTER)
     errors: dict[str, tuple[ErrorCode, str | None]] = {}
     for alteration in alterations:
         if errors.get(alteration.name, (ErrorCode.NONE,))[0] == ErrorCode.NONE:
-            errors[alteration.name] = _check(alteration, counts, store)
+            errors[alteration.name] = _check(alteration, counts, store) if allowed \
+                else (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     for deletion in request.deletions:
         if errors[deletion.name][0] == ErrorCode.NONE:
             store.delete(deletion.name, MECHANISMS_BY_ID[deletion.mechanism])

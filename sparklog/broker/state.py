@@ -84,7 +84,7 @@ class Broker:
         self.advertised: dict[str, tuple[str, int]] = {}
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = defaultdict(set)
         self.faults = Faults()
-        self.security = BrokerSecurity(data_dir)
+        self.security = BrokerSecurity(config.props, data_dir)
         offsets_topic = LogTopic(
             self.logs, OFFSETS_TOPIC, config.get_int("offsets.topic.num.partitions"),
             {"segment.bytes": config.get_int("offsets.topic.segment.bytes")}, LEADER_EPOCH,

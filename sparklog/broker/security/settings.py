@@ -7,6 +7,8 @@ Invariants:
   ``listener.name.<listener>.sasl.jaas.config``, then ``sasl.jaas.config``.
 - ``SECURITY_DEFAULTS`` are the defaults of the security settings the broker reads; any
   ``listener.name.*`` key is known (Kafka accepts any listener-prefixed setting).
+- Secrets (``is_sensitive``: passwords, JAAS lines) are described with no value, as Kafka
+  describes PASSWORD configs.
 - ``sasl.enabled.mechanisms`` defaults to every mechanism sparklog serves (Kafka's default,
   GSSAPI, is not served: naming it is a start-up error).
 """
@@ -73,6 +75,12 @@ def enabled_mechanisms(props: Mapping[str, str], listener: str) -> tuple[str, ..
         raise InvalidConfigError(f"sasl.enabled.mechanisms of listener {listener} is empty: "
                                  f"name one of {', '.join(MECHANISMS)}")
     return names
+
+
+def is_sensitive(key: str) -> bool:
+    """Whether ``key`` holds a secret (a password or a JAAS line): never answered or logged,
+    as Kafka's PASSWORD-typed configs."""
+    return key.endswith((".password", "sasl.jaas.config"))
 
 
 def is_security_key(key: str) -> bool:
