@@ -78,6 +78,7 @@ PLANS: list[tuple[str, str, str]] = [
     ('option("deliveryGuarantee", "exactly-once")', "spark", ""),
     ('option("latestPerKey", "true")', "spark", ""),
     ("sparklog transactions list", "shell", ""),
+    ('"kafka.sasl.jaas.config"', "spark", ""),
     ("sparklog certs create", "shell", ""),
     ("python -m sparklog.jobs.stream_to_delta", "shell", ""),
     ("docker compose up", SKIP, NO_CONTAINER_ENGINE),

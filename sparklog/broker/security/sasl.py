@@ -17,12 +17,12 @@ Invariants:
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import os
 from collections.abc import Callable
 
-from sparklog.broker.security.scram import HASHES, ScramCredential
+from sparklog.broker.security.scram import ScramCredential
+from sparklog.protocol.scram import signature, stored_key, xor
 
 
 class AuthenticationFailed(Exception):
@@ -75,7 +75,6 @@ class ScramAuthenticator:
     def __init__(self, mechanism: str,
                  credential: Callable[[str, str], ScramCredential | None]) -> None:
         self._mechanism = mechanism
-        self._hash = HASHES[mechanism]
         self._credential = credential
         self._state: tuple[str, str, str, ScramCredential] | None = None
         self.complete = False
@@ -118,19 +117,18 @@ class ScramAuthenticator:
         if not sep or attributes.get("r") != _attributes(server_first)["r"]:
             raise AuthenticationFailed("Invalid SCRAM client-final message")
         auth_message = f"{client_first_bare},{server_first},{without_proof}".encode()
-        signature = hmac.digest(credential.stored_key, auth_message, self._hash)
+        expected = signature(self._mechanism, credential.stored_key, auth_message)
         try:
             client_proof = base64.b64decode(proof, validate=True)
         except ValueError:
             raise AuthenticationFailed("Invalid SCRAM client-final message") from None
-        client_key = bytes(a ^ b for a, b in zip(client_proof, signature, strict=False))
-        if len(client_proof) != len(signature) or not hmac.compare_digest(
-                hashlib.new(self._hash, client_key).digest(), credential.stored_key):
+        if len(client_proof) != len(expected) or not hmac.compare_digest(
+                stored_key(self._mechanism, xor(client_proof, expected)), credential.stored_key):
             raise AuthenticationFailed(f"Authentication failed during authentication due to "
                                        f"invalid credentials with SASL mechanism "
                                        f"{self._mechanism}")
         self.username, self.complete = user, True
-        verifier = hmac.digest(credential.server_key, auth_message, self._hash)
+        verifier = signature(self._mechanism, credential.server_key, auth_message)
         return f"v={base64.b64encode(verifier).decode()}".encode()
 
 

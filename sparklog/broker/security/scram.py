@@ -12,17 +12,14 @@ Invariants:
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparklog.protocol.scram import client_key, salted_password, server_key, stored_key
 from sparklog.storage.checkpoint import write_atomically
 
-HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
-"""Mechanism -> hashlib name."""
 MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 """Mechanism -> Kafka's ScramMechanism id on the wire."""
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
@@ -40,10 +37,8 @@ class ScramCredential:
     @classmethod
     def from_salted_password(cls, mechanism: str, salt: bytes, iterations: int,
                              salted_password: bytes) -> ScramCredential:
-        name = HASHES[mechanism]
-        client_key = hmac.digest(salted_password, b"Client Key", name)
-        return cls(salt, iterations, hashlib.new(name, client_key).digest(),
-                   hmac.digest(salted_password, b"Server Key", name))
+        return cls(salt, iterations, stored_key(mechanism, client_key(mechanism, salted_password)),
+                   server_key(mechanism, salted_password))
 
     @classmethod
     def from_password(cls, mechanism: str, password: str,
@@ -51,11 +46,6 @@ class ScramCredential:
         salt = os.urandom(32)
         return cls.from_salted_password(mechanism, salt, iterations,
                                         salted_password(mechanism, password, salt, iterations))
-
-
-def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
-    """RFC 5802's Hi(Normalize(password), salt, i)."""
-    return hashlib.pbkdf2_hmac(HASHES[mechanism], password.encode(), salt, iterations)
 
 
 def _b64(data: bytes) -> str:
