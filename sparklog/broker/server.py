@@ -24,7 +24,9 @@ Invariants:
 - Warnings about closed connections are rate-limited (``WarningLimiter``): a burst of bad
   connections gives a few lines and a count, not a line each.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
-  record data goes from the page cache to the socket without entering Python.
+  record data goes from the page cache to the socket without entering Python; through TLS
+  (no sendfile there) a region is read whole (``os.pread``, at most the request's
+  ``max_bytes``) and written in one call, which asyncio's 16 KiB fallback made 3x slower.
 """
 
 from __future__ import annotations
@@ -207,16 +209,17 @@ class BrokerServer:
             ACTIVE.reset(token)
         return fault.rewrite(result)
 
-    @staticmethod
-    async def _write(writer: asyncio.StreamWriter, parts: Parts) -> None:
+    async def _write(self, writer: asyncio.StreamWriter, parts: Parts) -> None:
         loop = asyncio.get_running_loop()
         for part in parts:
-            if isinstance(part, FileRegion):
+            if not isinstance(part, FileRegion):
+                writer.write(part)
+            elif self.security.tls:  # no sendfile through TLS: one read, one write
+                writer.write(os.pread(part.fd, part.length, part.position))
+            else:
                 await writer.drain()
                 await loop.sendfile(writer.transport, _Descriptor(part.fd),  # type: ignore[arg-type]
                                     part.position, part.length)
-            else:
-                writer.write(part)
         await writer.drain()
 
 
