@@ -92,7 +92,8 @@ def test_each_listener_advertises_its_own_address(tmp_path: Path) -> None:
      "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
     ({"listeners": "S://h:1", "listener.security.protocol.map": "S:SASL_PLAINTEXT",
       "sasl.enabled.mechanisms": "GSSAPI"}, "GSSAPI is not served"),
-    ({"listeners": "S://h:1", "listener.security.protocol.map": "S:SASL_PLAINTEXT"},
+    ({"listeners": "S://h:1", "listener.security.protocol.map": "S:SASL_PLAINTEXT",
+      "listener.name.s.sasl.enabled.mechanisms": "PLAIN"},
      "listener S enables SASL PLAIN but has no users"),
 ])
 def test_listener_settings_are_checked_at_start_up(config: dict[str, str], message: str) -> None:

@@ -6,8 +6,10 @@ credential APIs), kept salted across restarts; no secret in the broker's log."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from confluent_kafka.admin import AdminClient
 from security_support import USERS, certificates, listeners_config, security
 
 from sparklog.broker.embedded import EmbeddedBroker
+from sparklog.broker.process import BrokerProcess
 from sparklog.broker.security.scram import STORE_FILE
 from sparklog.cli import main as sparklog_main
 from sparklog.errors import ErrorCode
@@ -42,8 +45,6 @@ SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 def users(broker: EmbeddedBroker, *argv: str, stdin: str = "") -> tuple[int, str]:
     """``sparklog users ARGV`` against the broker's PLAINTEXT listener: exit code, stdout."""
-    import contextlib
-    import sys
     out = io.StringIO()
     saved = sys.stdin
     sys.stdin = io.StringIO(stdin)
@@ -184,3 +185,31 @@ def test_scram_credentials_survive_a_restart_salted(tmp_path: Path, certificates
                             mechanism="SCRAM-SHA-256", user="erin", password="erin-secret")
         assert len(produce_confluent(_address(broker, "SASL_PLAINTEXT"), "t", numbered(1),
                                      **settings)) == 1
+
+
+def test_without_plain_users_the_default_mechanisms_are_scram_only(tmp_path: Path) -> None:
+    config = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+              "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT"}
+    with EmbeddedBroker(tmp_path / "data", config) as broker, \
+            RawConnection(broker.bootstrap) as conn:
+        answer = _handshake(conn, "PLAIN")
+        assert answer.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+        assert list(answer.mechanisms) == list(SCRAM)
+
+
+def test_the_first_scram_user_is_made_in_a_stopped_brokers_data_directory(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    assert sparklog_main(["users", "add", "admin", "--password", "admin-secret",
+                          "--mechanism", "SCRAM-SHA-256", "--data-dir", str(data)]) == 0
+    assert capsys.readouterr().out == "Added SCRAM-SHA-256 credentials for user 'admin'.\n"
+    config = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+              "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT",
+              "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+              "super.users": "User:admin"}
+    with BrokerProcess(data, config) as broker:  # another process: the lock is per process
+        admin = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                 "sasl.username": "admin", "sasl.password": "admin-secret"}
+        assert len(produce_confluent(broker.bootstrap, "t", numbered(1), **admin)) == 1
+        assert sparklog_main(["users", "list", "--data-dir", str(data)]) == 1
+        assert "broker" in capsys.readouterr().err  # the running broker holds the lock

@@ -75,11 +75,13 @@ def boolean(text: str) -> bool:
     return text.strip().lower() == "true"
 
 
-def client_parent(client_flag: str | None = None) -> argparse.ArgumentParser:
+def client_parent(client_flag: str | None = None, required: bool = True
+                  ) -> argparse.ArgumentParser:
     """A parent parser with the connection options every tool takes; ``client_flag`` adds
-    Kafka's ``--producer-property`` or ``--consumer-property`` beside ``-X``."""
+    Kafka's ``--producer-property`` or ``--consumer-property`` beside ``-X``; with
+    ``required=False`` the tool has another way than a broker to do its work."""
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=True,
+    parent.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=required,
                         metavar="HOST:PORT", help="the broker(s) to connect to")
     parent.add_argument("--command-config", type=Path, metavar="FILE",
                         help="a properties file of client settings")

@@ -8,7 +8,8 @@ Invariants:
   (as ``User:ANONYMOUS``, or the client certificate's subject with SSL); a SASL_PLAINTEXT or
   SASL_SSL connection must complete SaslHandshake and SaslAuthenticate first.
 - PLAIN users come from the listener's ``PlainLoginModule`` JAAS line (``user_<name>``);
-  enabling PLAIN without one is a start-up error (nobody could log in).
+  enabling PLAIN explicitly without one is a start-up error (nobody could log in); the
+  default mechanisms leave PLAIN out when there is no such line.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 from sparklog.broker.security.jaas import plain_users
 from sparklog.broker.security.settings import (
+    LISTENER_PREFIX,
     PROTOCOLS,
     enabled_mechanisms,
     jaas_config,
@@ -67,9 +69,13 @@ class ListenerSecurity:
         if not security.sasl:
             return security
         mechanisms = enabled_mechanisms(props, name)
+        jaas = jaas_config(props, name, "PLAIN")
+        explicit = {"sasl.enabled.mechanisms",
+                    f"{LISTENER_PREFIX}{name.lower()}.sasl.enabled.mechanisms"} & props.keys()
+        if "PLAIN" in mechanisms and not jaas and not explicit:
+            mechanisms = tuple(m for m in mechanisms if m != "PLAIN")  # the default: no users
         users: dict[str, str] = {}
         if "PLAIN" in mechanisms:
-            jaas = jaas_config(props, name, "PLAIN")
             if not jaas:
                 raise InvalidConfigError(
                     f"listener {name} enables SASL PLAIN but has no users: set "

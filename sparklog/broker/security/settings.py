@@ -9,8 +9,9 @@ Invariants:
   ``listener.name.*`` key is known (Kafka accepts any listener-prefixed setting).
 - Secrets (``is_sensitive``: passwords, JAAS lines) are described with no value, as Kafka
   describes PASSWORD configs.
-- ``sasl.enabled.mechanisms`` defaults to every mechanism sparklog serves (Kafka's default,
-  GSSAPI, is not served: naming it is a start-up error).
+- ``sasl.enabled.mechanisms`` defaults to every mechanism sparklog serves, PLAIN only where
+  a PlainLoginModule names users (Kafka's default, GSSAPI, is not served: naming it is a
+  start-up error).
 """
 
 from __future__ import annotations
