@@ -27,10 +27,15 @@ Measures, in one run:
   also the user CPU time per record of the broker's event loop thread (which a busy machine
   disturbs less than throughput) and the CPU time of the listener's threads (formatting
   scrapes);
+- the cost of encryption: one broker with a PLAINTEXT and a SASL_SSL listener (TLS 1.3, a
+  ``sparklog certs`` test certificate, SASL/SCRAM-SHA-512), confluent-kafka with its
+  default settings producing then consuming 1 KiB records on each, in runs ordered plain,
+  TLS, TLS, plain, best of two each; the ratio of SASL_SSL to PLAINTEXT (target >= 0.5);
 - the broker's peak RSS (VmHWM).
 Prints a table with absolute figures and the ratio to the socket ceiling, then the metrics
-rows (ratio to the run without metrics); the last line is ``produce_100B_records_per_s=<n>``
-(confluent-kafka, tuned).
+and the security rows (ratio to the run without metrics, to PLAINTEXT); the line
+``produce_100B_records_per_s=<n>`` (confluent-kafka, tuned) closes the client table.
+``--only security`` (or ``clients``, ``metrics``) runs one part.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.cli import main as sparklog_cli
 
 MB = 1_000_000
 MiB = 1 << 20
@@ -379,23 +385,87 @@ def metrics_overhead(root: Path, count: int) -> tuple[dict[str, float], dict[str
             broker.stop()
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def security_cost(root: Path, count: int) -> tuple[dict[str, dict[str, float]], float]:
+    """Per protocol ("PLAINTEXT", "SASL_SSL"): the best records/s of producing and of
+    consuming ``count`` 1 KiB records with confluent-kafka's defaults, on one broker that
+    serves both listeners (runs go plain, TLS, TLS, plain); and that broker's peak RSS."""
+    certs = root / "certs"
+    if sparklog_cli(["certs", "create", "--dir", str(certs)]) != 0:
+        raise SystemExit("security benchmark: sparklog certs create failed")
+    ports = {"PLAINTEXT": _free_port(), "SASL_SSL": _free_port()}
+    broker = BrokerProcess(root / "secure", {
+        "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs / "broker.pem"),
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+    }).start()
+    plain = broker.bootstrap  # the first listener, which BrokerProcess binds where it says
+    if sparklog_cli(["users", "add", "bench", "--password", "bench-secret", "--mechanism",
+                     "SCRAM-SHA-512", "--bootstrap-server", plain]) != 0:
+        raise SystemExit("security benchmark: sparklog users add failed")
+    clients = {"PLAINTEXT": (plain, {}),
+               "SASL_SSL": (f"127.0.0.1:{ports['SASL_SSL']}",
+                            {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                             "sasl.username": "bench", "sasl.password": "bench-secret",
+                             "ssl.ca.location": str(certs / "ca.crt")})}
+    value = os.urandom(1024)
+    best = {p: {"produce": 0.0, "consume": 0.0} for p in clients}
+    try:
+        for run, protocol in enumerate(("PLAINTEXT", "SASL_SSL", "SASL_SSL", "PLAINTEXT")):
+            bootstrap, conf = clients[protocol]
+            topic = f"bench-security-{run}"
+            create_topic(plain, topic)
+            seconds = measure(lambda b=bootstrap, t=topic, c=conf: produce_confluent(
+                b, t, value, count, c), None).seconds
+            best[protocol]["produce"] = max(best[protocol]["produce"], count / seconds)
+            seconds = measure(lambda b=bootstrap, t=topic, c=conf: consume_confluent(
+                b, t, count, c), None).seconds
+            best[protocol]["consume"] = max(best[protocol]["consume"], count / seconds)
+        rss = vm_hwm_mib(broker.pid)
+    finally:
+        broker.stop()
+    return best, rss
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     parser.add_argument("--quick", action="store_true", help="small volumes (a smoke run)")
     parser.add_argument("--clients", default=",".join(CLIENTS),
                         help=f"comma-separated, of {', '.join(CLIENTS)}")
+    parser.add_argument("--only", choices=("clients", "metrics", "security"),
+                        help="run one part of the benchmark")
     args = parser.parse_args()
+    parts = {args.only} if args.only else {"clients", "metrics", "security"}
     scale = 0.05 if args.quick else 1.0
     clients = [name.strip() for name in args.clients.split(",")]
     unknown = [name for name in clients if name not in CLIENTS]
     if unknown:
         parser.error(f"unknown client(s) {', '.join(unknown)}; choose from {', '.join(CLIENTS)}")
     root = Path(tempfile.mkdtemp(prefix="sparklog-bench-"))
+    try:
+        if "clients" in parts:
+            client_table(args.bootstrap, root, clients, scale)
+        if "metrics" in parts:
+            metrics_table(root, scale)
+        if "security" in parts:
+            security_table(root, scale)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def client_table(given: str | None, root: Path, clients: list[str], scale: float) -> None:
+    """Every client's rows against the socket ceiling, latency, peak RSS."""
     broker = None
     try:
-        if args.bootstrap:
-            bootstrap, pid = args.bootstrap, None
+        if given:
+            bootstrap, pid = given, None
         else:
             broker = BrokerProcess(root / "data").start()
             bootstrap, pid = broker.bootstrap, broker.pid
@@ -440,20 +510,37 @@ def main() -> int:
               f"{peak_rss_mib():.0f} MiB")
         if ("confluent-kafka", "tuned", 100) in results:
             print(f"produce_100B_records_per_s={results[('confluent-kafka', 'tuned', 100)]:.0f}")
-        rate, loop_cpu, listener_ms, scrapes = metrics_overhead(root, int(3_000_000 * scale))
-        print_table(["metrics", "produce 100 B records/s", "event loop user us / record",
-                     "ratio to off"],
-                    [Row("off", f"{rate['off']:,.0f}", f"{loop_cpu['off']:.3f}", ""),
-                     Row(f"on ({scrapes} scrapes)", f"{rate['on']:,.0f}",
-                         f"{loop_cpu['on']:.3f}", f"{rate['on'] / rate['off']:.3f}")])
-        print(f"metrics cost: throughput {100 * (1 - rate['on'] / rate['off']):+.1f}%, event "
-              f"loop user CPU per record {100 * (loop_cpu['on'] / loop_cpu['off'] - 1):+.1f}%, "
-              f"listener threads {listener_ms:.0f} ms CPU per run at most")
     finally:
         if broker is not None:
             broker.stop()
-        shutil.rmtree(root, ignore_errors=True)
-    return 0
+
+
+def metrics_table(root: Path, scale: float) -> None:
+    rate, loop_cpu, listener_ms, scrapes = metrics_overhead(root, int(3_000_000 * scale))
+    print_table(["metrics", "produce 100 B records/s", "event loop user us / record",
+                 "ratio to off"],
+                [Row("off", f"{rate['off']:,.0f}", f"{loop_cpu['off']:.3f}", ""),
+                 Row(f"on ({scrapes} scrapes)", f"{rate['on']:,.0f}",
+                     f"{loop_cpu['on']:.3f}", f"{rate['on'] / rate['off']:.3f}")])
+    print(f"metrics cost: throughput {100 * (1 - rate['on'] / rate['off']):+.1f}%, event "
+          f"loop user CPU per record {100 * (loop_cpu['on'] / loop_cpu['off'] - 1):+.1f}%, "
+          f"listener threads {listener_ms:.0f} ms CPU per run at most")
+
+
+def security_table(root: Path, scale: float) -> None:
+    count = max(2000, int(400_000 * scale))
+    best, rss = security_cost(root, count)
+    rows = [Row(protocol, f"{best[protocol]['produce']:,.0f}",
+                f"{best[protocol]['produce'] * 1024 / MB:,.1f}",
+                f"{best[protocol]['produce'] / best['PLAINTEXT']['produce']:.3f}",
+                f"{best[protocol]['consume']:,.0f}",
+                f"{best[protocol]['consume'] * 1024 / MB:,.1f}",
+                f"{best[protocol]['consume'] / best['PLAINTEXT']['consume']:.3f}")
+            for protocol in best]
+    print_table(["listener (confluent-kafka defaults, 1 KiB)", "produce rec/s", "MB/s",
+                 "ratio", "consume rec/s", "MB/s", "ratio"], rows)
+    print(f"sasl_ssl_ratio produce={rows[1][3]} consume={rows[1][6]} (target >= 0.5); broker "
+          f"peak RSS {rss:.0f} MiB, bench process {peak_rss_mib():.0f} MiB")
 
 
 if __name__ == "__main__":

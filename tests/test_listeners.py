@@ -86,7 +86,15 @@ def test_each_listener_advertises_its_own_address(tmp_path: Path) -> None:
      "advertised.listeners names EXTERNAL, not one of listeners (PLAINTEXT)"),
     ({"listeners": "EXTERNAL://h:1"},
      "listener EXTERNAL has no security protocol in listener.security.protocol.map"),
-    ({"listeners": "SSL://h:1"}, "listener SSL uses SSL: only PLAINTEXT is served"),
+    ({"listeners": "SSL://h:1"}, "listener SSL: ssl.keystore.location is not set"),
+    ({"listeners": "K://h:1", "listener.security.protocol.map": "K:KERBEROS"},
+     "listener K maps to 'KERBEROS' in listener.security.protocol.map: expected one of "
+     "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+    ({"listeners": "S://h:1", "listener.security.protocol.map": "S:SASL_PLAINTEXT",
+      "sasl.enabled.mechanisms": "GSSAPI"}, "GSSAPI is not served"),
+    ({"listeners": "S://h:1", "listener.security.protocol.map": "S:SASL_PLAINTEXT",
+      "listener.name.s.sasl.enabled.mechanisms": "PLAIN"},
+     "listener S enables SASL PLAIN but has no users"),
 ])
 def test_listener_settings_are_checked_at_start_up(config: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidConfigError, match=re.escape(message)):

@@ -8,8 +8,8 @@ process; Spark blocks run in the session's local SparkSession (``spark`` is defi
 ``pyspark``); a block that runs until stopped gets SIGTERM once it has printed and must
 exit 0; the metered broker's block must serve Prometheus metrics, then stop with exit 0.
 Substitutions make the blocks safe to run on a shared machine: ``127.0.0.1:9092`` (and
-the ports 9093 and 9404) become free ports and ``/tmp/sparklog`` a temporary directory. A
-block that cannot run here is skipped with its reason, explicitly.
+the ports 9093, 9095, 9096 and 9404) become free ports and ``/tmp/sparklog`` a temporary
+directory. A block that cannot run here is skipped with its reason, explicitly.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 FENCE = re.compile(r"^```(?P<language>\w*)\n(?P<code>.*?)^```$", re.MULTILINE | re.DOTALL)
 BROKER_ADDRESS = "127.0.0.1:9092"
-OTHER_PORTS = ("9093", "9404")  # the metered broker's listener and metrics listener
+OTHER_PORTS = ("9093", "9404", "9095", "9096")
+"""The metered broker's listener and metrics listener, the secured broker's two listeners."""
 DATA_ROOT = "/tmp/sparklog"
 RUN_TIMEOUT_S = 600
 
@@ -77,6 +78,8 @@ PLANS: list[tuple[str, str, str]] = [
     ('option("deliveryGuarantee", "exactly-once")', "spark", ""),
     ('option("latestPerKey", "true")', "spark", ""),
     ("sparklog transactions list", "shell", ""),
+    ('"kafka.sasl.jaas.config"', "spark", ""),
+    ("sparklog certs create", "shell", ""),
     ("python -m sparklog.jobs.stream_to_delta", "shell", ""),
     ("docker compose up", SKIP, NO_CONTAINER_ENGINE),
     ("docker compose exec", SKIP, NO_CONTAINER_ENGINE),

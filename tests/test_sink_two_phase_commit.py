@@ -37,6 +37,10 @@ PARTITIONS = 2
 SHORT_TIMEOUT_MS = 1000
 
 
+def _sink_client(broker: EmbeddedBroker) -> ClientConfig:
+    return ClientConfig(parse_bootstrap(broker.bootstrap), client_id="sparklog-sink")
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(tmp_path_factory.mktemp("two-phase") / "data", CONFIG) as running:
@@ -101,7 +105,7 @@ def open_ids(bootstrap: str, prefix: str) -> list[str]:
 
 def test_a_batch_is_published_once_and_its_rerun_publishes_nothing(
         broker: EmbeddedBroker, topic: str, prefix: str, tmp_path: Path) -> None:
-    committer = TransactionCommitter(broker.bootstrap, prefix, str(tmp_path))
+    committer = TransactionCommitter(_sink_client(broker), prefix, str(tmp_path))
     committer.commit_batch(batch(broker.bootstrap, prefix, topic, "first"), 0)
     assert committed(broker.bootstrap, topic) == expected("first")
     # Spark re-runs batch 0 (its commit log lacked it): the same ids write new transactions
@@ -119,7 +123,7 @@ def test_failed_and_speculative_attempts_are_aborted(broker: EmbeddedBroker, top
     assert failed.transaction is not None
     messages = batch(broker.bootstrap, prefix, topic, "won", attempt=1)
     task(broker.bootstrap, f"{prefix}-1-2", topic, 1, [b"speculative duplicate"])
-    TransactionCommitter(broker.bootstrap, prefix, str(tmp_path)).commit_batch(messages, 0)
+    TransactionCommitter(_sink_client(broker), prefix, str(tmp_path)).commit_batch(messages, 0)
     assert committed(broker.bootstrap, topic) == expected("won")
     assert open_ids(broker.bootstrap, prefix) == []
 
@@ -132,14 +136,14 @@ def test_a_decided_batch_is_finished_by_the_next_driver(broker: EmbeddedBroker, 
     CommitIntents(str(tmp_path)).write(
         CommitIntent(4, tuple(m.transaction for m in messages if m.transaction)))
     assert sorted(open_ids(broker.bootstrap, prefix)) == [f"{prefix}-0-0", f"{prefix}-1-0"]
-    TransactionCommitter(broker.bootstrap, prefix, str(tmp_path)).roll_forward()
+    TransactionCommitter(_sink_client(broker), prefix, str(tmp_path)).roll_forward()
     assert committed(broker.bootstrap, topic) == expected("decided")
     assert CommitIntents(str(tmp_path)).get(4).committed  # type: ignore[union-attr]
 
 
 def test_an_abort_before_the_intent_aborts_and_after_it_commits(
         broker: EmbeddedBroker, topic: str, prefix: str, tmp_path: Path) -> None:
-    committer = TransactionCommitter(broker.bootstrap, prefix, str(tmp_path))
+    committer = TransactionCommitter(_sink_client(broker), prefix, str(tmp_path))
     committer.abort_batch(batch(broker.bootstrap, prefix, topic, "aborted"), 0)
     assert committed(broker.bootstrap, topic) == []
     messages = batch(broker.bootstrap, prefix, topic, "decided")
@@ -152,7 +156,7 @@ def test_an_abort_before_the_intent_aborts_and_after_it_commits(
 def test_transactions_the_broker_aborted_are_written_again_or_reported(
         broker: EmbeddedBroker, topic: str, prefix: str, tmp_path: Path) -> None:
     intents = CommitIntents(str(tmp_path))
-    committer = TransactionCommitter(broker.bootstrap, prefix, str(tmp_path))
+    committer = TransactionCommitter(_sink_client(broker), prefix, str(tmp_path))
     expired = batch(broker.bootstrap, prefix, topic, "expired", timeout_ms=SHORT_TIMEOUT_MS)
     wait_until(lambda: open_ids(broker.bootstrap, prefix) == [])  # aborted by the timeout
     with pytest.raises(TransactionsExpiredError, match="micro-batch 0"):

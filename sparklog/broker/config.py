@@ -9,8 +9,9 @@ Invariants:
 - ``metrics.listener`` (sparklog's own: the Prometheus endpoint and status page) is empty
   (off) or ``http://HOST:PORT``; port 0 takes any free port.
 - ``listeners`` and ``advertised.listeners`` are Kafka's ``NAME://HOST:PORT`` lists: names
-  are unique, every advertised name is a listener's, and every listener's name maps to
-  PLAINTEXT in ``listener.security.protocol.map`` (TLS and SASL are not served).
+  are unique, every advertised name is a listener's, and every listener's name maps to a
+  security protocol in ``listener.security.protocol.map`` whose settings check out
+  (``security.listener.ListenerSecurity.check``; TLS files are read later, before binding).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from sparklog.broker.security.broker_security import check_authorizer_settings
+from sparklog.broker.security.listener import ListenerSecurity
+from sparklog.broker.security.settings import is_security_key
 from sparklog.errors import InvalidConfigError
 from sparklog.properties import read_properties
 from sparklog.storage.config import CONFIG_KEYS, broker_defaults
@@ -121,7 +125,7 @@ class BrokerConfig:
     def unknown_keys(self) -> list[str]:
         known = BROKER_DEFAULTS.keys() | _INT_KEYS | _TOPIC_SYNONYMS | {
             "log.retention.ms", "log.retention.minutes", "log.roll.hours"}
-        return sorted(k for k in self.props if k not in known)
+        return sorted(k for k in self.props if k not in known and not is_security_key(k))
 
     def listeners(self, key: str = "listeners") -> dict[str, tuple[str, int]]:
         """``listeners`` or ``advertised.listeners``: name -> (host, port), in their order."""
@@ -148,18 +152,23 @@ class BrokerConfig:
             raise InvalidConfigError(
                 f"advertised.listeners names {', '.join(unknown)}, not one of listeners "
                 f"({', '.join(listeners)})")
+        for name, protocol in self.security_protocols().items():
+            ListenerSecurity.check(self.props, name, protocol)
+        check_authorizer_settings(self.props)
+
+    def security_protocols(self) -> dict[str, str]:
+        """Every listener's security protocol (``listener.security.protocol.map``)."""
         protocols = dict(item.strip().partition(":")[::2]
                          for item in self.props["listener.security.protocol.map"].split(","))
-        for name in listeners:
+        found = {}
+        for name in self.listeners():
             protocol = protocols.get(name)
             if protocol is None:
                 raise InvalidConfigError(
                     f"listener {name} has no security protocol in "
                     f"listener.security.protocol.map: add {name}:PLAINTEXT")
-            if protocol != "PLAINTEXT":
-                raise InvalidConfigError(
-                    f"listener {name} uses {protocol}: only PLAINTEXT is served (no TLS or "
-                    "SASL yet)")
+            found[name] = protocol
+        return found
 
     def metrics_listener(self) -> tuple[str, int] | None:
         """``metrics.listener`` as (host, port); None when it is not set (no listener)."""

@@ -10,6 +10,9 @@ Behaviour:
   ``server.properties`` or ``--set``, else DEFAULT_CONFIG; the topic defaults (``log.*``
   synonyms) included. This broker has no dynamic broker configs: altering one is
   INVALID_REQUEST with a message saying so; another node id is INVALID_REQUEST too.
+  Secrets (passwords, JAAS lines) are answered sensitive, without their value.
+- With an authorizer: DESCRIBE_CONFIGS / ALTER_CONFIGS on the TOPIC, or on the CLUSTER for
+  a broker resource (TOPIC_ / CLUSTER_AUTHORIZATION_FAILED per resource).
 - AlterConfigs replaces a topic's overrides with the given set; IncrementalAlterConfigs
   applies SET, DELETE, APPEND and SUBTRACT (the last two on list configs such as
   ``cleanup.policy``). Bad keys or values are INVALID_CONFIG naming the key and what is
@@ -21,6 +24,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
+from sparklog.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
+from sparklog.broker.security.settings import is_sensitive
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
 from sparklog.protocol.entities import Build
@@ -53,6 +58,7 @@ async def describe_configs(broker: Broker, header: RequestHeader,
     for resource in request.resources:
         keys = resource.configuration_keys
         try:
+            _require(broker, Operation.DESCRIBE_CONFIGS, resource)
             if resource.resource_type == TOPIC:
                 entries = _topic_entries(build, broker, resource.resource_name, synonyms, docs)
             elif resource.resource_type == BROKER:
@@ -68,6 +74,14 @@ async def describe_configs(broker: Broker, header: RequestHeader,
                              resource_type=resource.resource_type,
                              resource_name=resource.resource_name, configs=configs))
     return build.response(results=tuple(results))
+
+
+def _require(broker: Broker, operation: Operation, resource: Any) -> None:
+    """The authorizer's check: ``operation`` on the TOPIC, or on the CLUSTER for a broker."""
+    if resource.resource_type == TOPIC:
+        broker.security.require(operation, ResourceType.TOPIC, resource.resource_name)
+    elif resource.resource_type == BROKER:
+        broker.security.require(operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def _topic_entries(build: Build, broker: Broker, name: str, synonyms: bool,
@@ -107,10 +121,11 @@ def _broker_entries(build: Build, broker: Broker, name: str) -> list[Any]:
         if key.broker_synonym and key.broker_synonym not in values:
             values[key.broker_synonym] = render(key.default)
     return [
-        build("DescribeConfigsResourceResult", name=k, value=values[k], read_only=True,
+        build("DescribeConfigsResourceResult", name=k,
+              value=None if is_sensitive(k) else values[k], read_only=True,
               config_source=SOURCE_STATIC_BROKER if k in explicit else SOURCE_DEFAULT,
-              is_default=k not in explicit, is_sensitive=False, synonyms=(), config_type=0,
-              documentation=None)
+              is_default=k not in explicit, is_sensitive=is_sensitive(k), synonyms=(),
+              config_type=0, documentation=None)
         for k in sorted(values)
     ]
 
@@ -125,6 +140,7 @@ async def alter_configs(broker: Broker, header: RequestHeader,
     for resource in request.resources:
         code, message = ErrorCode.NONE, None
         try:
+            _require(broker, Operation.ALTER_CONFIGS, resource)
             if resource.resource_type != TOPIC:
                 raise KafkaError("only topic configs can be altered; broker configs are "
                                  "static (edit server.properties and restart)",

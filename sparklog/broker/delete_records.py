@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import per_partition
+from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
@@ -38,6 +39,7 @@ async def delete_records(broker: Broker, header: RequestHeader,
 
 def _delete(build: Build, broker: Broker, topic: str, p: Any) -> Any:
     try:
+        broker.security.require(Operation.DELETE, ResourceType.TOPIC, topic)
         log = broker.get_log(topic, p.partition_index)
         offset = log.log_end_offset if p.offset == HIGH_WATERMARK else p.offset
         low = log.delete_records(offset)

@@ -25,6 +25,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
+from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.fetch_response import FetchPartition, FetchResponse, FetchTopic, FileRegion
@@ -76,6 +77,7 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None,
     ``committed`` (read_committed) stops at the last stable offset and lists the aborted
     transactions of what is returned."""
     try:
+        broker.security.require(Operation.READ, ResourceType.TOPIC, topic)
         epoch = getattr(p, "current_leader_epoch", -1)
         if epoch > LEADER_EPOCH:
             return FetchPartition(p.partition, ErrorCode.UNKNOWN_LEADER_EPOCH)
@@ -94,6 +96,8 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None,
                                     for t in log.aborted_transactions(p.fetch_offset, stable))
         return FetchPartition(p.partition, ErrorCode.NONE, end, stable, start, records, aborted)
     except KafkaError as exc:
+        if exc.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:  # nothing about the topic
+            return FetchPartition(p.partition, exc.code)
         try:
             log = broker.get_log(topic, p.partition)
             end, start = log.log_end_offset, log.log_start_offset

@@ -15,7 +15,11 @@ Behaviour (the group logic itself is ``sparklog.coordinator``; this module trans
   removes a list of members, each answered on its own.
 - DescribeGroups: an unknown group is described as Dead with no error (as Kafka does up to
   v5); member metadata, assignments and the protocol are only shown for a Stable group. With
-  ``include_authorized_operations`` (v3+), every group operation is allowed (no authorizer).
+  ``include_authorized_operations`` (v3+), the group operations the principal may do.
+- With an authorizer, as Kafka's: FindCoordinator needs DESCRIBE on the GROUP or
+  TRANSACTIONAL_ID; JoinGroup, SyncGroup, Heartbeat and LeaveGroup READ on the GROUP;
+  DescribeGroups DESCRIBE and DeleteGroups DELETE on it (GROUP_AUTHORIZATION_FAILED);
+  ListGroups lists every group with DESCRIBE on the CLUSTER, else the describable ones.
 - The client host of a member is the connection's address, ``/ip`` as Kafka shows it.
 """
 
@@ -25,6 +29,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import CLIENT_HOST, handles
+from sparklog.broker.security.acls import Operation, ResourceType
+from sparklog.broker.security.broker_security import REFUSED
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode
 from sparklog.protocol.entities import Build
@@ -43,8 +49,12 @@ if TYPE_CHECKING:
 
 
 # Kafka's AclOperation codes READ (3), DELETE (6), DESCRIBE (8): all a group supports.
-_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _UNREQUESTED_OPERATIONS = -(1 << 31)
+
+
+def _may_read(broker: Broker, group_id: str) -> bool:
+    """READ on the GROUP: what joining, syncing, heartbeats and leaving need."""
+    return broker.security.authorize(Operation.READ, ResourceType.GROUP, group_id)
 
 
 def _ms(duration: timedelta) -> int:
@@ -68,6 +78,10 @@ async def find_coordinator(broker: Broker, header: RequestHeader,
         return error(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
     if not coordinator.active:
         return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is stopped")
+    resource = ResourceType.GROUP if coordinator is broker.coordinator \
+        else ResourceType.TRANSACTIONAL_ID
+    if not broker.security.authorize(Operation.DESCRIBE, resource, request.key):
+        return error(REFUSED[resource], f"not authorized to describe {request.key}")
     return build.response(error_code=ErrorCode.NONE, error_message=None,
                           node_id=broker.node_id, host=broker.host, port=broker.port)
 
@@ -76,6 +90,10 @@ async def find_coordinator(broker: Broker, header: RequestHeader,
 async def join_group(broker: Broker, header: RequestHeader,
                      request: JoinGroupRequest) -> Any:
     build = Build(header)
+    if not _may_read(broker, request.group_id):
+        return build.response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                              generation_id=-1, protocol_name="", leader="",
+                              member_id=request.member_id, members=())
     instance_id = getattr(request, "group_instance_id", None)
     session_ms = _ms(request.session_timeout)
     rebalance_ms = _ms(request.rebalance_timeout) if header.api_version >= 1 else session_ms
@@ -97,6 +115,9 @@ async def join_group(broker: Broker, header: RequestHeader,
 @handles(ApiKey.SYNC_GROUP, versions=(0, 3))
 async def sync_group(broker: Broker, header: RequestHeader,
                      request: SyncGroupRequest) -> Any:
+    if not _may_read(broker, request.group_id):
+        return Build(header).response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                      assignment=b"")
     result = await broker.coordinator.sync(
         request.group_id, request.generation_id, request.member_id,
         getattr(request, "group_instance_id", None),
@@ -107,6 +128,8 @@ async def sync_group(broker: Broker, header: RequestHeader,
 @handles(ApiKey.HEARTBEAT, versions=(0, 3))
 async def heartbeat(broker: Broker, header: RequestHeader,
                     request: HeartbeatRequest) -> Any:
+    if not _may_read(broker, request.group_id):
+        return Build(header).response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     error = broker.coordinator.heartbeat(request.group_id, request.member_id,
                                          getattr(request, "group_instance_id", None),
                                          request.generation_id)
@@ -117,6 +140,8 @@ async def heartbeat(broker: Broker, header: RequestHeader,
 async def leave_group(broker: Broker, header: RequestHeader,
                       request: LeaveGroupRequest) -> Any:
     build = Build(header)
+    if not _may_read(broker, request.group_id):
+        return build.response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=())
     if header.api_version < 3:
         error, errors = broker.coordinator.leave(request.group_id, [(request.member_id, None)])
         return build.response(error_code=errors[0] if errors else error)
@@ -134,19 +159,31 @@ async def list_groups(broker: Broker, header: RequestHeader,
                       request: ListGroupsRequest) -> Any:
     build = Build(header)
     error, groups = broker.coordinator.list_groups()
+    security = broker.security
+    every = security.allows_cluster(Operation.DESCRIBE)
     return build.response(error_code=error, groups=tuple(
         build("ListedGroup", group_id=group_id, protocol_type=protocol_type)
-        for group_id, protocol_type in groups))
+        for group_id, protocol_type in groups
+        if every or security.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id)))
 
 
 @handles(ApiKey.DESCRIBE_GROUPS, versions=(0, 4))
 async def describe_groups(broker: Broker, header: RequestHeader,
                           request: DescribeGroupsRequest) -> Any:
     build = Build(header)
-    operations = (_GROUP_OPERATIONS if getattr(request, "include_authorized_operations", False)
-                  else _UNREQUESTED_OPERATIONS)
+    with_operations = getattr(request, "include_authorized_operations", False)
+    security = broker.security
     described = []
     for group_id in request.groups:
+        if not security.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(build("DescribedGroup",
+                                   error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                   group_id=group_id, group_state="", protocol_type="",
+                                   protocol_data="", members=(),
+                                   authorized_operations=_UNREQUESTED_OPERATIONS))
+            continue
+        operations = security.authorized_operations(ResourceType.GROUP, group_id) \
+            if with_operations else _UNREQUESTED_OPERATIONS
         error, summary = broker.coordinator.describe(group_id)
         members = tuple(
             build("DescribedGroupMember", member_id=m.member_id,
@@ -167,5 +204,7 @@ async def delete_groups(broker: Broker, header: RequestHeader,
     build = Build(header)
     return build.response(results=tuple(
         build("DeletableGroupResult", group_id=group_id,
-              error_code=broker.coordinator.delete(group_id))
+              error_code=broker.coordinator.delete(group_id)
+              if broker.security.authorize(Operation.DELETE, ResourceType.GROUP, group_id)
+              else ErrorCode.GROUP_AUTHORIZATION_FAILED)
         for group_id in request.groups_names))

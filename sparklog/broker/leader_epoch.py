@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import per_partition
+from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
@@ -45,6 +46,7 @@ def _end_offset(build: Build, broker: Broker, topic: str, p: Any) -> Any:
     if 0 <= current < LEADER_EPOCH:
         return answer(ErrorCode.FENCED_LEADER_EPOCH)
     try:
+        broker.security.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
         log = broker.get_log(topic, p.partition)
     except KafkaError as exc:
         return answer(exc.code)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import per_partition
+from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
@@ -41,6 +42,7 @@ def _lookup(build: Build, broker: Broker, topic: str, p: Any, committed: bool) -
                      old_style_offsets=(offset,) if offset >= 0 else ())
 
     try:
+        broker.security.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
         log = broker.get_log(topic, p.partition_index)
     except KafkaError as exc:
         return answer(exc.code)

@@ -6,6 +6,11 @@ Behaviour: this node is the only broker, the controller, and the leader (epoch
 ``num.partitions`` when ``auto.create.topics.enable`` is on and the request allows it (v4+
 flag; always allowed before v4), as client test suites expect; otherwise they are answered
 UNKNOWN_TOPIC_OR_PARTITION, and an illegal name INVALID_TOPIC_EXCEPTION.
+
+With an authorizer, as Kafka's: an all-topics request lists only the topics the principal
+may DESCRIBE; a named topic it may not describe is TOPIC_AUTHORIZATION_FAILED, and so is a
+missing topic it may not create (CREATE on the CLUSTER or the TOPIC). The authorized
+operations (v8) are Kafka's bit fields when asked for, else ``OMITTED``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
+from sparklog.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
@@ -25,36 +31,52 @@ if TYPE_CHECKING:
 
 
 
+OMITTED = -(2**31)
+"""Authorized operations not asked for (Kafka's Integer.MIN_VALUE)."""
+
+
 @handles(ApiKey.METADATA, versions=(0, 8))
 async def metadata(broker: Broker, header: RequestHeader,
                    request: MetadataRequest) -> Any:
     build = Build(header)
     version = header.api_version
+    security = broker.security
     if request.topics is None or (version == 0 and not request.topics):
-        names = sorted(broker.logs.topics)
+        names = [n for n in sorted(broker.logs.topics)
+                 if security.authorize(Operation.DESCRIBE, ResourceType.TOPIC, n)]
     else:
         names = [t.name for t in request.topics]
     auto_create = version < 4 or request.allow_auto_topic_creation
+    with_operations = getattr(request, "include_topic_authorized_operations", False)
     topics = []
     for name in names:
         try:
-            topic = broker.topic(name, auto_create=auto_create and not name.startswith("__"))
+            security.require(Operation.DESCRIBE, ResourceType.TOPIC, name)
+            create = auto_create and not name.startswith("__")
+            if create and name not in broker.logs.topics and not security.allows_cluster(
+                    Operation.CREATE):
+                security.require(Operation.CREATE, ResourceType.TOPIC, name)
+            topic = broker.topic(name, auto_create=create)
         except KafkaError as exc:
             topics.append(build("MetadataResponseTopic", error_code=exc.code, name=name,
                                 is_internal=False, partitions=()))
             continue
-        topics.append(_describe(build, broker, topic))
+        topics.append(_describe(build, broker, topic, with_operations))
     node = broker.node_id
+    cluster_operations = security.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) \
+        if getattr(request, "include_cluster_authorized_operations", False) else OMITTED
     return build.response(
         brokers=(build("MetadataResponseBroker", node_id=node, host=broker.host,
                        port=broker.port, rack=None),),
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=tuple(topics),
+        cluster_authorized_operations=cluster_operations,
     )
 
 
-def _describe(build: Build, broker: Broker, topic: TopicMetadata) -> Any:
+def _describe(build: Build, broker: Broker, topic: TopicMetadata, with_operations: bool
+              ) -> Any:
     node = (broker.node_id,)
     partitions = []
     for p in range(topic.partitions):
@@ -64,5 +86,8 @@ def _describe(build: Build, broker: Broker, topic: TopicMetadata) -> Any:
             partition_index=p, leader_id=-1 if refused else broker.node_id,
             leader_epoch=LEADER_EPOCH, replica_nodes=node, isr_nodes=node,
             offline_replicas=()))
+    operations = broker.security.authorized_operations(ResourceType.TOPIC, topic.name) \
+        if with_operations else OMITTED
     return build("MetadataResponseTopic", error_code=ErrorCode.NONE, name=topic.name,
-                 is_internal=topic.internal, partitions=tuple(partitions))
+                 is_internal=topic.internal, partitions=tuple(partitions),
+                 topic_authorized_operations=operations)

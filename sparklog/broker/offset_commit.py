@@ -12,6 +12,11 @@ Behaviour (the checks themselves are ``GroupCoordinator.commit`` and ``fetch_off
   offset (also for unknown groups and topics). From v2 ``topics`` null means every partition
   the group committed, and errors that concern the whole request are top-level (with no
   partitions); before v2 they are repeated in each requested partition.
+- With an authorizer, as Kafka's: OffsetCommit needs READ on the GROUP (else every
+  partition is GROUP_AUTHORIZATION_FAILED) and on each TOPIC (TOPIC_AUTHORIZATION_FAILED
+  for its partitions; the others are committed); OffsetFetch needs DESCRIBE on the GROUP
+  and lists only describable topics (a named one it may not describe is
+  TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
+from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.coordinator.coordinator import NO_GENERATION, OffsetCommit
 from sparklog.coordinator.group_records import OffsetAndMetadata, TopicPartition
@@ -41,10 +47,28 @@ async def offset_commit(broker: Broker, header: RequestHeader,
                         request: OffsetCommitRequest) -> Any:
     generation = request.generation_id_or_member_epoch if header.api_version >= 1 \
         else NO_GENERATION
+    offsets, refused = authorized_offsets(broker, request.group_id,
+                                          requested_offsets(request.topics))
     errors = broker.coordinator.commit(request.group_id, request.member_id,
                                        getattr(request, "group_instance_id", None), generation,
-                                       requested_offsets(request.topics))
-    return commit_response(Build(header), request.topics, errors, "OffsetCommit")
+                                       offsets) if offsets else {}
+    return commit_response(Build(header), request.topics, {**errors, **refused}, "OffsetCommit")
+
+
+def authorized_offsets(broker: Broker, group_id: str,
+                       offsets: dict[TopicPartition, OffsetCommit]
+                       ) -> tuple[dict[TopicPartition, OffsetCommit],
+                                  dict[TopicPartition, ErrorCode]]:
+    """The offsets the principal may commit (READ on the GROUP and on each TOPIC), and the
+    errors of the others."""
+    security = broker.security
+    if not security.authorize(Operation.READ, ResourceType.GROUP, group_id):
+        return {}, dict.fromkeys(offsets, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    readable = {topic for topic, _ in offsets
+                if security.authorize(Operation.READ, ResourceType.TOPIC, topic)}
+    return ({tp: o for tp, o in offsets.items() if tp[0] in readable},
+            {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in offsets
+             if tp[0] not in readable})
 
 
 def requested_offsets(topics: Any) -> dict[TopicPartition, OffsetCommit]:
@@ -74,18 +98,28 @@ async def offset_fetch(broker: Broker, header: RequestHeader,
     wanted = None if request.topics is None else [
         (topic.name, partition) for topic in request.topics
         for partition in topic.partition_indexes]
-    error, committed = broker.coordinator.fetch_offsets(request.group_id, wanted)
+    security = broker.security
+    if security.authorize(Operation.DESCRIBE, ResourceType.GROUP, request.group_id):
+        error, committed = broker.coordinator.fetch_offsets(request.group_id, wanted)
+    else:
+        error, committed = ErrorCode.GROUP_AUTHORIZATION_FAILED, {}
     if error and header.api_version >= 2:
         return build.response(error_code=error, topics=())
     rows: list[tuple[TopicPartition, OffsetAndMetadata | None]] = (
         [(tp, None) for tp in wanted or ()] if error else list(committed.items()))
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), found in rows:
+        refused = not security.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        if refused and wanted is None:
+            continue  # all offsets asked for: those of undescribable topics are left out
+        found = None if refused else found
         by_topic.setdefault(topic, []).append(build(
             "OffsetFetchResponsePartition", partition_index=partition,
             committed_offset=NO_OFFSET if found is None else found.offset,
             committed_leader_epoch=NO_LEADER_EPOCH if found is None else found.leader_epoch,
-            metadata="" if found is None else found.metadata, error_code=error))
+            metadata="" if found is None else found.metadata,
+            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED if refused and not error
+            else error))
     return build.response(error_code=ErrorCode.NONE, topics=tuple(
         build("OffsetFetchResponseTopic", name=topic, partitions=tuple(partitions))
         for topic, partitions in by_topic.items()))

@@ -14,6 +14,9 @@ Behaviour:
 - An error about single records (a null key on a compacted topic, a timestamp out of range)
   answers KIP-467's ``record_errors`` (each record's batch index and reason) with the error
   message, so a client can tell which records were refused; the append path builds none.
+- With an authorizer: WRITE on the TRANSACTIONAL_ID of a transactional request
+  (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition) and on each TOPIC
+  (TOPIC_AUTHORIZATION_FAILED for its partitions); nothing refused is appended.
 - acks 0 gets no response; acks 1 and -1 are answered after the append (this node is the
   whole ISR, so both mean "in the log"). Produce does not auto-create topics (Metadata does).
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
+from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build, timestamp_ms
@@ -41,11 +45,20 @@ async def produce(broker: Broker, header: RequestHeader,
                   request: ProduceRequest) -> Any:
     build = Build(header)
     now = broker.now_ms()
+    security = broker.security
+    transactional_id = getattr(request, "transactional_id", None)
+    refused = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional_id is not None \
+        and not security.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                   transactional_id) else None
     topics = []
     for topic in request.topic_data:
+        denied = refused or (None if security.authorize(Operation.WRITE, ResourceType.TOPIC,
+                                                        topic.name)
+                             else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         partitions = []
         for data in topic.partition_data:
-            partitions.append(_append(build, broker, topic.name, data, request.acks, now))
+            partitions.append(_append(build, broker, topic.name, data, request.acks, now,
+                                      denied))
         topics.append(build("TopicProduceResponse", name=topic.name,
                             partition_responses=tuple(partitions)))
     if request.acks == 0:
@@ -53,7 +66,8 @@ async def produce(broker: Broker, header: RequestHeader,
     return build.response(responses=tuple(topics))
 
 
-def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int) -> Any:
+def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
+            denied: ErrorCode | None) -> Any:
     def answer(code: ErrorCode, base_offset: int = -1, append_time: int = -1,
                log_start: int = -1, message: str | None = None,
                record_errors: tuple[Any, ...] = ()) -> Any:
@@ -64,6 +78,8 @@ def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now:
 
     if acks not in VALID_ACKS:
         return answer(ErrorCode.INVALID_REQUIRED_ACKS, message=f"acks={acks} is not -1, 0 or 1")
+    if denied is not None:
+        return answer(denied)
     try:
         partition_log = broker.get_log(topic, data.index)
         info = partition_log.append(data.records or b"", now_ms=now, leader_epoch=LEADER_EPOCH)

@@ -6,7 +6,8 @@
 
 Invariants:
 - Start-up checks in the order that touches nothing before it must: the listening addresses
-  are parsed (a port outside 0-65535 is refused), every listener's socket is bound (a port
+  are parsed (a port outside 0-65535 is refused), TLS listeners' key and certificate files
+  are read, every listener's socket is bound (a port
   in use fails here), and only then is the data directory locked and loaded. Each failure is
   a ``StartupError`` whose message is one line naming the cause; nothing is left listening.
 - One server per listener of ``listeners`` (Kafka's ``NAME://HOST:PORT`` list); the
@@ -47,8 +48,10 @@ from sparklog.broker.config import BrokerConfig
 from sparklog.broker.monitoring.listener import MetricsListener
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import load_handlers
+from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
+from sparklog.errors import InvalidConfigError
 from sparklog.signals import WATCHED, Stop
 from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 from sparklog.storage.dir_lock import DataDirError
@@ -148,6 +151,7 @@ class BrokerService:
     async def start(self) -> None:
         load_handlers()
         config = self.config
+        security = self._listener_security()
         sockets = self._bind_listeners()
         try:
             broker = self.broker = Broker(config, self.data_dir)
@@ -165,7 +169,8 @@ class BrokerService:
         broker.advertised = {}
         for name, (host, _) in self.listen_on.items():
             server = BrokerServer(broker, sockets[name],
-                                  requests if metrics_at is not None else None, name)
+                                  requests if metrics_at is not None else None, name,
+                                  security[name])
             self._servers.append(server)
             await server.start(partial(advertised_address, advertised.get(name), host))
             broker.advertised[name] = server.advertised
@@ -193,6 +198,14 @@ class BrokerService:
             )
         ]
         log.info("serving %d listener(s), data in %s", len(self._servers), self.data_dir)
+
+    def _listener_security(self) -> dict[str, ListenerSecurity]:
+        """Every listener's security, its TLS files read (a bad one fails here)."""
+        try:
+            return {name: ListenerSecurity.load(self.config.props, name, protocol)
+                    for name, protocol in self.config.security_protocols().items()}
+        except InvalidConfigError as exc:
+            raise StartupError(str(exc)) from None
 
     def _bind_listeners(self) -> dict[str, socket.socket]:
         """Every listener's socket, bound; none left open when one fails."""

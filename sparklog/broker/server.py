@@ -16,6 +16,11 @@ Invariants:
 - Each server is one listener (``listener``, its name): every request of a connection it
   accepted sees its ``advertised`` address (``state.ADVERTISED``), known before the first
   connection is accepted.
+- Each server serves its listener's security (``security``): with TLS the handshake comes
+  before the first frame; on a SASL listener a connection is served nothing but ApiVersions,
+  SaslHandshake and SaslAuthenticate until it authenticated (anything else closes it), as
+  in Kafka. Every request of a connection sees its ``Session`` (``security.session.SESSION``:
+  principal, SASL state); a session marked ``closing`` is closed once its answer is written.
 - Warnings about closed connections are rate-limited (``WarningLimiter``): a burst of bad
   connections gives a few lines and a count, not a line each.
 - Every accepted connection has TCP_NODELAY, as Kafka's sockets do: responses are written
@@ -23,7 +28,9 @@ Invariants:
   (tens of milliseconds). asyncio sets it only on sockets whose protocol number is TCP, which
   the pre-bound listening socket's connections do not carry, so it is set here.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
-  record data goes from the page cache to the socket without entering Python.
+  record data goes from the page cache to the socket without entering Python; through TLS
+  (no sendfile there) a region is read whole (``os.pread``, at most the request's
+  ``max_bytes``) and written in one call, which asyncio's 16 KiB fallback made 3x slower.
 """
 
 from __future__ import annotations
@@ -39,6 +46,10 @@ from typing import Any
 from sparklog.broker.faults import ACTIVE
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import CLIENT_HOST, HANDLERS, served, serves
+from sparklog.broker.sasl import step
+from sparklog.broker.security.listener import ListenerSecurity
+from sparklog.broker.security.session import SESSION, Session
+from sparklog.broker.security.tls import certificate_principal
 from sparklog.broker.state import ADVERTISED, Broker
 from sparklog.broker.warning_limiter import WarningLimiter
 from sparklog.errors import KafkaError
@@ -48,6 +59,7 @@ from sparklog.protocol.framing import FrameError, RequestHeader, parse_request_h
 from sparklog.protocol.versions import ApiKey
 
 Parts = list[bytes | FileRegion]
+_BEFORE_AUTHENTICATION = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
 
 class DroppedByFault(Exception):
@@ -89,12 +101,14 @@ class BrokerServer:
     (so a port in use fails before the data directory is touched)."""
 
     def __init__(self, broker: Broker, sock: socket.socket,
-                 metrics: RequestMetrics | None = None, listener: str = "PLAINTEXT") -> None:
+                 metrics: RequestMetrics | None = None, listener: str = "PLAINTEXT",
+                 security: ListenerSecurity | None = None) -> None:
         self.broker = broker
         self.sock = sock
         self.host, self.port = sock.getsockname()[:2]
         self.metrics = metrics
         self.listener = listener
+        self.security = security or ListenerSecurity(listener)
         self.advertised = (self.host, self.port)  # until ``start`` is given another
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -109,7 +123,8 @@ class BrokerServer:
                     ) -> tuple[str, int]:
         """Accept; ``advertise(bound port)`` gives the address to advertise (default: the
         bound one), set before any connection is accepted."""
-        self._server = await asyncio.start_server(self._serve, sock=self.sock)
+        self._server = await asyncio.start_server(self._serve, sock=self.sock,
+                                                  ssl=self.security.ssl_context)
         self.advertised = advertise(self.port) if advertise else (self.host, self.port)
         return self.host, self.port
 
@@ -131,12 +146,19 @@ class BrokerServer:
         peer = writer.get_extra_info("peername")
         CLIENT_HOST.set(f"/{peer[0]}" if peer else "")  # this connection's task only
         ADVERTISED.set(self.advertised)
+        session = Session(self.security,
+                          certificate_principal(writer.get_extra_info("ssl_object")))
+        SESSION.set(session)
         try:
-            while True:
+            while not session.closing:
                 frame = await read_frame(reader, self._max_frame)
                 if frame is None:
                     break
-                parts = await self._dispatch(frame)
+                if session.raw_tokens:  # after SaslHandshake v0: a bare SASL token
+                    answer, failure = await step(session, frame)
+                    parts = [] if failure else [len(answer).to_bytes(4, "big") + answer]
+                else:
+                    parts = await self._dispatch(frame, session)
                 if parts:
                     await self._write(writer, parts)
         except (FrameError, KafkaError) as exc:
@@ -151,9 +173,12 @@ class BrokerServer:
             self._connections.discard(task)
             writer.close()
 
-    async def _dispatch(self, frame: bytes) -> Parts:
+    async def _dispatch(self, frame: bytes, session: Session) -> Parts:
         started = time.perf_counter()
         header, body_offset = parse_request_header(frame)
+        if not session.authenticated and header.api_key not in _BEFORE_AUTHENTICATION:
+            raise FrameError(f"API {header.api_key} before SASL authentication on listener "
+                             f"{self.listener}")
         if not serves(header.api_key, header.api_version):
             if header.api_key == ApiKey.API_VERSIONS:
                 return [encode_api_versions_error(header.correlation_id, served())]
@@ -189,16 +214,17 @@ class BrokerServer:
             ACTIVE.reset(token)
         return fault.rewrite(result)
 
-    @staticmethod
-    async def _write(writer: asyncio.StreamWriter, parts: Parts) -> None:
+    async def _write(self, writer: asyncio.StreamWriter, parts: Parts) -> None:
         loop = asyncio.get_running_loop()
         for part in parts:
-            if isinstance(part, FileRegion):
+            if not isinstance(part, FileRegion):
+                writer.write(part)
+            elif self.security.tls:  # no sendfile through TLS: one read, one write
+                writer.write(os.pread(part.fd, part.length, part.position))
+            else:
                 await writer.drain()
                 await loop.sendfile(writer.transport, _Descriptor(part.fd),  # type: ignore[arg-type]
                                     part.position, part.length)
-            else:
-                writer.write(part)
         await writer.drain()
 
 

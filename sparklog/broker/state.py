@@ -31,6 +31,7 @@ from sparklog.broker.config import BrokerConfig
 from sparklog.broker.faults import ACTIVE, Faults
 from sparklog.broker.internal_topics import LogTopic
 from sparklog.broker.markers import local_marker_writer
+from sparklog.broker.security.broker_security import BrokerSecurity
 from sparklog.coordinator.coordinator import GroupConfig, GroupCoordinator
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.coordinator.offsets_store import OffsetsStore
@@ -83,6 +84,7 @@ class Broker:
         self.advertised: dict[str, tuple[str, int]] = {}
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = defaultdict(set)
         self.faults = Faults()
+        self.security = BrokerSecurity(config.props, data_dir)
         offsets_topic = LogTopic(
             self.logs, OFFSETS_TOPIC, config.get_int("offsets.topic.num.partitions"),
             {"segment.bytes": config.get_int("offsets.topic.segment.bytes")}, LEADER_EPOCH,

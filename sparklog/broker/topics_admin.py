@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
+from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
@@ -86,6 +87,8 @@ async def create_topics(broker: Broker, header: RequestHeader,
 
 
 def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
+    if not broker.security.allows_cluster(Operation.CREATE):
+        broker.security.require(Operation.CREATE, ResourceType.TOPIC, topic.name)
     if topic.replication_factor not in (-1, 1):
         raise KafkaError(
             f"replication factor {topic.replication_factor} is larger than the 1 available "
@@ -115,6 +118,7 @@ async def delete_topics(broker: Broker, header: RequestHeader,
     build = Build(header)
 
     def delete(name: str) -> None:
+        broker.security.require(Operation.DELETE, ResourceType.TOPIC, name)
         if not broker.config.get_bool("delete.topic.enable"):
             raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
         _refuse_internal(broker, name, "deleted")
@@ -133,6 +137,7 @@ async def create_partitions(broker: Broker, header: RequestHeader,
     added = sum(_added_partitions(broker, t) for t in request.topics)
 
     def grow(topic: Any) -> None:
+        broker.security.require(Operation.ALTER, ResourceType.TOPIC, topic.name)
         _refuse_internal(broker, topic.name, "given more partitions")
         broker.logs.create_partitions(topic.name, topic.count,
                                       validate_only=request.validate_only)

@@ -13,6 +13,11 @@ translates):
   answers per partition; DescribeTransactions answers per id (TRANSACTIONAL_ID_NOT_FOUND
   for an unknown one); ListTransactions filters by state names (unknown ones are echoed in
   ``unknown_state_filters``), producer ids, and (v1) the minimum time open.
+- With an authorizer, as Kafka's: WRITE on the TRANSACTIONAL_ID for AddPartitionsToTxn,
+  AddOffsetsToTxn, EndTxn and TxnOffsetCommit (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), plus
+  WRITE on each TOPIC added, READ on the GROUP of added or committed offsets and READ on their
+  topics; CLUSTER_ACTION on the CLUSTER for WriteTxnMarkers; DESCRIBE on the TRANSACTIONAL_ID
+  to describe or list a transaction (ListTransactions leaves the others out).
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.markers import write_marker
-from sparklog.broker.offset_commit import commit_response, requested_offsets
+from sparklog.broker.offset_commit import authorized_offsets, commit_response, requested_offsets
 from sparklog.broker.registry import handles
+from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.coordinator.txn_metadata import TransactionState
 from sparklog.errors import ErrorCode
@@ -49,12 +55,33 @@ def fenced_as(header: RequestHeader, error: ErrorCode) -> ErrorCode:
     return error
 
 
+def _may_write(broker: Broker, transactional_id: str) -> bool:
+    return broker.security.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                     transactional_id)
+
+
+def _refused_writes(broker: Broker, transactional_id: str,
+                    wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    """AddPartitionsToTxn's refusals (WRITE on the TRANSACTIONAL_ID and on every TOPIC, as
+    Kafka's: one refusal fails the whole request, the rest answered OPERATION_NOT_ATTEMPTED);
+    empty when everything is allowed."""
+    if not _may_write(broker, transactional_id):
+        return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    denied = {t for t, _ in wanted
+              if not broker.security.authorize(Operation.WRITE, ResourceType.TOPIC, t)}
+    if not denied:
+        return {}
+    return {(t, p): ErrorCode.TOPIC_AUTHORIZATION_FAILED if t in denied
+            else ErrorCode.OPERATION_NOT_ATTEMPTED for t, p in wanted}
+
+
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN, versions=(0, 2))
 async def add_partitions_to_txn(broker: Broker, header: RequestHeader,
                                 request: AddPartitionsToTxnRequest) -> Any:
     build = Build(header)
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    errors = broker.txn_coordinator.add_partitions(
+    refused = _refused_writes(broker, request.v3_and_below_transactional_id, wanted)
+    errors = refused or broker.txn_coordinator.add_partitions(
         request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
         request.v3_and_below_producer_epoch, wanted)
     return build.response(results_by_topic_v3_and_below=tuple(
@@ -68,6 +95,11 @@ async def add_partitions_to_txn(broker: Broker, header: RequestHeader,
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, versions=(0, 2))
 async def add_offsets_to_txn(broker: Broker, header: RequestHeader,
                              request: AddOffsetsToTxnRequest) -> Any:
+    security = broker.security
+    if not _may_write(broker, request.transactional_id):
+        return Build(header).response(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not security.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
+        return Build(header).response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     error = broker.txn_coordinator.add_offsets(request.transactional_id, request.producer_id,
                                                request.producer_epoch, request.group_id)
     return Build(header).response(error_code=fenced_as(header, error))
@@ -75,6 +107,8 @@ async def add_offsets_to_txn(broker: Broker, header: RequestHeader,
 
 @handles(ApiKey.END_TXN, versions=(0, 2))
 async def end_txn(broker: Broker, header: RequestHeader, request: EndTxnRequest) -> Any:
+    if not _may_write(broker, request.transactional_id):
+        return Build(header).response(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     error = await broker.txn_coordinator.end_txn(request.transactional_id, request.producer_id,
                                                  request.producer_epoch, request.committed)
     return Build(header).response(error_code=fenced_as(header, error))
@@ -83,9 +117,15 @@ async def end_txn(broker: Broker, header: RequestHeader, request: EndTxnRequest)
 @handles(ApiKey.TXN_OFFSET_COMMIT, versions=(0, 2))
 async def txn_offset_commit(broker: Broker, header: RequestHeader,
                             request: TxnOffsetCommitRequest) -> Any:
+    requested = requested_offsets(request.topics)
+    if not _may_write(broker, request.transactional_id):
+        offsets, refused = {}, dict.fromkeys(requested,
+                                             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    else:
+        offsets, refused = authorized_offsets(broker, request.group_id, requested)
     errors = broker.coordinator.txn_commit(request.group_id, request.producer_id,
-                                           request.producer_epoch,
-                                           requested_offsets(request.topics))
+                                           request.producer_epoch, offsets) if offsets else {}
+    errors = {**errors, **refused}
     return commit_response(Build(header), request.topics, errors, "TxnOffsetCommit")
 
 
@@ -93,6 +133,7 @@ async def txn_offset_commit(broker: Broker, header: RequestHeader,
 async def write_txn_markers(broker: Broker, header: RequestHeader,
                             request: WriteTxnMarkersRequest) -> Any:
     build = Build(header)
+    allowed = broker.security.allows_cluster(Operation.CLUSTER_ACTION)
     results = []
     for marker in request.markers:
         topics = tuple(
@@ -100,7 +141,8 @@ async def write_txn_markers(broker: Broker, header: RequestHeader,
                 build("WritableTxnMarkerPartitionResult", partition_index=p,
                       error_code=write_marker(broker, (t.name, p), marker.producer_id,
                                               marker.producer_epoch, marker.transaction_result,
-                                              marker.coordinator_epoch))
+                                              marker.coordinator_epoch) if allowed
+                      else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
                 for p in t.partition_indexes))
             for t in marker.topics)
         results.append(build("WritableTxnMarkerResult", producer_id=marker.producer_id,
@@ -114,7 +156,9 @@ async def describe_transactions(broker: Broker, header: RequestHeader,
     build = Build(header)
     described = []
     for tid in request.transactional_ids:
-        error, meta = broker.txn_coordinator.describe(tid)
+        error, meta = broker.txn_coordinator.describe(tid) if broker.security.authorize(
+            Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid) \
+            else (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None)
         topics: dict[str, list[int]] = {}
         for topic, partition in sorted(meta.partitions if meta else ()):
             topics.setdefault(topic, []).append(partition)
@@ -145,4 +189,6 @@ async def list_transactions(broker: Broker, header: RequestHeader,
                               build("TransactionState", transactional_id=m.transactional_id,
                                     producer_id=m.producer_id,
                                     transaction_state=m.state.display)
-                              for m in found))
+                              for m in found if broker.security.authorize(
+                                  Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                  m.transactional_id)))

@@ -14,6 +14,9 @@ Invariants:
 - Responses are read in request order (Kafka answers in order), so a caller may send the
   next request before it reads the previous answer; a correlation id out of order closes
   nothing but raises ``ConnectionError`` (the caller drops the connection).
+- With ``config.security``, the socket is wrapped in TLS before the first byte and, on a
+  SASL protocol, the connection logs in (SaslHandshake v1 and SaslAuthenticate) right after
+  ApiVersions; a refused login is a ``KafkaClientError`` naming the broker and the error.
 - Socket failures surface as ``OSError`` (``ConnectionError`` for a closed connection);
   retrying is the caller's business.
 """
@@ -26,7 +29,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparklog.client.errors import KafkaClientError, error_name
-from sparklog.client.settings import ClientConfig
+from sparklog.client.sasl import authenticate
+from sparklog.client.settings import ClientConfig, ClientSecurity
 from sparklog.errors import ErrorCode
 from sparklog.protocol.codec import decode_response, encode_request, request_class
 from sparklog.protocol.entities import build
@@ -54,11 +58,21 @@ class BrokerConnection:
     def __init__(self, host: str, port: int, config: ClientConfig) -> None:
         self.address = f"{host}:{port}"
         self._client_id = config.client_id.encode()
+        security = config.security
         self._sock = socket.create_connection((host, port), timeout=config.request_timeout_s)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._correlation = 0
-        self._pending: list[tuple[int, int, int]] = []  # (correlation id, api key, version)
-        self.versions = self._negotiate()
+        try:
+            if security.tls:
+                self._sock = security.ssl_context().wrap_socket(self._sock,
+                                                                server_hostname=host)
+            self._correlation = 0
+            self._pending: list[tuple[int, int, int]] = []  # (correlation id, api, version)
+            self.versions = self._negotiate()
+            if security.sasl:
+                self._login(security)
+        except BaseException:
+            self._sock.close()
+            raise
 
     def _negotiate(self) -> dict[int, int]:
         answer = self.request(ApiKey.API_VERSIONS, 0, {})
@@ -80,6 +94,23 @@ class BrokerConnection:
             if theirs is not None and theirs[0] <= high and theirs[1] >= low:
                 versions[key] = min(high, theirs[1])
         return versions
+
+    def _login(self, security: ClientSecurity) -> None:
+        """SaslHandshake v1, then the mechanism's tokens in SaslAuthenticate requests."""
+        answer = self.request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": security.mechanism})
+        if answer.error_code != ErrorCode.NONE:
+            raise KafkaClientError(
+                f"broker {self.address}: SASL mechanism {security.mechanism} refused "
+                f"({error_name(answer.error_code)}; enabled: {', '.join(answer.mechanisms)})")
+
+        def exchange(token: bytes) -> bytes:
+            reply = self.request(ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": token})
+            if reply.error_code != ErrorCode.NONE:
+                raise KafkaClientError(f"broker {self.address}: {error_name(reply.error_code)}: "
+                                       f"{reply.error_message}")
+            return reply.auth_bytes
+
+        authenticate(exchange, security)
 
     def send(self, api_key: int, version: int, body: Mapping[str, Any]) -> None:
         self._correlation += 1

@@ -11,11 +11,32 @@ Invariants:
   because the client fetches one partition at a time.
 - Importing this module imports nothing of the protocol (it is cheap: Spark's planner
   process imports it).
+
+Security: ``ClientSecurity`` (``ClientConfig.security``) holds Kafka's client security
+settings, read by ``ClientSecurity.from_settings`` under Kafka's names (Java clients' and
+librdkafka's): ``security.protocol``; ``sasl.mechanism`` (librdkafka's ``sasl.mechanisms``
+too), ``sasl.username`` / ``sasl.password`` or a ``sasl.jaas.config`` login module with
+``username=`` and ``password=``; ``ssl.ca.location`` or a PEM ``ssl.truststore.location``;
+``ssl.certificate.location`` + ``ssl.key.location`` or a PEM ``ssl.keystore.location`` (key
+and chain in one file); ``ssl.key.password``; ``ssl.endpoint.identification.algorithm``
+(``https``, the default, checks the broker's host name; empty or ``none`` does not).
+- ``ClientSecurity`` is immutable, hashable and picklable like ``ClientConfig``; passwords
+  never appear in its repr.
+- A bad value raises ``SettingsError`` naming the setting as the caller's user spelled it
+  (``prefix`` + key, e.g. ``kafka.sasl.mechanism``) and the allowed values; a password is
+  never part of a message.
+- ``librdkafka()`` gives the same settings in librdkafka's names, for confluent-kafka
+  clients (Java-only forms such as a JAAS line or a PEM truststore are translated).
+- ``SECURITY_KEYS`` lists every key read, so callers can tell them from unused ones.
+- TLS contexts accept TLS 1.2 and newer only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 Address = tuple[str, int]
 """A broker's (host, port)."""
@@ -56,6 +77,7 @@ class ClientConfig:
     isolation_level: int = ISOLATION_LEVELS["read_uncommitted"]
     """Kafka's: 0 read_uncommitted, 1 read_committed (up to the last stable offset, the
     records of aborted transactions dropped)."""
+    security: ClientSecurity = field(default_factory=lambda: ClientSecurity())
 
     @property
     def servers(self) -> str:
@@ -78,3 +100,102 @@ def parse_bootstrap(servers: str, setting: str = "bootstrap.servers") -> tuple[A
     if not pairs:
         raise SettingsError(f"option {setting} is required (HOST:PORT[,HOST:PORT])")
     return tuple(pairs)
+
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SECURITY_KEYS = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username",
+    "sasl.password", "sasl.jaas.config", "ssl.ca.location", "ssl.truststore.location",
+    "ssl.truststore.type", "ssl.certificate.location", "ssl.key.location",
+    "ssl.keystore.location", "ssl.keystore.type", "ssl.key.password",
+    "ssl.keystore.password", "ssl.endpoint.identification.algorithm",
+})
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    protocol: str = "PLAINTEXT"
+    mechanism: str = "PLAIN"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ca_location: str | None = None
+    certificate_location: str | None = None
+    key_location: str | None = None
+    key_password: str | None = field(default=None, repr=False)
+    check_hostname: bool = True
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, object], prefix: str = "") -> ClientSecurity:
+        values = {k.lower(): str(v) for k, v in settings.items() if k.lower() in SECURITY_KEYS}
+
+        def fail(key: str, why: str) -> SettingsError:
+            return SettingsError(f"{prefix}{key}: {why}")
+
+        protocol = values.get("security.protocol", "PLAINTEXT").upper()
+        if protocol not in PROTOCOLS:
+            raise fail("security.protocol", f"{protocol!r} is not one of {', '.join(PROTOCOLS)}")
+        mechanism = values.get("sasl.mechanism", values.get("sasl.mechanisms", "PLAIN")).upper()
+        if mechanism not in MECHANISMS:
+            raise fail("sasl.mechanism", f"{mechanism!r} is not supported; allowed: "
+                                         f"{', '.join(MECHANISMS)}")
+        username, password = values.get("sasl.username"), values.get("sasl.password")
+        if "sasl.jaas.config" in values:
+            options = {k: re.sub(r"\\(.)", r"\1", v)
+                       for k, v in _JAAS_OPTION.findall(values["sasl.jaas.config"])}
+            username = options.get("username", username)
+            password = options.get("password", password)
+        if protocol.startswith("SASL_") and (not username or password is None):
+            raise fail("sasl.username", f"security.protocol={protocol} needs a user: set "
+                                        f"{prefix}sasl.username and {prefix}sasl.password (or "
+                                        f"{prefix}sasl.jaas.config)")
+        for kind in ("ssl.truststore.type", "ssl.keystore.type"):
+            if values.get(kind, "PEM").upper() != "PEM":
+                raise fail(kind, "only PEM files are read (set it to PEM)")
+        keystore = values.get("ssl.keystore.location")
+        identification = values.get("ssl.endpoint.identification.algorithm", "https").lower()
+        if identification not in ("https", "", "none"):
+            raise fail("ssl.endpoint.identification.algorithm",
+                       f"{identification!r}: expected https, none or empty")
+        return cls(protocol, mechanism, username, password,
+                   values.get("ssl.ca.location", values.get("ssl.truststore.location")),
+                   values.get("ssl.certificate.location", keystore),
+                   values.get("ssl.key.location", keystore),
+                   values.get("ssl.key.password", values.get("ssl.keystore.password")),
+                   identification == "https")
+
+    def librdkafka(self) -> dict[str, str]:
+        """These settings in librdkafka's names (none for PLAINTEXT)."""
+        found = {} if self.protocol == "PLAINTEXT" else {"security.protocol": self.protocol}
+        if self.sasl:
+            found.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username or "",
+                          "sasl.password": self.password or ""})
+        if self.tls:
+            found["ssl.endpoint.identification.algorithm"] = \
+                "https" if self.check_hostname else "none"
+            for key, value in (("ssl.ca.location", self.ca_location),
+                               ("ssl.certificate.location", self.certificate_location),
+                               ("ssl.key.location", self.key_location),
+                               ("ssl.key.password", self.key_password)):
+                if value:
+                    found[key] = value
+        return found
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context to open connections with (``tls`` must be true)."""
+        context = ssl.create_default_context(cafile=self.ca_location)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.check_hostname = self.check_hostname
+        if self.certificate_location:
+            context.load_cert_chain(self.certificate_location, self.key_location,
+                                    self.key_password)
+        return context

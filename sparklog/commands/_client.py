@@ -35,6 +35,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from sparklog.client.admin import MISSING_TOPIC, TOPIC_EXISTS, kafka_error
 from sparklog.client.errors import KafkaClientError
+from sparklog.client.settings import SECURITY_KEYS, ClientSecurity, SettingsError
 from sparklog.properties import PropertiesError, read_properties
 from sparklog.signals import Stop
 
@@ -74,11 +75,13 @@ def boolean(text: str) -> bool:
     return text.strip().lower() == "true"
 
 
-def client_parent(client_flag: str | None = None) -> argparse.ArgumentParser:
+def client_parent(client_flag: str | None = None, required: bool = True
+                  ) -> argparse.ArgumentParser:
     """A parent parser with the connection options every tool takes; ``client_flag`` adds
-    Kafka's ``--producer-property`` or ``--consumer-property`` beside ``-X``."""
+    Kafka's ``--producer-property`` or ``--consumer-property`` beside ``-X``; with
+    ``required=False`` the tool has another way than a broker to do its work."""
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=True,
+    parent.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=required,
                         metavar="HOST:PORT", help="the broker(s) to connect to")
     parent.add_argument("--command-config", type=Path, metavar="FILE",
                         help="a properties file of client settings")
@@ -143,6 +146,10 @@ def client_config(args: argparse.Namespace,
                   defaults: Mapping[str, str | int | bool] | None = None) -> dict[str, object]:
     """The librdkafka config: bootstrap, the tool's defaults, ``--command-config``, then -X.
 
+    Kafka's security settings are read in Java's names or librdkafka's (a Kafka
+    ``client.properties`` with ``sasl.jaas.config`` or a PEM ``ssl.truststore.location``
+    works) and given to librdkafka in its own (``ClientSecurity``).
+
     librdkafka's informational logs (reconnects, queue purges) are left out by default
     (``log_level`` 4 keeps warnings and errors) so they do not mix with the tools' output.
     """
@@ -152,8 +159,14 @@ def client_config(args: argparse.Namespace,
             from_file = read_properties(args.command_config)
         except (OSError, PropertiesError) as exc:
             raise ToolError(f"--command-config: {exc}", USAGE) from None
+    given = {**from_file, **parse_assignments(args.client_settings, "-X")}
+    try:
+        security = ClientSecurity.from_settings(given)
+    except SettingsError as exc:
+        raise ToolError(str(exc), USAGE) from None
+    plain = {k: v for k, v in given.items() if k.lower() not in SECURITY_KEYS}
     return {"bootstrap.servers": args.bootstrap, "log_level": 4, **(defaults or {}),
-            **from_file, **parse_assignments(args.client_settings, "-X")}
+            **plain, **security.librdkafka()}
 
 
 def send(producer: Producer, topic: str, value: bytes | None, key: bytes | None = None,

@@ -102,7 +102,8 @@ class GroupTarget:
     def _consumer_config(self) -> dict[str, Any]:
         client = self.options.client
         return {"bootstrap.servers": client.servers, "client.id": client.client_id,
-                "group.id": self.group_id, "enable.auto.commit": False}
+                "group.id": self.group_id, "enable.auto.commit": False,
+                **client.security.librdkafka()}
 
     def close(self) -> None:
         """Finish the queued async commits, then release the consumer."""

@@ -117,7 +117,7 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings) ->
     for key, value in options.items():
         reader = reader.option(key, value)
     dlq = DeadLetterProducer(args.bootstrap, writer_id=writer_id, state_dir=dlq_state_dir(sink),
-                             destinations=[dlq_topic])
+                             destinations=[dlq_topic], client_config=settings.client_security())
     try:
         outcome = route_batch(reader.load(), ParseSpec.from_ddl(args.schema), sink,
                               [Transaction(writer_id, 0)], dlq, "0", lambda letter: dlq_topic)

@@ -96,10 +96,12 @@ class Replay:
                               schema_mode=settings.schema_mode())
         self.dlq = DeadLetterProducer(args.bootstrap, writer_id=self.writer_id,
                                       state_dir=dlq_state_dir(self.sink),
-                                      destinations=[self.topic, self.parking])
+                                      destinations=[self.topic, self.parking],
+                                      client_config=settings.client_security())
         self.consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": self.group,
                                   "enable.auto.commit": False, "enable.partition.eof": True,
-                                  "auto.offset.reset": "earliest"})
+                                  "auto.offset.reset": "earliest",
+                                  **settings.client_security()})
         self.committer = OffsetCommitter(self.consumer)
 
     def destination(self, letter: DeadLetter) -> str:

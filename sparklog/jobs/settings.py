@@ -9,7 +9,9 @@ Invariants:
 - A missing or malformed setting ends the job with a message naming it (``SystemExit``),
   before Spark starts.
 - ``source.<option>`` settings are passed to every ``sparklog`` read as
-  ``.option(<option>, value)``; an empty value passes nothing.
+  ``.option(<option>, value)``; an empty value passes nothing. The source's Kafka security
+  settings (``source.kafka.security.protocol``, ``source.kafka.sasl.*``, ...) are also the
+  job's other clients' (``client_security``).
 - ``--set`` only overrides settings ``jobs.properties`` has, or ``source.<option>``: an
   unknown key is refused with the nearest known one, as a typo would otherwise be ignored.
 """
@@ -25,6 +27,7 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from sparklog.client.settings import ClientSecurity, SettingsError
 from sparklog.properties import PropertiesError, read_properties
 
 CONF_ENV = "SPARKLOG_CONF_DIR"
@@ -81,6 +84,19 @@ class JobSettings:
     def source_options(self) -> dict[str, str]:
         return {k[len(SOURCE_PREFIX):]: v for k, v in self.values.items()
                 if k.startswith(SOURCE_PREFIX) and v != ""}
+
+    def client_security(self) -> dict[str, str]:
+        """The source's Kafka security settings (``source.kafka.security.protocol``,
+        ``source.kafka.sasl.*``, ``source.kafka.ssl.*``) in librdkafka's names, for the
+        job's other clients (dead-letter producer, replay consumer): one set of credentials
+        per job."""
+        prefix = "kafka."
+        kafka = {k[len(prefix):]: v for k, v in self.source_options().items()
+                 if k.startswith(prefix)}
+        try:
+            return ClientSecurity.from_settings(kafka, SOURCE_PREFIX + prefix).librdkafka()
+        except SettingsError as error:
+            raise SystemExit(str(error)) from None
 
     def schema_mode(self) -> str | None:
         mode = self["delta.schemaMode"]

@@ -109,7 +109,8 @@ class BatchWriter:
                                    schema_mode=self.settings.schema_mode())
             self._dlq = DeadLetterProducer(self.args.bootstrap, writer_id=app_id,
                                            state_dir=dlq_state_dir(self._sink),
-                                           destinations=[self.dlq_topic])
+                                           destinations=[self.dlq_topic],
+                                           client_config=self.settings.client_security())
             log.info("app id %s: %s -> %s, dead letters -> %s", app_id, self.args.topic,
                      self.args.table, self.dlq_topic)
         return self._sink, self._dlq

@@ -3,8 +3,9 @@
 Invariants:
 - ``client_config`` refuses, with ``OptionError`` naming the option, what Spark's Kafka
   source refuses (``kafka.auto.offset.reset``, deserializers, auto commit, interceptors)
-  and what the client cannot do yet (TLS, SASL, read_committed); it accepts and ignores
-  (with a warning) any other setting it does not use, as Kafka's consumer does.
+  and reads Kafka's security settings (``kafka.security.protocol``, ``kafka.sasl.*``,
+  ``kafka.ssl.*``: TLS, SASL PLAIN and SCRAM, see ``ClientSecurity``); it accepts and
+  ignores (with a warning) any other setting it does not use, as Kafka's consumer does.
 - Settings not given take the client's defaults (``sparklog.client.settings``), except the
   client id, ``sparklog-source``; ``fetch.max.bytes`` and ``max.partition.fetch.bytes`` both
   cap a partition fetch.
@@ -22,7 +23,9 @@ from sparklog.client.settings import (
     DEFAULT_REQUEST_TIMEOUT_MS,
     DEFAULT_RETRY_BACKOFF_MS,
     ISOLATION_LEVELS,
+    SECURITY_KEYS,
     ClientConfig,
+    ClientSecurity,
     SettingsError,
     parse_bootstrap,
 )
@@ -40,14 +43,13 @@ _REFUSED = {
     "enable.auto.commit": "the source does not commit offsets; Spark checkpoints them",
     "interceptor.classes": "the source does not run consumer interceptors",
 }
-_SECURITY_PREFIXES = ("ssl.", "sasl.")
 # kafka.* settings the source reads; others are accepted and ignored, as Kafka's consumer
 # accepts and ignores settings it does not know.
 _USED = frozenset({
     "bootstrap.servers", "client.id", "request.timeout.ms", "fetch.max.bytes",
     "max.partition.fetch.bytes", "fetch.max.wait.ms", "fetch.min.bytes", "retry.backoff.ms",
-    "security.protocol", "isolation.level", "group.id",
-})
+    "isolation.level", "group.id",
+}) | SECURITY_KEYS
 
 
 def client_config(params: Mapping[str, str]) -> ClientConfig:
@@ -56,14 +58,6 @@ def client_config(params: Mapping[str, str]) -> ClientConfig:
     for name, hint in _REFUSED.items():
         if name in lowered:
             raise OptionError(f"Kafka option kafka.{name} is not supported: {hint}")
-    protocol = lowered.get("security.protocol", "PLAINTEXT")
-    if protocol.upper() != "PLAINTEXT":
-        raise OptionError(f"kafka.security.protocol={protocol} is not supported by the "
-                          "sparklog source yet; allowed: PLAINTEXT")
-    for name in lowered:
-        if name.startswith(_SECURITY_PREFIXES):
-            raise OptionError(f"kafka.{name}: TLS and SASL are not supported by the "
-                              "sparklog source yet (only PLAINTEXT)")
     isolation = lowered.get("isolation.level", "read_uncommitted")
     if isolation not in ISOLATION_LEVELS:
         raise OptionError(f"kafka.isolation.level={isolation} is not a Kafka isolation level; "
@@ -74,6 +68,7 @@ def client_config(params: Mapping[str, str]) -> ClientConfig:
     try:
         bootstrap = parse_bootstrap(lowered.get("bootstrap.servers", ""),
                                     "kafka.bootstrap.servers")
+        security = ClientSecurity.from_settings(lowered, "kafka.")
     except SettingsError as exc:
         raise OptionError(str(exc)) from None
     max_bytes = _positive(lowered, "fetch.max.bytes", DEFAULT_FETCH_MAX_BYTES)
@@ -87,6 +82,7 @@ def client_config(params: Mapping[str, str]) -> ClientConfig:
         fetch_min_bytes=_positive(lowered, "fetch.min.bytes", DEFAULT_FETCH_MIN_BYTES),
         retry_backoff_s=_positive(lowered, "retry.backoff.ms", DEFAULT_RETRY_BACKOFF_MS) / 1000,
         isolation_level=ISOLATION_LEVELS[isolation],
+        security=security,
     )
 
 

@@ -24,7 +24,7 @@ from confluent_kafka import KafkaException
 from pyspark import TaskContext
 
 from sparklog.client.kafka import KafkaClient
-from sparklog.client.settings import ClientConfig, RetryPolicy, parse_bootstrap
+from sparklog.client.settings import RetryPolicy
 from sparklog.client.transactions import ONGOING, describe_transaction
 from sparklog.datasource.write.commit_intents import SinkTransaction
 from sparklog.datasource.write.producer import SinkCommitMessage, SinkDeliveryError, TaskProducer
@@ -62,9 +62,7 @@ class TransactionalTaskProducer(TaskProducer):
 
     def finish(self) -> SinkCommitMessage:
         message = super().finish()
-        config = ClientConfig(parse_bootstrap(self._spec.bootstrap, "kafka.bootstrap.servers"),
-                              client_id="sparklog-sink")
-        with KafkaClient(config, RETRY) as client:
+        with KafkaClient(self._spec.client_config(), RETRY) as client:
             state = describe_transaction(client, self._transactional_id)
         if state.state != ONGOING:
             raise SinkDeliveryError(

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from pyspark.sql.datasource import WriterCommitMessage
 
 from sparklog.client.kafka import KafkaClient
-from sparklog.client.settings import ClientConfig, RetryPolicy, parse_bootstrap
+from sparklog.client.settings import ClientConfig, RetryPolicy
 from sparklog.client.transactions import (
     ONGOING,
     TransactionError,
@@ -86,9 +86,9 @@ def transactions_of(messages: Sequence[WriterCommitMessage | None]) -> tuple[Sin
 class TransactionCommitter:
     """Ends the transactions of one sink (one transactional id prefix)."""
 
-    def __init__(self, bootstrap: str, prefix: str, checkpoint_location: str | None) -> None:
-        self._config = ClientConfig(parse_bootstrap(bootstrap, "kafka.bootstrap.servers"),
-                                    client_id="sparklog-sink")
+    def __init__(self, config: ClientConfig, prefix: str, checkpoint_location: str | None
+                 ) -> None:
+        self._config = config
         self._prefix = prefix
         self._intents = CommitIntents(checkpoint_location) if checkpoint_location else None
 

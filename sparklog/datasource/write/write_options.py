@@ -39,6 +39,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from sparklog.client.settings import (
+    SECURITY_KEYS,
+    ClientConfig,
+    ClientSecurity,
+    SettingsError,
+    parse_bootstrap,
+)
 from sparklog.datasource.options import OptionError, check_known, get_option, kafka_params
 from sparklog.datasource.schema import HEADER_TYPE
 
@@ -93,6 +100,13 @@ class SinkSpec:
     def bootstrap(self) -> str:
         return self.producer_config["bootstrap.servers"]
 
+    def client_config(self) -> ClientConfig:
+        """The protocol client's settings (the driver's and tasks' transaction APIs): the
+        producer's servers and security."""
+        return ClientConfig(parse_bootstrap(self.bootstrap, "kafka.bootstrap.servers"),
+                            client_id="sparklog-sink",
+                            security=ClientSecurity.from_settings(self.producer_config))
+
 
 def producer_config(options: Mapping[str, str]) -> dict[str, str]:
     """The confluent-kafka settings: defaults, then ``kafka.*`` options, idempotence on."""
@@ -107,7 +121,12 @@ def producer_config(options: Mapping[str, str]) -> dict[str, str]:
             "uses the "
             "idempotent producer so that retries inside a task never duplicate or reorder "
             "records; remove the option")
-    return {**PRODUCER_DEFAULTS, **user, "enable.idempotence": "true"}
+    try:
+        security = ClientSecurity.from_settings(user, "kafka.")
+    except SettingsError as exc:
+        raise OptionError(str(exc)) from None
+    plain = {k: v for k, v in user.items() if k.lower() not in SECURITY_KEYS}
+    return {**PRODUCER_DEFAULTS, **plain, **security.librdkafka(), "enable.idempotence": "true"}
 
 
 def _type_name(data_type: DataType) -> str:

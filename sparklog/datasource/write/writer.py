@@ -69,7 +69,7 @@ class _SinkWriter:
     def _committer(self) -> TransactionCommitter:
         spec = self._spec
         assert spec.transactional_id_prefix is not None
-        return TransactionCommitter(spec.bootstrap, spec.transactional_id_prefix,
+        return TransactionCommitter(spec.client_config(), spec.transactional_id_prefix,
                                     spec.checkpoint_location)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:

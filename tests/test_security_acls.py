@@ -1,0 +1,324 @@
+"""ACLs (issue 15): with ``authorizer.class.name`` set, produce, fetch, group join, offset
+commit, topic create/delete and config changes are refused without the ACL (Kafka's error
+codes) and allowed with it; prefixed patterns; deny over allow; super users;
+``allow.everyone.if.no.acl.found``; Metadata lists only describable topics with Kafka's
+authorized-operations bit fields; the mutual TLS principal; ``sparklog acls``."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_fixtures import (
+    CLIENT_ID,
+    TIMEOUT,
+    FetchResult,
+    consume_confluent,
+    kp_request,
+    kp_response,
+    raw_fetch,
+    unique_topic,
+    wait_until,
+)
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+from security_support import certificates, listeners_config, sasl_raw, security
+
+from sparklog.broker.embedded import EmbeddedBroker
+from sparklog.broker.security.acls import Operation
+from sparklog.cli import main as sparklog_main
+from sparklog.errors import ErrorCode, InvalidConfigError
+from sparklog.protocol.versions import ApiKey
+
+__all__ = ["certificates"]
+
+AUTHORIZED = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+              "super.users": "User:admin"}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory, certificates: Path
+            ) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(tmp_path_factory.mktemp("acls") / "data",
+                        listeners_config(certificates, **AUTHORIZED)) as broker:
+        yield broker
+
+
+def _sasl(broker: EmbeddedBroker) -> str:
+    return f"127.0.0.1:{broker.listeners['SASL_PLAINTEXT']}"
+
+
+def as_user(user: str, certs: Path) -> dict[str, Any]:
+    return security("confluent", "SASL_PLAINTEXT", certs, user=user)
+
+
+def acls(broker: EmbeddedBroker, certs: Path, *argv: str) -> tuple[int, str]:
+    """``sparklog acls ARGV`` as the super user ``admin``: exit code and stdout."""
+    settings = [f"{k}={v}" for k, v in as_user("admin", certs).items()]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = sparklog_main(["acls", *argv, "--bootstrap-server", _sasl(broker),
+                              "-X", *settings])
+    return code, out.getvalue()
+
+
+def _admin(broker: EmbeddedBroker, certs: Path, user: str = "admin") -> AdminClient:
+    return AdminClient({"bootstrap.servers": _sasl(broker), **as_user(user, certs)})
+
+
+def _topic(broker: EmbeddedBroker, certs: Path, hint: str) -> str:
+    name = unique_topic(hint)
+    admin = _admin(broker, certs)  # referenced: its futures fail once it is freed
+    admin.create_topics([NewTopic(name, 1)])[name].result(TIMEOUT)
+    return name
+
+
+def produce_error(broker: EmbeddedBroker, certs: Path, user: str, topic: str) -> int | None:
+    """The error code of producing one record as ``user`` (None: acknowledged)."""
+    errors: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": _sasl(broker), "message.timeout.ms": 5000,
+                         "enable.idempotence": False, **as_user(user, certs)})
+    producer.produce(topic, b"v", on_delivery=lambda err, _: errors.append(err))
+    producer.flush(TIMEOUT)
+    return errors[0].code() if errors and errors[0] is not None else None
+
+
+def fetch_error(broker: EmbeddedBroker, user: str, topic: str) -> FetchResult:
+    """One Fetch of ``topic`` as ``user`` on a raw SASL connection (no group involved)."""
+    with sasl_raw(_sasl(broker), user) as conn:
+        return raw_fetch(conn, topic, 0, 0)
+
+
+def test_produce_is_refused_without_write_and_allowed_with_it(
+        secured: EmbeddedBroker, certificates: Path) -> None:
+    topic = _topic(secured, certificates, "acl-produce")
+    assert produce_error(secured, certificates, "alice", topic) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert acls(secured, certificates, "add", "--producer", "--allow-principal", "User:alice",
+                "--topic", topic)[0] == 0
+    assert produce_error(secured, certificates, "alice", topic) is None
+    assert produce_error(secured, certificates, "bob", topic) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_fetch_is_refused_without_read_and_allowed_with_it(
+        secured: EmbeddedBroker, certificates: Path) -> None:
+    topic = _topic(secured, certificates, "acl-fetch")
+    assert produce_error(secured, certificates, "admin", topic) is None
+    refused = fetch_error(secured, "alice", topic)
+    assert refused == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, b"")  # nothing leaks
+    acls(secured, certificates, "add", "--allow-principal", "User:alice", "--operation", "Read",
+         "--topic", topic)
+    allowed = fetch_error(secured, "alice", topic)
+    assert allowed.error_code == ErrorCode.NONE and allowed.high_watermark == 1
+    assert allowed.records
+
+
+def test_group_join_and_offset_commit_need_read_on_the_group(
+        secured: EmbeddedBroker, certificates: Path) -> None:
+    topic, group = _topic(secured, certificates, "acl-group"), unique_topic("group")
+    produce_error(secured, certificates, "admin", topic)
+    acls(secured, certificates, "add", "--allow-principal", "User:alice", "--operation", "Read",
+         "--topic", topic)
+    errors: list[KafkaError] = []
+    consumer = Consumer({"bootstrap.servers": _sasl(secured), "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "error_cb": errors.append, **as_user("alice", certificates)})
+    try:
+        consumer.subscribe([topic])
+
+        def refused() -> bool:
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error():
+                errors.append(msg.error())
+            return any(e.code() == KafkaError.GROUP_AUTHORIZATION_FAILED for e in errors)
+
+        wait_until(refused, message="GROUP_AUTHORIZATION_FAILED")
+    finally:
+        consumer.close()
+    acls(secured, certificates, "add", "--consumer", "--allow-principal", "User:alice",
+         "--topic", topic, "--group", group)
+    consumer = Consumer({"bootstrap.servers": _sasl(secured), "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         **as_user("alice", certificates)})
+    try:
+        consumer.subscribe([topic])
+        msg = None
+        for _ in range(80):
+            msg = consumer.poll(0.25)
+            if msg is not None:
+                break
+        assert msg is not None and msg.error() is None
+        committed = consumer.commit(message=msg, asynchronous=False)
+        assert committed[0].error is None and committed[0].offset == 1
+    finally:
+        consumer.close()
+
+
+def test_offset_commit_errors_are_kafkas(secured: EmbeddedBroker, certificates: Path) -> None:
+    topic, group = _topic(secured, certificates, "acl-commit"), unique_topic("commit")
+    request = kp_request(ApiKey.OFFSET_COMMIT)
+    entry = request.OffsetCommitRequestTopic
+    commit = request(
+        version=2, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+        retention_time_ms=-1, topics=[entry(name=topic, partitions=[
+            entry.OffsetCommitRequestPartition(partition_index=0, committed_offset=0,
+                                               committed_metadata="")])])
+
+    def code() -> int:
+        with sasl_raw(_sasl(secured), "bob") as conn:
+            answer = conn.call(commit, kp_response(ApiKey.OFFSET_COMMIT))
+        return answer.topics[0].partitions[0].error_code
+
+    assert code() == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    acls(secured, certificates, "add", "--allow-principal", "User:bob", "--operation", "Read",
+         "--group", group)
+    assert code() == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    acls(secured, certificates, "add", "--allow-principal", "User:bob", "--operation", "Read",
+         "--topic", topic)
+    assert code() == ErrorCode.NONE
+
+
+def test_topic_create_delete_and_config_changes_need_their_acls(
+        secured: EmbeddedBroker, certificates: Path) -> None:
+    prefix = unique_topic("bobs") + "-"
+    topic = prefix + "t"
+    bob = _admin(secured, certificates, "bob")
+
+    def failure(future: Any) -> int | None:
+        try:
+            future.result(TIMEOUT)
+        except KafkaException as exc:
+            return exc.args[0].code()
+        return None
+
+    assert failure(bob.create_topics([NewTopic(topic, 1)])[topic]) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls(secured, certificates, "add", "--allow-principal", "User:bob", "--operation", "Create",
+         "--operation", "AlterConfigs", "--topic", prefix, "--resource-pattern-type", "prefixed")
+    assert failure(bob.create_topics([NewTopic(topic, 1)])[topic]) is None
+    change = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+    assert failure(bob.incremental_alter_configs([change])[change]) is None
+    alice = _admin(secured, certificates, "alice")
+    assert failure(alice.incremental_alter_configs([change])[change]) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert failure(bob.delete_topics([topic])[topic]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls(secured, certificates, "add", "--allow-principal", "User:bob", "--operation", "Delete",
+         "--topic", topic)
+    assert failure(bob.delete_topics([topic])[topic]) is None
+    other = unique_topic("not-bobs")
+    assert failure(bob.create_topics([NewTopic(other, 1)])[other]) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_prefixed_patterns_and_deny_wins_over_allow(secured: EmbeddedBroker,
+                                                    certificates: Path) -> None:
+    prefix = unique_topic("orders") + "-"
+    eu, us = _topic(secured, certificates, prefix + "eu"), _topic(secured, certificates,
+                                                                  prefix + "us")
+    acls(secured, certificates, "add", "--allow-principal", "User:alice", "--operation", "All",
+         "--topic", prefix, "--resource-pattern-type", "prefixed")
+    acls(secured, certificates, "add", "--deny-principal", "User:alice", "--operation", "Write",
+         "--topic", us)
+    assert produce_error(secured, certificates, "alice", eu) is None
+    assert produce_error(secured, certificates, "alice", us) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert fetch_error(secured, "alice", us).error_code == ErrorCode.NONE  # only Write denied
+
+
+def _metadata(secured: EmbeddedBroker, user: str, topics: list[str] | None = None) -> Any:
+    request = kp_request(ApiKey.METADATA)(
+        version=8, topics=None if topics is None else [{"name": t} for t in topics],
+        allow_auto_topic_creation=False, include_cluster_authorized_operations=True,
+        include_topic_authorized_operations=True)
+    with sasl_raw(_sasl(secured), user) as conn:
+        return conn.call(request, kp_response(ApiKey.METADATA))
+
+
+def test_metadata_lists_only_describable_topics_with_their_operations(
+        secured: EmbeddedBroker, certificates: Path) -> None:
+    mine, hidden = _topic(secured, certificates, "carols"), _topic(secured, certificates, "x")
+    acls(secured, certificates, "add", "--allow-principal", "User:bob", "--operation", "Read",
+         "--topic", mine)
+    listed = {t.name: t for t in _metadata(secured, "bob").topics}
+    assert mine in listed and hidden not in listed
+    # kafka-python decodes Kafka's bit field into the set of operations
+    assert listed[mine].authorized_operations == {Operation.READ, Operation.DESCRIBE}
+    named = _metadata(secured, "bob", [hidden]).topics[0]
+    assert named.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    everything = _metadata(secured, "admin")
+    assert {mine, hidden} <= {t.name for t in everything.topics}
+    assert Operation.ALTER in everything.authorized_operations  # the cluster's, for admin
+
+
+def test_the_mutual_tls_principal_is_the_certificate_subject(
+        secured: EmbeddedBroker, certificates: Path) -> None:
+    topic = _topic(secured, certificates, "mtls")
+    produce_error(secured, certificates, "admin", topic)
+    address = f"127.0.0.1:{secured.listeners['MTLS']}"
+    settings = security("confluent", "MTLS", certificates, certificate="alice")
+    with pytest.raises(KafkaException):
+        consume_confluent(address, topic, 1, timeout=3, **settings)
+    acls(secured, certificates, "add", "--allow-principal", "User:CN=alice", "--operation",
+         "Read", "--topic", topic, "--group", CLIENT_ID)  # the consumer's group.id
+    assert len(consume_confluent(address, topic, 1, **settings)) == 1
+
+
+def test_sparklog_acls_lists_and_removes(secured: EmbeddedBroker, certificates: Path) -> None:
+    topic = _topic(secured, certificates, "listed")
+    code, out = acls(secured, certificates, "add", "--allow-principal", "User:bob",
+                     "--operation", "Read", "--operation", "Describe", "--topic", topic)
+    assert code == 0
+    pattern = f"ResourcePattern(resourceType=TOPIC, name={topic}, patternType=LITERAL)"
+    assert f"Adding ACLs for resource `{pattern}`" in out
+    code, out = acls(secured, certificates, "list", "--topic", topic)
+    assert f"Current ACLs for resource `{pattern}`" in out
+    assert "(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)" in out
+    assert "operation=DESCRIBE" in out
+    assert acls(secured, certificates, "remove", "--allow-principal", "User:bob",
+                "--operation", "Read", "--topic", topic)[0] == 0
+    out = acls(secured, certificates, "list", "--topic", topic)[1]
+    assert "operation=READ" not in out and "operation=DESCRIBE" in out
+    assert acls(secured, certificates, "add", "--topic", topic)[0] == 2  # no principal
+
+
+def test_anonymous_and_the_no_acl_default(tmp_path: Path, certificates: Path) -> None:
+    config = listeners_config(certificates, **AUTHORIZED)
+    with EmbeddedBroker(tmp_path / "closed", config) as broker:
+        assert produce_error_plain(broker, "t") == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    config["allow.everyone.if.no.acl.found"] = "true"
+    with EmbeddedBroker(tmp_path / "open", config) as broker:
+        assert produce_error_plain(broker, "t") is None
+
+
+def produce_error_plain(broker: EmbeddedBroker, topic: str) -> int | None:
+    errors: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 5000})
+    producer.produce(topic, b"v", on_delivery=lambda err, _: errors.append(err))
+    producer.flush(TIMEOUT)
+    return errors[0].code() if errors and errors[0] is not None else None
+
+
+def test_acls_survive_a_restart(tmp_path: Path, certificates: Path) -> None:
+    config = listeners_config(certificates, **AUTHORIZED)
+    with EmbeddedBroker(tmp_path / "data", config) as broker:
+        acls(broker, certificates, "add", "--allow-principal", "User:ANONYMOUS", "--operation",
+             "All", "--topic", "open-", "--resource-pattern-type", "prefixed")
+    with EmbeddedBroker(tmp_path / "data", config) as broker:
+        assert produce_error_plain(broker, "open-t") is None
+
+
+def test_an_unknown_authorizer_class_is_a_config_error() -> None:
+    with pytest.raises(InvalidConfigError, match=r"authorizer\.class\.name"):
+        EmbeddedBroker(Path("/nowhere"), {"authorizer.class.name": "com.example.Nope"})
