@@ -14,12 +14,16 @@ Behaviour:
 - An error about single records (a null key on a compacted topic, a timestamp out of range)
   answers KIP-467's ``record_errors`` (each record's batch index and reason) with the error
   message, so a client can tell which records were refused; the append path builds none.
-- acks 0 gets no response; acks 1 and -1 are answered after the append (this node is the
-  whole ISR, so both mean "in the log"). Produce does not auto-create topics (Metadata does).
+- acks 0 gets no response; acks 1 and -1 are answered after the append (a single node is the
+  whole ISR, so both mean "in the log"; in a cluster acks -1 waits for the ISR, see
+  ``replication.ReplicaManager.produce``). Produce does not auto-create topics (Metadata
+  does).
 """
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
@@ -43,9 +47,9 @@ async def produce(broker: Broker, header: RequestHeader,
     now = broker.now_ms()
     topics = []
     for topic in request.topic_data:
-        partitions = []
-        for data in topic.partition_data:
-            partitions.append(_append(build, broker, topic.name, data, request.acks, now))
+        partitions = await asyncio.gather(*(
+            _append(build, broker, topic.name, data, request.acks, now, request.timeout)
+            for data in topic.partition_data))
         topics.append(build("TopicProduceResponse", name=topic.name,
                             partition_responses=tuple(partitions)))
     if request.acks == 0:
@@ -53,7 +57,8 @@ async def produce(broker: Broker, header: RequestHeader,
     return build.response(responses=tuple(topics))
 
 
-def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int) -> Any:
+async def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
+                  timeout: timedelta) -> Any:
     def answer(code: ErrorCode, base_offset: int = -1, append_time: int = -1,
                log_start: int = -1, message: str | None = None,
                record_errors: tuple[Any, ...] = ()) -> Any:
@@ -65,6 +70,11 @@ def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now:
     if acks not in VALID_ACKS:
         return answer(ErrorCode.INVALID_REQUIRED_ACKS, message=f"acks={acks} is not -1, 0 or 1")
     try:
+        if broker.cluster is not None:
+            info = await broker.cluster.produce(topic, data.index, data.records or b"", acks,
+                                                now, int(timeout.total_seconds() * 1000))
+            return answer(ErrorCode.NONE, info.base_offset, info.log_append_time,
+                          info.log_start_offset)
         partition_log = broker.get_log(topic, data.index)
         info = partition_log.append(data.records or b"", now_ms=now, leader_epoch=LEADER_EPOCH)
     except KafkaError as exc:

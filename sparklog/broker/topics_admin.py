@@ -6,6 +6,10 @@ Behaviour:
   this node. Configs are validated with Kafka's names (INVALID_CONFIG names the key and
   the allowed values). ``validate_only`` checks everything and changes nothing. Errors are
   per topic, with a message (v1+).
+- In a cluster (``broker.cluster``) CreateTopics writes the topic's replica assignment to
+  ZooKeeper (``replication_factor`` replicas, round robin and rack-aware, -1 meaning
+  ``default.replication.factor``); every broker then creates its logs and the controller
+  elects leaders.
 - DeleteTopics: removes the topic's logs and metadata; TOPIC_DELETION_DISABLED when
   ``delete.topic.enable`` is false.
 - CreatePartitions: only grows a topic (INVALID_PARTITIONS otherwise); ``validate_only``
@@ -78,11 +82,40 @@ async def create_topics(broker: Broker, header: RequestHeader,
     build = Build(header)
     validate_only = request.validate_only if header.api_version else False
     added = sum(_requested_partitions(broker, t) for t in request.topics)
+    if broker.cluster is not None and not validate_only:
+        return build.response(topics=tuple([
+            build("CreatableTopicResult", name=topic.name, error_code=code, error_message=message)
+            for topic, code, message in await _create_in_cluster(broker, request.topics)]))
     return build.response(topics=tuple(
         build("CreatableTopicResult", name=topic.name, error_code=code, error_message=message)
         for topic, code, message in _each(
             request.topics, lambda t: _create(broker, t, validate_only), added)
     ))
+
+
+async def _create_in_cluster(broker: Broker, topics: Any
+                             ) -> list[tuple[Any, ErrorCode, str | None]]:
+    """Validate each topic locally (name, configs), then write its assignment to ZooKeeper:
+    ``replication_factor`` -1 is ``default.replication.factor``."""
+    cluster = broker.cluster
+    assert cluster is not None
+    results: list[tuple[Any, ErrorCode, str | None]] = []
+    for topic in topics:
+        try:
+            if topic.assignments:
+                raise KafkaError("manual replica assignments are not supported in a cluster "
+                                 "yet", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+            partitions = _requested_partitions(broker, topic)
+            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            broker.logs.create_topic(topic.name, partitions, configs, validate_only=True)
+            factor = topic.replication_factor if topic.replication_factor != -1 else \
+                broker.config.get_int("default.replication.factor")
+            await cluster.create_topic(topic.name, partitions, factor, configs)
+        except KafkaError as exc:
+            results.append((topic, exc.code, str(exc)))
+        else:
+            results.append((topic, ErrorCode.NONE, None))
+    return results
 
 
 def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
