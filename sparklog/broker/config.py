@@ -78,6 +78,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "replica.lag.time.max.ms": "30000",
     "replica.fetch.wait.max.ms": "500",
     "replica.fetch.max.bytes": "1048576",
+    "controlled.shutdown.enable": "true",
 }
 
 _INT_KEYS = {
@@ -99,7 +100,8 @@ _INT_KEYS = {
     "broker.id", "zookeeper.session.timeout.ms", "replica.lag.time.max.ms",
     "replica.fetch.wait.max.ms", "replica.fetch.max.bytes",
 }
-_BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.enable"}
+_BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.enable",
+              "controlled.shutdown.enable"}
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[0-9a-fA-F:.]*\]|[^:/\[\]]*)"
                        r":(?P<port>\d{1,5})$")
 _TOPIC_SYNONYMS = {k.broker_synonym for k in CONFIG_KEYS.values() if k.broker_synonym}

@@ -12,8 +12,9 @@ Invariants:
   that partition is ignored (a deposed controller's decision).
 - Leader: the high watermark is the smallest log end offset over the ISR (the leader's own
   and each follower's last fetch offset) and never moves back; consumers read below it
-  (``fetch.py``), followers up to the log end. A follower whose fetch offset has not reached
-  the leader's log end for ``replica.lag.time.max.ms`` leaves the ISR; one that reaches the
+  (``fetch.py``), followers up to the log end. A follower behind the leader's log end that
+  has not reached it for ``replica.lag.time.max.ms`` leaves the ISR (an idle partition
+  shrinks nothing, as in Kafka); one that reaches the
   high watermark joins it again; the leader writes either change by compare-and-set on the
   state znode (the controller does the same when brokers die).
 - acks=all: fewer ISR members than ``min.insync.replicas`` refuses the batch before the
@@ -25,6 +26,9 @@ Invariants:
   follower cancels the old fetcher and starts one for the new leader (truncation first).
 - A request for a partition this broker does not lead gets NOT_LEADER_OR_FOLLOWER (or
   LEADER_NOT_AVAILABLE while it has no leader), so clients refresh their metadata.
+- ``stop`` is a controlled shutdown (``controlled.shutdown.enable``): the broker
+  deregisters, the controller moves its leaderships to other ISR members (the state znodes
+  say so), and only then does it leave.
 - Each broker keeps a local log for every partition of every topic (empty where it holds no
   replica), created when the topic's assignment appears.
 """
@@ -43,6 +47,7 @@ from sparklog.cluster.assignment import assign_replicas
 from sparklog.cluster.layout import NO_LEADER, BrokerInfo, PartitionState
 from sparklog.cluster.session import ClusterSession
 from sparklog.errors import ErrorCode, KafkaError
+from sparklog.storage.config import LogConfig
 from sparklog.storage.leader_epochs import LeaderEpochCache
 from sparklog.storage.log import AppendInfo, PartitionLog
 
@@ -125,7 +130,18 @@ class ReplicaManager:
         self._isr_task = asyncio.create_task(self._shrink_isr_forever())
         log.info("broker %d joined the cluster at %s", self.broker_id, connect)
 
-    async def stop(self) -> None:
+    async def stop(self, timeout_s: float = 10) -> None:
+        """Controlled shutdown: deregister, wait (up to ``timeout_s``) until the controller
+        moved every partition this broker leads to another in-sync replica, then leave."""
+        assert self._loop is not None
+        if self.session is not None and \
+                self.broker.config.get_bool("controlled.shutdown.enable"):
+            await self._loop.run_in_executor(None, self.session.deregister)
+            deadline = self._loop.time() + timeout_s
+            while self._loop.time() < deadline and any(
+                    r.leader == self.broker_id and len(r.isr) > 1
+                    for r in self.partitions.values()):
+                await asyncio.sleep(0.05)
         if self._isr_task is not None:
             self._isr_task.cancel()
         for replica in self.partitions.values():
@@ -135,11 +151,11 @@ class ReplicaManager:
             await self._loop.run_in_executor(None, self.session.close)
 
     def _unclean(self, topic: str) -> bool:
+        """``unclean.leader.election.enable`` of ``topic`` (the controller's thread asks)."""
         found = self.broker.logs.topics.get(topic)
-        if found is not None:
-            return bool(found.config.get("unclean.leader.election.enable"))
-        return self.broker.config.get_bool("unclean.leader.election.enable") \
-            if "unclean.leader.election.enable" in self.broker.config.props else False
+        config = found.config if found is not None else \
+            LogConfig.of({}, self.broker.logs.topic_defaults)
+        return bool(config.get("unclean.leader.election.enable"))
 
     # -- what ZooKeeper says (kazoo threads) ---------------------------------------------
     def _soon(self, action: Callable[..., None], *args: Any) -> None:
@@ -300,7 +316,9 @@ class ReplicaManager:
             for replica in list(self.partitions.values()):
                 if replica.leader != self.broker_id or replica.isr_write:
                     continue
+                end = self.log(replica).log_end_offset
                 laggards = {m for m in replica.isr if m != self.broker_id
+                            and replica.follower_leo.get(m, -1) < end
                             and now - replica.caught_up_ms.get(m, now) > self.lag_ms}
                 if laggards:
                     log.warning("%s: shrinking the ISR: %s lag more than %d ms", replica.name,

@@ -14,6 +14,8 @@ Invariants:
   (``brokers``), topics and their assignments and configs (``topic``), partition states
   (``partition_state``, None while a partition has none), and the controller (``controller``).
   The listener hands them to its own thread; nothing here blocks on it.
+- ``deregister`` (controlled shutdown) deletes the registration and steps down as
+  controller while the watches keep reporting, so the broker sees its leadership move.
 - After a session loss the registration and the candidacy are renewed on reconnection; the
   watches renew themselves (kazoo's recipes).
 - ``write_state`` is the leader's compare-and-set on a state znode (ISR changes): it writes
@@ -99,6 +101,7 @@ class ClusterSession:
         self.cluster_id = ""
         self._lock = threading.Lock()
         self._closed = False
+        self._leaving = False  # deregistered: no new registration or candidacy
 
     # -- life ----------------------------------------------------------------------------
     def start(self, timeout_s: float = 30) -> None:
@@ -118,6 +121,20 @@ class ClusterSession:
         self.zk.ChildrenWatch(BROKER_IDS, self._on_brokers)
         self.zk.ChildrenWatch(TOPICS, self._on_topics)
         self.zk.DataWatch(CONTROLLER, self._on_controller)
+
+    def deregister(self) -> None:
+        """Delete ``/brokers/ids/<id>`` but keep the session (and its watches): the
+        controller moves leadership away as from a dead broker (a controlled shutdown)."""
+        with self._lock:
+            self._leaving = True
+            if self.controller is not None:
+                self.controller.stop()
+                self.controller = None
+                self.zk.delete(CONTROLLER)
+        try:
+            self.zk.delete(broker_path(self.me.broker_id))
+        except NoNodeError:
+            pass
 
     def close(self) -> None:
         """Leave the cluster: the registration (and ``/controller``) go at once."""
@@ -158,7 +175,7 @@ class ClusterSession:
         if state == KazooState.LOST and self.controller is not None:
             self.controller.stop()
             self.controller = None
-        if state == KazooState.CONNECTED and not self._closed:
+        if state == KazooState.CONNECTED and not (self._closed or self._leaving):
             # kazoo calls listeners on its connection thread: renew elsewhere
             self.zk.handler.spawn(self._renew)
 
@@ -182,7 +199,8 @@ class ClusterSession:
 
     def _elect(self) -> None:
         with self._lock:
-            if self._closed or (self.controller is not None and self.controller.active):
+            if self._closed or self._leaving or (self.controller is not None
+                                                  and self.controller.active):
                 return
             try:
                 self.zk.create(CONTROLLER, encode_controller(self.me.broker_id), ephemeral=True)
