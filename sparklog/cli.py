@@ -22,7 +22,7 @@ from sparklog import __version__
 
 # Modules registered in this order; each provides add_parser(subparsers).
 COMMAND_MODULES = ("broker", "dump_log", "topics", "configs", "produce", "consume", "groups",
-                   "partition_offsets", "perf", "verifiable", "transactions")
+                   "partition_offsets", "perf", "verifiable", "transactions", "cluster")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 

@@ -4,7 +4,8 @@ Invariants:
 - A partition's replicas are ``replication_factor`` distinct brokers; the first is its
   preferred leader, and preferred leaders go round the brokers, so leadership spreads evenly.
 - With racks (``broker.rack``), brokers are first ordered so consecutive ones sit on different
-  racks (Kafka's rack-alternated list): each partition's replicas then span
+  racks (Kafka's rack-alternated list), and each further replica is the next broker on a
+  rack the partition does not use yet while there is one: each partition's replicas span
   min(replication factor, racks) racks.
 - A replication factor above the live brokers is refused (INVALID_REPLICATION_FACTOR), as
   Kafka refuses it, rather than under-replicating from birth.
@@ -43,6 +44,20 @@ def assign_replicas(brokers: Mapping[int, str | None], partitions: int,
             f"replication factor {replication_factor} must be at least 1",
             ErrorCode.INVALID_REPLICATION_FACTOR)
     ordered = rack_alternated(brokers)
-    n = len(ordered)
-    return {p: tuple(ordered[(p + k) % n] for k in range(replication_factor))
-            for p in range(first_partition, first_partition + partitions)}
+    n, racks = len(ordered), len(set(brokers.values()))
+    assignment = {}
+    for p in range(first_partition, first_partition + partitions):
+        replicas = [ordered[p % n]]
+        for k in range(1, n):
+            if len(replicas) == replication_factor:
+                break
+            candidate = ordered[(p + k) % n]
+            used = {brokers[r] for r in replicas}
+            if brokers[candidate] not in used or len(used) == racks:
+                replicas.append(candidate)
+        for k in range(1, n):  # racks ran out before the factor: any broker not yet used
+            candidate = ordered[(p + k) % n]
+            if len(replicas) < replication_factor and candidate not in replicas:
+                replicas.append(candidate)
+        assignment[p] = tuple(replicas)
+    return assignment
