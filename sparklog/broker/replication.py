@@ -383,8 +383,9 @@ class ReplicaManager:
         return info
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           config: dict[str, str]) -> None:
-        """Write a new topic's assignment to ZooKeeper (the controller elects its leaders)."""
+                           config: dict[str, str], timeout_s: float = 0) -> None:
+        """Write a new topic's assignment to ZooKeeper; the controller elects its leaders,
+        which this waits up to ``timeout_s`` to hear of (Kafka's CreateTopics does too)."""
         racks = {b: info.rack for b, info in self.live.items()}
         assignment = assign_replicas(racks, partitions, replication_factor)
         assert self._loop is not None and self.session is not None
@@ -392,3 +393,8 @@ class ReplicaManager:
                                                    assignment, config)
         if not created:
             raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
+        deadline = self._loop.time() + timeout_s
+        while self._loop.time() < deadline and not all(
+                (r := self.partitions.get((name, p))) is not None and r.leader != NO_LEADER
+                for p in range(partitions)):
+            await asyncio.sleep(0.05)

@@ -9,7 +9,9 @@ Behaviour:
 - In a cluster (``broker.cluster``) CreateTopics writes the topic's replica assignment to
   ZooKeeper (``replication_factor`` replicas, round robin and rack-aware, -1 meaning
   ``default.replication.factor``); every broker then creates its logs and the controller
-  elects leaders.
+  elects leaders, which the answer waits for (up to the request's ``timeout_ms``).
+  DeleteTopics and CreatePartitions are refused there (INVALID_REQUEST, saying so): not
+  yet propagated through ZooKeeper.
 - DeleteTopics: removes the topic's logs and metadata; TOPIC_DELETION_DISABLED when
   ``delete.topic.enable`` is false.
 - CreatePartitions: only grows a topic (INVALID_PARTITIONS otherwise); ``validate_only``
@@ -85,7 +87,7 @@ async def create_topics(broker: Broker, header: RequestHeader,
     if broker.cluster is not None and not validate_only:
         return build.response(topics=tuple([
             build("CreatableTopicResult", name=topic.name, error_code=code, error_message=message)
-            for topic, code, message in await _create_in_cluster(broker, request.topics)]))
+            for topic, code, message in await _create_in_cluster(broker, request)]))
     return build.response(topics=tuple(
         build("CreatableTopicResult", name=topic.name, error_code=code, error_message=message)
         for topic, code, message in _each(
@@ -93,14 +95,15 @@ async def create_topics(broker: Broker, header: RequestHeader,
     ))
 
 
-async def _create_in_cluster(broker: Broker, topics: Any
+async def _create_in_cluster(broker: Broker, request: Any
                              ) -> list[tuple[Any, ErrorCode, str | None]]:
     """Validate each topic locally (name, configs), then write its assignment to ZooKeeper:
-    ``replication_factor`` -1 is ``default.replication.factor``."""
+    ``replication_factor`` -1 is ``default.replication.factor``; each answer waits (up to
+    the request's timeout) until the topic's leaders are elected."""
     cluster = broker.cluster
     assert cluster is not None
     results: list[tuple[Any, ErrorCode, str | None]] = []
-    for topic in topics:
+    for topic in request.topics:
         try:
             if topic.assignments:
                 raise KafkaError("manual replica assignments are not supported in a cluster "
@@ -110,7 +113,8 @@ async def _create_in_cluster(broker: Broker, topics: Any
             broker.logs.create_topic(topic.name, partitions, configs, validate_only=True)
             factor = topic.replication_factor if topic.replication_factor != -1 else \
                 broker.config.get_int("default.replication.factor")
-            await cluster.create_topic(topic.name, partitions, factor, configs)
+            await cluster.create_topic(topic.name, partitions, factor, configs,
+                                       request.timeout.total_seconds())
         except KafkaError as exc:
             results.append((topic, exc.code, str(exc)))
         else:
@@ -142,12 +146,19 @@ def _refuse_internal(broker: Broker, name: str, change: str) -> None:
                          ErrorCode.INVALID_REQUEST)
 
 
+def _refuse_in_cluster(broker: Broker, change: str) -> None:
+    if broker.cluster is not None:
+        raise KafkaError(f"{change} in a ZooKeeper cluster is not supported yet",
+                         ErrorCode.INVALID_REQUEST)
+
+
 @handles(ApiKey.DELETE_TOPICS, versions=(0, 3))
 async def delete_topics(broker: Broker, header: RequestHeader,
                         request: DeleteTopicsRequest) -> Any:
     build = Build(header)
 
     def delete(name: str) -> None:
+        _refuse_in_cluster(broker, "deleting topics")
         if not broker.config.get_bool("delete.topic.enable"):
             raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
         _refuse_internal(broker, name, "deleted")
@@ -166,6 +177,7 @@ async def create_partitions(broker: Broker, header: RequestHeader,
     added = sum(_added_partitions(broker, t) for t in request.topics)
 
     def grow(topic: Any) -> None:
+        _refuse_in_cluster(broker, "adding partitions")
         _refuse_internal(broker, topic.name, "given more partitions")
         broker.logs.create_partitions(topic.name, topic.count,
                                       validate_only=request.validate_only)
