@@ -19,7 +19,8 @@ Invariants:
 - Warnings about closed connections are rate-limited (``WarningLimiter``): a burst of bad
   connections gives a few lines and a count, not a line each.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
-  record data goes from the page cache to the socket without entering Python.
+  record data goes from the page cache to the socket without entering Python; connections
+  are TCP_NODELAY, so the parts of a response leave at once.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ class BrokerServer:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        _no_delay(writer.get_extra_info("socket"))
         CLIENT_HOST.set(f"/{peer[0]}" if peer else "")  # this connection's task only
         ADVERTISED.set(self.advertised)
         try:
@@ -195,6 +197,15 @@ class BrokerServer:
             else:
                 writer.write(part)
         await writer.drain()
+
+
+def _no_delay(sock: Any) -> None:
+    """TCP_NODELAY on an accepted connection: asyncio sets it only on sockets whose ``proto``
+    says TCP, which a socket from ``socket.create_server`` does not, and with Nagle's
+    algorithm a response written in two parts (header, then ``sendfile``) waits for the
+    peer's delayed ACK (40 ms on Linux)."""
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _to_parts(header: RequestHeader, result: object) -> Parts:
