@@ -8,7 +8,8 @@ acknowledged record; too few in-sync replicas refuse acks=all; a broker that doe
 a partition says so; the controller fails over with a higher epoch, and a deposed
 controller can no longer write; a paused follower leaves the ISR and comes back; a former
 leader with records nobody else has truncates them and ends byte-identical to the others;
-with no in-sync replica alive a partition stays offline unless unclean election is on.
+with no in-sync replica alive a partition stays offline unless unclean election is on; a
+consumer group keeps its committed offsets when its coordinator's broker dies.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import os
 import signal
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from broker_fixtures import (
     BackgroundProducer,
     Cluster,
     RawConnection,
+    confluent_consumer,
     consume_confluent,
     create_topic,
     numbered,
@@ -36,6 +39,7 @@ from broker_fixtures import (
     zk_client,
     zookeeper,
 )
+from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka.protocol.producer import ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -241,3 +245,36 @@ def test_unclean_election_only_when_enabled(zookeeper: ZooKeeperServer,
         wait_until(lambda: cluster.partition("strict").leader == last,
                    message="the last in-sync replica elected on its return")
         cluster.brokers[others[1]].start()
+
+
+def test_committed_offsets_survive_the_coordinator(cluster: Cluster) -> None:
+    produce_confluent(cluster.bootstrap, "events", numbered(10), acks="all")
+    consumer = confluent_consumer(cluster.bootstrap, **{"group.id": "readers",
+                                                        "enable.auto.commit": False,
+                                                        "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["events"])
+        got: list[Any] = []
+        wait_until(lambda: got.extend(m for m in consumer.consume(10, 0.5)
+                                      if not m.error()) or len(got) >= 6,
+                   message="six records consumed")
+        consumer.commit(offsets=[CkTopicPartition("events", 0, 6)], asynchronous=False)
+    finally:
+        consumer.close()
+    with zk_client(cluster) as zk:
+        coordinator = PartitionState.decode(*_state(zk, "__consumer_offsets")).leader
+    cluster.brokers[coordinator].kill()
+    wait_until(lambda: cluster.partition("__consumer_offsets").leader not in (-1, coordinator),
+               message="a new coordinator")
+    assert committed_offset(cluster.bootstrap, "readers", "events") == 6
+    cluster.brokers[coordinator].start()
+
+
+def committed_offset(bootstrap: str, group: str, topic: str) -> int:
+    """The group's committed offset of partition 0, as a new member of the group reads it."""
+    consumer = confluent_consumer(bootstrap, **{"group.id": group})
+    try:
+        (found,) = consumer.committed([CkTopicPartition(topic, 0)], timeout=20)
+        return int(found.offset)
+    finally:
+        consumer.close()

@@ -79,6 +79,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "replica.fetch.wait.max.ms": "500",
     "replica.fetch.max.bytes": "1048576",
     "controlled.shutdown.enable": "true",
+    "offsets.topic.replication.factor": "3",
 }
 
 _INT_KEYS = {
@@ -98,7 +99,7 @@ _INT_KEYS = {
     "log.retention.hours", "log.retention.minutes", "log.roll.hours",
     "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size", "log.cleaner.threads",
     "broker.id", "zookeeper.session.timeout.ms", "replica.lag.time.max.ms",
-    "replica.fetch.wait.max.ms", "replica.fetch.max.bytes",
+    "replica.fetch.wait.max.ms", "replica.fetch.max.bytes", "offsets.topic.replication.factor",
 }
 _BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.enable",
               "controlled.shutdown.enable"}

@@ -111,8 +111,10 @@ async def cluster_metadata(build: Build, broker: Broker, request: Any, auto_crea
                 leader_epoch=replica.leader_epoch if replica is not None else -1,
                 replica_nodes=replicas, isr_nodes=replica.isr if replica is not None else (),
                 offline_replicas=tuple(r for r in replicas if r not in cluster.live)))
+        local = broker.logs.topics.get(name)
         topics.append(build("MetadataResponseTopic", error_code=ErrorCode.NONE, name=name,
-                            is_internal=False, partitions=tuple(partitions)))
+                            is_internal=local is not None and local.internal,
+                            partitions=tuple(partitions)))
     return build.response(
         brokers=tuple(build("MetadataResponseBroker", node_id=b.broker_id, host=b.host,
                             port=b.port, rack=b.rack) for b in cluster.live.values()),

@@ -29,6 +29,11 @@ Invariants:
 - ``stop`` is a controlled shutdown (``controlled.shutdown.enable``): the broker
   deregisters, the controller moves its leaderships to other ISR members (the state znodes
   say so), and only then does it leave.
+- ``__consumer_offsets`` is a replicated topic (``offsets.topic.replication.factor``,
+  created on the first FindCoordinator once enough brokers live): the group coordinator
+  serves the groups of the partitions this broker leads (loaded on becoming leader,
+  unloaded on losing it), FindCoordinator names the leader of a group's partition, and an
+  offset commit is answered once the ISR has it.
 - Each broker keeps a local log for every partition of every topic (empty where it holds no
   replica), created when the topic's assignment appears.
 """
@@ -46,6 +51,7 @@ from sparklog.broker.replica_fetcher import follow
 from sparklog.cluster.assignment import assign_replicas
 from sparklog.cluster.layout import NO_LEADER, BrokerInfo, PartitionState
 from sparklog.cluster.session import ClusterSession
+from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.leader_epochs import LeaderEpochCache
@@ -121,6 +127,8 @@ class ReplicaManager:
         connect = config.zookeeper_connect
         assert connect is not None
         self._loop = asyncio.get_running_loop()
+        for partition in sorted(self.broker.coordinator.loaded):  # loaded again when led
+            self.broker.coordinator.unload(partition)
         me = BrokerInfo(self.broker_id, host, port, config.get("broker.rack") or None)
         self.session = ClusterSession(connect, config.get_int("zookeeper.session.timeout.ms"),
                                       me, self, self._unclean, self.broker.logs.cluster_id)
@@ -232,10 +240,14 @@ class ReplicaManager:
         replica.high_watermark = min(replica.high_watermark, partition_log.log_end_offset)
         log.info("%s: leader in epoch %d, isr %s", replica.name, replica.leader_epoch,
                  list(replica.isr))
+        if replica.topic == OFFSETS_TOPIC:
+            self.broker.coordinator.load(replica.partition)
 
     def _become_follower(self, replica: Replica) -> None:
         self._stop_fetcher(replica)
         self._release(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if replica.topic == OFFSETS_TOPIC and replica.partition in self.broker.coordinator.loaded:
+            self.broker.coordinator.unload(replica.partition)
         if replica.leader != NO_LEADER and self.broker_id in replica.replicas:
             log.info("%s: following broker %d in epoch %d", replica.name, replica.leader,
                      replica.leader_epoch)
@@ -366,21 +378,61 @@ class ReplicaManager:
         info = partition_log.append(records, now_ms=now, leader_epoch=replica.leader_epoch)
         if not info.duplicate:
             self.broker.notify_append((topic, partition))
-        self._advance_high_watermark(replica)
-        if acks != -1 or replica.high_watermark > info.last_offset:
+        if acks != -1:
+            self._advance_high_watermark(replica)
             return info
-        assert self._loop is not None
-        future: asyncio.Future[ErrorCode] = self._loop.create_future()
-        replica.waiters.append((info.last_offset + 1, future))
-        try:
-            code = await asyncio.wait_for(future, timeout_ms / 1000)
-        except TimeoutError:
-            code = ErrorCode.REQUEST_TIMED_OUT
+        code = await self.wait_replicated(replica, info.last_offset + 1, timeout_ms / 1000)
         if code == ErrorCode.NONE and len(replica.isr) < min_isr:
             code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         if code != ErrorCode.NONE:
             raise KafkaError(f"{replica.name}: acks=all not satisfied", code)
         return info
+
+    async def wait_replicated(self, replica: Replica, offset: int, timeout_s: float
+                              ) -> ErrorCode:
+        """Wait until the high watermark reaches ``offset`` (every ISR member has what is
+        below it): NONE, REQUEST_TIMED_OUT, or NOT_LEADER_OR_FOLLOWER if leadership went."""
+        self._advance_high_watermark(replica)
+        if replica.high_watermark >= offset:
+            return ErrorCode.NONE
+        if replica.leader != self.broker_id:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert self._loop is not None
+        future: asyncio.Future[ErrorCode] = self._loop.create_future()
+        replica.waiters.append((offset, future))
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+
+    # -- the group coordinator's partitions ------------------------------------------------
+    async def group_coordinator(self, group: str) -> BrokerInfo | None:
+        """The live broker leading ``group``'s ``__consumer_offsets`` partition; None while
+        there is none (the topic is created here on first use, as Kafka does)."""
+        if OFFSETS_TOPIC not in self.assignments:
+            config = self.broker.config
+            try:
+                await self.create_topic(
+                    OFFSETS_TOPIC, self.broker.coordinator.store.partitions,
+                    config.get_int("offsets.topic.replication.factor"),
+                    {"cleanup.policy": "compact",
+                     "segment.bytes": config.get("offsets.topic.segment.bytes")})
+            except KafkaError as exc:  # too few brokers yet, or another broker created it
+                log.info("%s not created: %s", OFFSETS_TOPIC, exc)
+            return None
+        replica = self.partitions.get(
+            (OFFSETS_TOPIC, self.broker.coordinator.store.partition_for(group)))
+        return None if replica is None else self.live.get(replica.leader)
+
+    async def offsets_replicated(self, group: str, timeout_s: float) -> ErrorCode:
+        """After a commit to ``group``'s partition: wait until the ISR has it (a committed
+        offset must survive the coordinator's death); errors in a coordinator's terms."""
+        replica = self.partitions.get(
+            (OFFSETS_TOPIC, self.broker.coordinator.store.partition_for(group)))
+        if replica is None:
+            return ErrorCode.NOT_COORDINATOR
+        code = await self.wait_replicated(replica, self.log(replica).log_end_offset, timeout_s)
+        return ErrorCode.NOT_COORDINATOR if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else code
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            config: dict[str, str], timeout_s: float = 0) -> None:

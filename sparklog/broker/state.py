@@ -98,8 +98,8 @@ class Broker:
         self.faults = Faults()
         offsets_topic = LogTopic(
             self.logs, OFFSETS_TOPIC, config.get_int("offsets.topic.num.partitions"),
-            {"segment.bytes": config.get_int("offsets.topic.segment.bytes")}, LEADER_EPOCH,
-            self.notify_append)
+            {"segment.bytes": config.get_int("offsets.topic.segment.bytes")},
+            self.partition_leader_epoch, self.notify_append)
         group_config = GroupConfig.from_props(config.props)
         self.coordinator = GroupCoordinator(
             group_config, OffsetsStore(offsets_topic, group_config.load_buffer_bytes),
@@ -109,7 +109,7 @@ class Broker:
             LogTopic(self.logs, TRANSACTION_TOPIC,
                      config.get_int("transaction.state.log.num.partitions"),
                      {"segment.bytes": config.get_int("transaction.state.log.segment.bytes")},
-                     LEADER_EPOCH, self.notify_append),
+                     self.partition_leader_epoch, self.notify_append),
             self.producer_ids.next_id, self.partition_count,
             lambda group: (OFFSETS_TOPIC, self.coordinator.store.partition_for(group)),
             local_marker_writer(self), self.now_ms)
@@ -191,6 +191,14 @@ class Broker:
                     waiters.discard(future)
                     if not waiters:
                         del self._waiters[tp]
+
+    def partition_leader_epoch(self, tp: TopicPartition) -> int:
+        """The leader epoch this node writes ``tp`` in (a cluster's, else the single one)."""
+        if self.cluster is not None:
+            replica = self.cluster.partitions.get(tp)
+            if replica is not None:
+                return replica.leader_epoch
+        return LEADER_EPOCH
 
     # -- lifecycle -----------------------------------------------------------------------
     @property
