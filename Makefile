@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: test demo bench lint java cc browser venv clean
+.PHONY: test demo bench lint java cc browser zookeeper venv clean
 
 venv: $(STAMP)
 
@@ -49,7 +49,16 @@ browser:
 		|| { echo "could not install Chromium: install it and retry" >&2; exit 1; }; \
 	fi
 
-test: $(STAMP) java browser
+# The cluster tests (and `sparklog cluster up`) run a throwaway ZooKeeper from Debian's
+# package (its jars in /usr/share/java); install it when missing.
+zookeeper: java
+	@if [ ! -f /usr/share/java/zookeeper.jar ]; then \
+		echo "ZooKeeper not found: installing zookeeper"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper) \
+		|| { echo "could not install ZooKeeper: install it and retry" >&2; exit 1; }; \
+	fi
+
+test: $(STAMP) java browser zookeeper
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP) java

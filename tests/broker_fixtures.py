@@ -17,6 +17,9 @@ real clients; nothing is mocked.
   Consumers use ``assign()`` and commit nothing, so no group coordinator is involved.
 - ``RawConnection`` and the ``*_request`` helpers speak the wire protocol directly, for
   requests no client would send (retried batches, corrupt CRCs, garbage frames).
+- ``zookeeper`` is one throwaway ZooKeeper per test module (module scope); ``Cluster``
+  starts broker processes of one cluster under a chroot of their own (so tests of a module
+  share the server, not the cluster) and reads its metadata with real clients.
 - ``BackgroundProducer`` keeps a confluent-kafka producer writing numbered records in a
   thread while a test misbehaves on another connection, then checks every record arrived.
 
@@ -27,6 +30,7 @@ topic``): ``tests/conftest.py`` belongs to other suites.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib
 import pkgutil
@@ -58,9 +62,11 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
+from kazoo.client import KazooClient
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.process import BrokerProcess
+from sparklog.cluster.zookeeper_server import ZooKeeperServer
 from sparklog.record.batch import BatchHeader, split_batches
 
 TIMEOUT = 20.0
@@ -169,10 +175,11 @@ def admin(bootstrap: str) -> AdminClient:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1,
-                 config: dict[str, str] | None = None) -> str:
+                 config: dict[str, str] | None = None, replication_factor: int = 1) -> str:
     client = admin(bootstrap)  # keep a reference: the futures fail if the client is freed
     futures = client.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
+                  config=config or {})],
         operation_timeout=10, request_timeout=TIMEOUT)
     futures[name].result(TIMEOUT)
     return name
@@ -660,9 +667,10 @@ class BackgroundProducer:
     """
 
     def __init__(self, bootstrap: str, topic: str, *, consume: bool = True,
-                 idempotent: bool = True) -> None:
+                 idempotent: bool = True, replication_factor: int = 1) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.replication_factor = replication_factor
         self.acked: list[int] = []
         self.consumed: list[Rec] = []
         self.errors: list[str] = []
@@ -675,7 +683,7 @@ class BackgroundProducer:
         self._consumer = threading.Thread(target=self._consume, daemon=True) if consume else None
 
     def start(self) -> BackgroundProducer:
-        create_topic(self.bootstrap, self.topic)
+        create_topic(self.bootstrap, self.topic, replication_factor=self.replication_factor)
         self._producer.start()
         if self._consumer is not None:
             self._consumer.start()
@@ -756,3 +764,84 @@ class BackgroundProducer:
         if self._consumer is not None:
             self._stop(self._stop_consuming, self._consumer)
         return list(self.acked)
+
+
+# -- a ZooKeeper and a cluster of broker processes -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One throwaway ZooKeeper per test module; each ``Cluster`` lives under its own chroot."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    yield server
+    server.stop()
+
+
+CLUSTER_CONFIG = {"zookeeper.session.timeout.ms": "3000", "replica.lag.time.max.ms": "3000",
+                  "default.replication.factor": "3", "min.insync.replicas": "2",
+                  "num.partitions": "1", "offsets.topic.num.partitions": "1",
+                  "transaction.state.log.num.partitions": "1"}
+"""Broker settings of test clusters: short sessions, so failovers take seconds."""
+
+
+class Cluster:
+    """``size`` brokers (ids 0..size-1) of one cluster under chroot ``/<name>`` of
+    ``zookeeper``; ``kill`` and ``start`` single brokers; ``stop`` checks each is healthy."""
+
+    def __init__(self, zookeeper: ZooKeeperServer, directory: Path, name: str, size: int = 3,
+                 config: Mapping[str, str] | None = None) -> None:
+        self.connect = f"{zookeeper.connect}/{name}"
+        self.brokers = [BrokerProcess(directory / f"broker-{i}", {
+            **CLUSTER_CONFIG, **(config or {}), "broker.id": str(i),
+            "zookeeper.connect": self.connect}) for i in range(size)]
+
+    def start(self) -> Cluster:
+        for broker in self.brokers:
+            broker.start()
+        wait_until(lambda: len(self.metadata().brokers) == len(self.brokers),
+                   message="every broker registered")
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers if b.running)
+
+    def metadata(self, topic: str | None = None) -> Any:
+        return admin(self.bootstrap).list_topics(topic, timeout=TIMEOUT)
+
+    def partition(self, topic: str, partition: int = 0) -> Any:
+        """The partition's metadata (leader, replicas, isrs) as a live broker tells it."""
+        return self.metadata(topic).topics[topic].partitions[partition]
+
+    def wait_for_isr(self, topic: str, isr: set[int], partition: int = 0) -> Any:
+        wait_until(lambda: set(self.partition(topic, partition).isrs) == isr
+                   and self.partition(topic, partition).leader in isr,
+                   message=f"{topic}-{partition} to have the ISR {sorted(isr)}")
+        return self.partition(topic, partition)
+
+    def leader(self, topic: str, partition: int = 0) -> int:
+        found = {}
+
+        def elected() -> bool:
+            found["leader"] = self.partition(topic, partition).leader
+            return found["leader"] >= 0
+
+        wait_until(elected, message=f"a leader for {topic}-{partition}")
+        return found["leader"]
+
+    def stop(self) -> None:
+        for broker in self.brokers:
+            if broker.running:
+                _stop_checked(broker)
+
+
+@contextlib.contextmanager
+def zk_client(cluster: Cluster) -> Iterator[KazooClient]:
+    """A ZooKeeper client under the cluster's chroot, to read what the brokers wrote."""
+    client = KazooClient(hosts=cluster.connect)
+    client.start(timeout=TIMEOUT)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()

@@ -8,6 +8,9 @@ Invariants:
   known key with a bad value fails at start-up with a message naming key and value.
 - ``metrics.listener`` (sparklog's own: the Prometheus endpoint and status page) is empty
   (off) or ``http://HOST:PORT``; port 0 takes any free port.
+- ``zookeeper.connect`` empty (the default) is the single-node broker; set, the broker joins
+  the cluster it names (``sparklog.broker.replication``) as ``broker_id`` (``broker.id``,
+  else ``node.id``).
 - ``listeners`` and ``advertised.listeners`` are Kafka's ``NAME://HOST:PORT`` lists: names
   are unique, every advertised name is a listener's, and every listener's name maps to a
   security protocol in ``listener.security.protocol.map`` whose settings check out
@@ -71,6 +74,16 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.cleaner.dedupe.buffer.size": "134217728",
     "log.cleaner.threads": "1",
     "metrics.listener": "",
+    # replication (a cluster: set zookeeper.connect; empty runs the single-node broker)
+    "broker.id": "-1",
+    "broker.rack": "",
+    "zookeeper.connect": "",
+    "zookeeper.session.timeout.ms": "18000",
+    "replica.lag.time.max.ms": "30000",
+    "replica.fetch.wait.max.ms": "500",
+    "replica.fetch.max.bytes": "1048576",
+    "controlled.shutdown.enable": "true",
+    "offsets.topic.replication.factor": "3",
 }
 
 _INT_KEYS = {
@@ -89,8 +102,11 @@ _INT_KEYS = {
     "group.min.session.timeout.ms", "group.max.session.timeout.ms", "producer.id.expiration.ms",
     "log.retention.hours", "log.retention.minutes", "log.roll.hours",
     "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size", "log.cleaner.threads",
+    "broker.id", "zookeeper.session.timeout.ms", "replica.lag.time.max.ms",
+    "replica.fetch.wait.max.ms", "replica.fetch.max.bytes", "offsets.topic.replication.factor",
 }
-_BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.enable"}
+_BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.enable",
+              "controlled.shutdown.enable"}
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[0-9a-fA-F:.]*\]|[^:/\[\]]*)"
                        r":(?P<port>\d{1,5})$")
 _TOPIC_SYNONYMS = {k.broker_synonym for k in CONFIG_KEYS.values() if k.broker_synonym}
@@ -185,6 +201,17 @@ class BrokerConfig:
                 f"invalid value {value!r} for broker config metrics.listener: expected "
                 "http://HOST:PORT, e.g. http://127.0.0.1:9404")
         return url.hostname, port
+
+    @property
+    def broker_id(self) -> int:
+        """``broker.id`` (ZooKeeper-era name) when set, else ``node.id``."""
+        broker_id = self.get_int("broker.id")
+        return broker_id if broker_id >= 0 else self.get_int("node.id")
+
+    @property
+    def zookeeper_connect(self) -> str | None:
+        """``zookeeper.connect`` (``host:port,...[/chroot]``); None runs the single node."""
+        return self.props["zookeeper.connect"].strip() or None
 
     def get(self, key: str) -> str:
         return self.props[key]

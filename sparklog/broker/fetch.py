@@ -7,7 +7,11 @@ Behaviour:
   may be cut short, as with Kafka). Record data goes out with sendfile.
 - Long poll: while fewer than ``min_bytes`` are available the request waits, up to
   ``max_wait``, for an append to one of its partitions.
-- The high watermark is the log end offset (a single node is the whole ISR); the last
+- The high watermark is the log end offset on a single node (it is the whole ISR); in a
+  cluster (``broker.cluster``) only the partition's leader answers (NOT_LEADER_OR_FOLLOWER
+  elsewhere), a follower's Fetch (``replica_id`` >= 0) is recorded towards the ISR and high
+  watermark and reads to the log end, and a consumer's reads below the high watermark. The
+  last
   stable offset (v4+) is the first offset of the oldest open transaction, else the high
   watermark. ``isolation_level`` read_committed (v4+) returns nothing at or past the last
   stable offset and lists, in ``aborted_transactions``, the transactions aborted in the
@@ -60,7 +64,7 @@ def _read(broker: Broker, request: Any, committed: bool) -> tuple[list[FetchTopi
         partitions = []
         for p in topic.partitions:
             result = _read_partition(broker, topic.topic, p, budget if total else None,
-                                     committed)
+                                     committed, getattr(request, "replica_id", -1))
             partitions.append(result)
             if result.error_code:
                 errors = True
@@ -72,23 +76,34 @@ def _read(broker: Broker, request: Any, committed: bool) -> tuple[list[FetchTopi
 
 
 def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None,
-                    committed: bool) -> FetchPartition:
+                    committed: bool, replica_id: int = -1) -> FetchPartition:
     """One partition; ``budget`` is what the response may still carry (None: first data);
     ``committed`` (read_committed) stops at the last stable offset and lists the aborted
-    transactions of what is returned."""
+    transactions of what is returned; ``replica_id`` >= 0 is a follower's fetch."""
     try:
         broker.security.require(Operation.READ, ResourceType.TOPIC, topic)
+        leader_epoch, high = LEADER_EPOCH, None
+        if broker.cluster is not None:
+            replica = broker.cluster.leader_replica(topic, p.partition)
+            leader_epoch = replica.leader_epoch
+            if replica_id >= 0:
+                broker.cluster.follower_fetched(replica, replica_id, p.fetch_offset)
+            else:
+                high = replica.high_watermark
         epoch = getattr(p, "current_leader_epoch", -1)
-        if epoch > LEADER_EPOCH:
+        if epoch > leader_epoch:
             return FetchPartition(p.partition, ErrorCode.UNKNOWN_LEADER_EPOCH)
-        if 0 <= epoch < LEADER_EPOCH:
+        if 0 <= epoch < leader_epoch:
             return FetchPartition(p.partition, ErrorCode.FENCED_LEADER_EPOCH)
         log = broker.get_log(topic, p.partition)
         end, start, stable = log.log_end_offset, log.log_start_offset, log.last_stable_offset
+        if broker.cluster is not None:
+            end = broker.cluster.leader_replica(topic, p.partition).high_watermark
+            stable = min(stable, end)
         records, aborted = None, ()
         if budget is None or budget > 0:
             limit = p.partition_max_bytes if budget is None else min(p.partition_max_bytes, budget)
-            found = log.read(p.fetch_offset, limit, stable if committed else None)
+            found = log.read(p.fetch_offset, limit, stable if committed else high)
             if found is not None:
                 records = FileRegion(found.fd, found.position, found.length)
                 if committed:

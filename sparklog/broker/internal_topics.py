@@ -6,8 +6,9 @@ Invariants:
   starts (``offsets.topic.num.partitions``, ``offsets.topic.segment.bytes``); afterwards
   its real partition count wins over the setting, as in Kafka.
 - Appends go through ``PartitionLog.append`` like produced data (same validation,
-  durability and cleaning), stamped with the leader epoch, and wake fetches waiting on the
-  partition; nothing here bypasses the log.
+  durability and cleaning), stamped with the partition's current leader epoch
+  (``leader_epoch``: the single node's, or in a cluster the replica's), and wake fetches
+  waiting on the partition; nothing here bypasses the log.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class LogTopic:
     """One internal topic of a ``LogManager``."""
 
     def __init__(self, logs: LogManager, name: str, partitions: int,
-                 configs: Mapping[str, Any], leader_epoch: int,
+                 configs: Mapping[str, Any], leader_epoch: Callable[[TopicPartition], int],
                  on_append: Callable[[TopicPartition], None]) -> None:
         self._logs = logs
         self._name = name
@@ -43,8 +44,8 @@ class LogTopic:
         return self._logs.get_topic(self._name).partitions
 
     def append(self, partition: int, batch: bytes, now_ms: int) -> None:
-        self._logs.get_log(self._name, partition).append(batch, now_ms=now_ms,
-                                                          leader_epoch=self._leader_epoch)
+        self._logs.get_log(self._name, partition).append(
+            batch, now_ms=now_ms, leader_epoch=self._leader_epoch((self._name, partition)))
         self._on_append((self._name, partition))
 
     def batches(self, partition: int, buffer_bytes: int) -> Iterator[bytes]:

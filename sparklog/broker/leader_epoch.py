@@ -6,6 +6,9 @@ client that saw it in Metadata) is the log end offset. An epoch below ours (none
 is answered with the undefined (-1, -1) pair, as Kafka answers epochs it never had. A
 ``current_leader_epoch`` above ours is UNKNOWN_LEADER_EPOCH, below it FENCED_LEADER_EPOCH.
 librdkafka validates fetch positions with this API whenever leader epochs are >= 0.
+In a cluster only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere), from its
+leader-epoch cache (KIP-101): the largest epoch <= the one asked for and its end offset, the
+answer a follower truncates its divergent tail to.
 """
 
 from __future__ import annotations
@@ -41,15 +44,22 @@ def _end_offset(build: Build, broker: Broker, topic: str, p: Any) -> Any:
                      leader_epoch=epoch, end_offset=offset)
 
     current = getattr(p, "current_leader_epoch", -1)
-    if current > LEADER_EPOCH:
-        return answer(ErrorCode.UNKNOWN_LEADER_EPOCH)
-    if 0 <= current < LEADER_EPOCH:
-        return answer(ErrorCode.FENCED_LEADER_EPOCH)
     try:
         broker.security.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
         log = broker.get_log(topic, p.partition)
+        leader_epoch = LEADER_EPOCH
+        if broker.cluster is not None:
+            replica = broker.cluster.leader_replica(topic, p.partition)
+            leader_epoch = replica.leader_epoch
     except KafkaError as exc:
         return answer(exc.code)
+    if current > leader_epoch:
+        return answer(ErrorCode.UNKNOWN_LEADER_EPOCH)
+    if 0 <= current < leader_epoch:
+        return answer(ErrorCode.FENCED_LEADER_EPOCH)
+    if broker.cluster is not None:
+        return answer(ErrorCode.NONE, *replica.epochs.end_offset(p.leader_epoch,
+                                                                 log.log_end_offset))
     if p.leader_epoch < LEADER_EPOCH:
         return answer(ErrorCode.NONE)
     return answer(ErrorCode.NONE, LEADER_EPOCH, log.log_end_offset)

@@ -4,7 +4,9 @@ Behaviour: timestamp -2 is the log start offset (earliest), -1 latest: the log e
 (the high watermark), or under read_committed (``isolation_level`` 1, v2+) the last stable
 offset, as Kafka answers; any other timestamp gives the first record whose timestamp is at
 or after it, with that record's timestamp, or offset -1 when there is none.
-``leader_epoch`` is ``LEADER_EPOCH`` for a found offset.
+``leader_epoch`` is ``LEADER_EPOCH`` for a found offset. In a cluster only the leader
+answers (NOT_LEADER_OR_FOLLOWER elsewhere), latest is the high watermark and the epoch the
+current leader epoch.
 """
 
 from __future__ import annotations
@@ -44,15 +46,19 @@ def _lookup(build: Build, broker: Broker, topic: str, p: Any, committed: bool) -
     try:
         broker.security.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
         log = broker.get_log(topic, p.partition_index)
+        epoch, high = LEADER_EPOCH, log.log_end_offset
+        if broker.cluster is not None:
+            replica = broker.cluster.leader_replica(topic, p.partition_index)
+            epoch, high = replica.leader_epoch, replica.high_watermark
     except KafkaError as exc:
         return answer(exc.code)
     if p.timestamp == EARLIEST:
-        return answer(ErrorCode.NONE, -1, log.log_start_offset, LEADER_EPOCH)
+        return answer(ErrorCode.NONE, -1, log.log_start_offset, epoch)
     if p.timestamp == LATEST:
-        latest = log.last_stable_offset if committed else log.log_end_offset
-        return answer(ErrorCode.NONE, -1, latest, LEADER_EPOCH)
+        latest = min(log.last_stable_offset, high) if committed else high
+        return answer(ErrorCode.NONE, -1, latest, epoch)
     found = log.offset_for_timestamp(p.timestamp)
-    if found is None:
+    if found is None or found[0] >= high:
         return answer(ErrorCode.NONE)
     offset, timestamp = found
-    return answer(ErrorCode.NONE, timestamp, offset, LEADER_EPOCH)
+    return answer(ErrorCode.NONE, timestamp, offset, epoch)

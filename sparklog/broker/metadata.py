@@ -11,6 +11,11 @@ With an authorizer, as Kafka's: an all-topics request lists only the topics the 
 may DESCRIBE; a named topic it may not describe is TOPIC_AUTHORIZATION_FAILED, and so is a
 missing topic it may not create (CREATE on the CLUSTER or the TOPIC). The authorized
 operations (v8) are Kafka's bit fields when asked for, else ``OMITTED``.
+
+In a cluster (``broker.cluster``) the answer is what ZooKeeper says: every live broker
+(with its rack), the controller, and per partition its leader (LEADER_NOT_AVAILABLE while
+it has none), leader epoch, replicas, ISR and offline replicas (assigned ones not alive);
+auto-created topics get ``default.replication.factor`` replicas.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
-from sparklog.storage.log_manager import TopicMetadata
+from sparklog.storage.log_manager import TopicMetadata, validate_topic_name
 
 if TYPE_CHECKING:
     from kio.schema.metadata.v8.request import MetadataRequest
@@ -48,6 +53,8 @@ async def metadata(broker: Broker, header: RequestHeader,
         names = [t.name for t in request.topics]
     auto_create = version < 4 or request.allow_auto_topic_creation
     with_operations = getattr(request, "include_topic_authorized_operations", False)
+    if broker.cluster is not None:
+        return await cluster_metadata(build, broker, request, auto_create)
     topics = []
     for name in names:
         try:
@@ -91,3 +98,50 @@ def _describe(build: Build, broker: Broker, topic: TopicMetadata, with_operation
     return build("MetadataResponseTopic", error_code=ErrorCode.NONE, name=topic.name,
                  is_internal=topic.internal, partitions=tuple(partitions),
                  topic_authorized_operations=operations)
+
+
+async def cluster_metadata(build: Build, broker: Broker, request: Any, auto_create: bool) -> Any:
+    cluster = broker.cluster
+    assert cluster is not None
+    if request.topics is None or (build.version == 0 and not request.topics):
+        names = sorted(cluster.assignments)
+    else:
+        names = [t.name for t in request.topics]
+    topics = []
+    for name in names:
+        if name not in cluster.assignments:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if auto_create and broker.config.get_bool("auto.create.topics.enable") \
+                    and not name.startswith("__"):
+                try:
+                    validate_topic_name(name)
+                    await cluster.create_topic(
+                        name, broker.config.get_int("num.partitions"),
+                        broker.config.get_int("default.replication.factor"), {})
+                    code = ErrorCode.LEADER_NOT_AVAILABLE
+                except KafkaError as exc:
+                    code = ErrorCode.LEADER_NOT_AVAILABLE \
+                        if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS else exc.code
+            topics.append(build("MetadataResponseTopic", error_code=code, name=name,
+                                is_internal=False, partitions=()))
+            continue
+        partitions = []
+        for p, replicas in sorted(cluster.assignments[name].items()):
+            replica = cluster.partitions.get((name, p))
+            leader = replica.leader if replica is not None else -1
+            partitions.append(build(
+                "MetadataResponsePartition",
+                error_code=ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                partition_index=p, leader_id=leader,
+                leader_epoch=replica.leader_epoch if replica is not None else -1,
+                replica_nodes=replicas, isr_nodes=replica.isr if replica is not None else (),
+                offline_replicas=tuple(r for r in replicas if r not in cluster.live)))
+        local = broker.logs.topics.get(name)
+        topics.append(build("MetadataResponseTopic", error_code=ErrorCode.NONE, name=name,
+                            is_internal=local is not None and local.internal,
+                            partitions=tuple(partitions)))
+    return build.response(
+        brokers=tuple(build("MetadataResponseBroker", node_id=b.broker_id, host=b.host,
+                            port=b.port, rack=b.rack) for b in cluster.live.values()),
+        cluster_id=broker.cluster_id, controller_id=cluster.controller_id,
+        topics=tuple(topics))

@@ -7,7 +7,9 @@ Behaviour (the checks themselves are ``GroupCoordinator.commit`` and ``fetch_off
   offsets are stamped with the broker's time and expire by ``offsets.retention.minutes``.
   v6 adds the committed leader epoch, v7 ``group.instance.id`` (FENCED_INSTANCE_ID for a
   zombie instance). Every partition of a request is answered; those that pass the checks
-  are appended in one batch, so they are stored together or not at all.
+  are appended in one batch, so they are stored together or not at all. In a cluster the
+  answer waits until the partition's ISR has the batch (REQUEST_TIMED_OUT after
+  ``COMMIT_REPLICATION_TIMEOUT_S``, NOT_COORDINATOR if leadership moved meanwhile).
 - OffsetFetch returns offset -1 and empty metadata for a partition without a committed
   offset (also for unknown groups and topics). From v2 ``topics`` null means every partition
   the group committed, and errors that concern the whole request are top-level (with no
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
+COMMIT_REPLICATION_TIMEOUT_S = 5.0  # Kafka's offsets.commit.timeout.ms
 
 
 @handles(ApiKey.OFFSET_COMMIT, versions=(0, 7))
@@ -52,6 +55,10 @@ async def offset_commit(broker: Broker, header: RequestHeader,
     errors = broker.coordinator.commit(request.group_id, request.member_id,
                                        getattr(request, "group_instance_id", None), generation,
                                        offsets) if offsets else {}
+    if broker.cluster is not None and ErrorCode.NONE in errors.values():
+        code = await broker.cluster.offsets_replicated(request.group_id,
+                                                       COMMIT_REPLICATION_TIMEOUT_S)
+        errors = {tp: code if e == ErrorCode.NONE else e for tp, e in errors.items()}
     return commit_response(Build(header), request.topics, {**errors, **refused}, "OffsetCommit")
 
 

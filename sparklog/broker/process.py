@@ -6,6 +6,8 @@ Invariants:
   before that raises with the child's output.
 - ``stop`` sends SIGTERM and waits (a clean shutdown: logs flushed, marker written);
   ``kill`` sends SIGKILL (an unclean one, for crash tests). Both are idempotent.
+- ``detached`` children (``sparklog cluster up``) get a session of their own and write their
+  stdout to ``<log>.out``, so they outlive the process that started them.
 - The child runs ``python -m sparklog.cli broker`` with the same interpreter, so it sees the
   same installed packages; its stderr goes to ``<data_dir>/../broker-<port>.log`` or a given
   file, never to a pipe that could fill up and block it.
@@ -22,6 +24,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 _LISTENING = re.compile(r"listening on (?P<host>[^\s:]+):(?P<port>\d+)")
 _METRICS = re.compile(r"metrics and status page on (?P<url>\S+)")
@@ -30,7 +33,7 @@ _METRICS = re.compile(r"metrics and status page on (?P<url>\S+)")
 class BrokerProcess:
     def __init__(self, data_dir: Path, config: Mapping[str, str] | None = None, *,
                  port: int = 0, log_file: Path | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, detached: bool = False) -> None:
         self.data_dir = data_dir
         self.config = dict(config or {})
         self.env = dict(env or {})  # e.g. SPARKLOG_FAULT_POINT for crash tests
@@ -38,6 +41,7 @@ class BrokerProcess:
         self.log_file = log_file or data_dir.with_name(data_dir.name + ".broker.log")
         self.host = "127.0.0.1"
         self.metrics_url: str | None = None
+        self.detached = detached  # outlives this process: own session, stdout to a file
         self._proc: subprocess.Popen[str] | None = None
 
     @property
@@ -50,13 +54,26 @@ class BrokerProcess:
         for key, value in self.config.items():
             cmd += ["--set", f"{key}={value}"]
         stderr = open(self.log_file, "a")  # the child inherits it; ours closes below
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True,
+        stdout_file = self.log_file.with_suffix(".out")
+        stdout = open(stdout_file, "w") if self.detached else subprocess.PIPE
+        self._proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, text=True,
+                                      stdin=subprocess.DEVNULL, start_new_session=self.detached,
                                       env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         stderr.close()
-        deadline = time.monotonic() + timeout
+        if self.detached:
+            stdout.close()  # type: ignore[union-attr]
+            follower = _Follow(stdout_file, self._proc)
+            try:
+                return self._await_listening(follower, timeout)
+            finally:
+                follower.close()
         assert self._proc.stdout is not None
+        return self._await_listening(self._proc.stdout, timeout)
+
+    def _await_listening(self, lines: _Follow | IO[str], timeout: float) -> BrokerProcess:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            line = self._proc.stdout.readline()
+            line = lines.readline()
             if not line:
                 break
             metrics = _METRICS.search(line)
@@ -111,3 +128,26 @@ class BrokerProcess:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+class _Follow:
+    """``readline`` over a file another process is writing (a detached child's stdout):
+    waits for each line; '' once the child exited."""
+
+    def __init__(self, path: Path, proc: subprocess.Popen[str]) -> None:
+        self._file = open(path)
+        self._proc = proc
+        self._partial = ""
+
+    def readline(self) -> str:
+        while True:
+            self._partial += self._file.readline()
+            if self._partial.endswith("\n"):
+                line, self._partial = self._partial, ""
+                return line
+            if self._proc.poll() is not None:
+                return ""
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._file.close()

@@ -17,12 +17,16 @@ Behaviour:
 - With an authorizer: WRITE on the TRANSACTIONAL_ID of a transactional request
   (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition) and on each TOPIC
   (TOPIC_AUTHORIZATION_FAILED for its partitions); nothing refused is appended.
-- acks 0 gets no response; acks 1 and -1 are answered after the append (this node is the
-  whole ISR, so both mean "in the log"). Produce does not auto-create topics (Metadata does).
+- acks 0 gets no response; acks 1 and -1 are answered after the append (a single node is the
+  whole ISR, so both mean "in the log"; in a cluster acks -1 waits for the ISR, see
+  ``replication.ReplicaManager.produce``). Produce does not auto-create topics (Metadata
+  does).
 """
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
@@ -55,10 +59,9 @@ async def produce(broker: Broker, header: RequestHeader,
         denied = refused or (None if security.authorize(Operation.WRITE, ResourceType.TOPIC,
                                                         topic.name)
                              else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        partitions = []
-        for data in topic.partition_data:
-            partitions.append(_append(build, broker, topic.name, data, request.acks, now,
-                                      denied))
+        partitions = await asyncio.gather(*(
+            _append(build, broker, topic.name, data, request.acks, now, request.timeout, denied)
+            for data in topic.partition_data))
         topics.append(build("TopicProduceResponse", name=topic.name,
                             partition_responses=tuple(partitions)))
     if request.acks == 0:
@@ -66,8 +69,8 @@ async def produce(broker: Broker, header: RequestHeader,
     return build.response(responses=tuple(topics))
 
 
-def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
-            denied: ErrorCode | None) -> Any:
+async def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
+                  timeout: timedelta, denied: ErrorCode | None) -> Any:
     def answer(code: ErrorCode, base_offset: int = -1, append_time: int = -1,
                log_start: int = -1, message: str | None = None,
                record_errors: tuple[Any, ...] = ()) -> Any:
@@ -81,6 +84,11 @@ def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now:
     if denied is not None:
         return answer(denied)
     try:
+        if broker.cluster is not None:
+            info = await broker.cluster.produce(topic, data.index, data.records or b"", acks,
+                                                now, int(timeout.total_seconds() * 1000))
+            return answer(ErrorCode.NONE, info.base_offset, info.log_append_time,
+                          info.log_start_offset)
         partition_log = broker.get_log(topic, data.index)
         info = partition_log.append(data.records or b"", now_ms=now, leader_epoch=LEADER_EPOCH)
     except KafkaError as exc:

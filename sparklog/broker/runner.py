@@ -23,6 +23,11 @@ Invariants:
 - ``stop`` stops accepting, closes connections, stops the cleaner, then flushes and closes
   every log and writes the clean-shutdown marker. SIGTERM and SIGINT stop ``run``, which
   then exits 0.
+- With ``zookeeper.connect`` set, the broker joins that cluster once its listeners accept
+  (``replication.ReplicaManager``, registered under the first listener's advertised
+  address) and before ``start`` returns; ZooKeeper out of reach or ``broker.id`` taken is
+  a ``StartupError``. ``stop`` leaves the cluster (its registration goes at once) before it
+  closes connections. Without it nothing here touches ZooKeeper.
 - Maintenance (time-based flushes, retention, checkpoints) runs on the event loop at the
   intervals Kafka's settings name; log compaction runs in the ``LogCleaner`` threads
   (``log.cleaner.*``).
@@ -48,9 +53,11 @@ from sparklog.broker.config import BrokerConfig
 from sparklog.broker.monitoring.listener import MetricsListener
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import load_handlers
+from sparklog.broker.replication import ReplicaManager
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
+from sparklog.cluster.session import ClusterError
 from sparklog.errors import InvalidConfigError
 from sparklog.signals import WATCHED, Stop
 from sparklog.storage.cleaner import CleanerConfig, LogCleaner
@@ -176,6 +183,8 @@ class BrokerService:
             broker.advertised[name] = server.advertised
             log.info("listener %s on %s:%d, advertised as %s:%d", name, host, server.port,
                      *server.advertised)
+        if config.zookeeper_connect is not None:
+            await self._join_cluster(broker)
         self._cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
         if self._cleaner.config.enable:
             self._cleaner.start()
@@ -207,6 +216,15 @@ class BrokerService:
         except InvalidConfigError as exc:
             raise StartupError(str(exc)) from None
 
+    async def _join_cluster(self, broker: Broker) -> None:
+        """Register in ZooKeeper under the first listener's advertised address."""
+        broker.cluster = ReplicaManager(broker)
+        try:
+            await broker.cluster.start(*next(iter(broker.advertised.values())))
+        except ClusterError as exc:
+            await self.stop()
+            raise StartupError(str(exc)) from None
+
     def _bind_listeners(self) -> dict[str, socket.socket]:
         """Every listener's socket, bound; none left open when one fails."""
         sockets: dict[str, socket.socket] = {}
@@ -225,6 +243,8 @@ class BrokerService:
             await self._listener.stop()
         for task in self._tasks:
             task.cancel()
+        if self.broker is not None and self.broker.cluster is not None:
+            await self.broker.cluster.stop()
         for server in self._servers:
             await server.stop()
         if self._cleaner is not None:

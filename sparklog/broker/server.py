@@ -23,10 +23,8 @@ Invariants:
   principal, SASL state); a session marked ``closing`` is closed once its answer is written.
 - Warnings about closed connections are rate-limited (``WarningLimiter``): a burst of bad
   connections gives a few lines and a count, not a line each.
-- Every accepted connection has TCP_NODELAY, as Kafka's sockets do: responses are written
-  whole, and Nagle's algorithm would hold a small one back for the client's delayed ACK
-  (tens of milliseconds). asyncio sets it only on sockets whose protocol number is TCP, which
-  the pre-bound listening socket's connections do not carry, so it is set here.
+- Every accepted connection has TCP_NODELAY (``_no_delay``), as Kafka's sockets do: Nagle's
+  algorithm would hold a small response back for the client's delayed ACK.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
   record data goes from the page cache to the socket without entering Python; through TLS
   (no sendfile there) a region is read whole (``os.pread``, at most the request's
@@ -142,8 +140,8 @@ class BrokerServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = writer.get_extra_info("peername")
+        _no_delay(writer.get_extra_info("socket"))
         CLIENT_HOST.set(f"/{peer[0]}" if peer else "")  # this connection's task only
         ADVERTISED.set(self.advertised)
         session = Session(self.security,
@@ -226,6 +224,15 @@ class BrokerServer:
                 await loop.sendfile(writer.transport, _Descriptor(part.fd),  # type: ignore[arg-type]
                                     part.position, part.length)
         await writer.drain()
+
+
+def _no_delay(sock: Any) -> None:
+    """TCP_NODELAY on an accepted connection: asyncio sets it only on sockets whose ``proto``
+    says TCP, which a socket from ``socket.create_server`` does not, and with Nagle's
+    algorithm a response written in two parts (header, then ``sendfile``) waits for the
+    peer's delayed ACK (40 ms on Linux)."""
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _to_parts(header: RequestHeader, result: object) -> Parts:

@@ -3,11 +3,14 @@
 Invariants:
 - Every request handler reaches state only through ``Broker``; all of it is touched from the
   event loop thread, so handlers need no locks.
-- This is a single-node cluster: the node is the leader of every partition with leader epoch
-  ``LEADER_EPOCH``, the only replica and the only in-sync replica; the high watermark is the
-  log end offset (nothing is acknowledged before it is in the log).
+- Without ``zookeeper.connect`` this is a single-node cluster: the node is the leader of
+  every partition with leader epoch ``LEADER_EPOCH``, the only replica and the only in-sync
+  replica; the high watermark is the log end offset (nothing is acknowledged before it is
+  in the log). With it, ``cluster`` (``replication.ReplicaManager``) says who leads what,
+  and handlers ask it first.
 - Producer ids are handed out from blocks whose end is persisted before any id of the block
-  is used, so ids are never reused across restarts.
+  is used, so ids are never reused across restarts; in a cluster the blocks come from
+  ZooKeeper's ``/latest_producer_id_block`` (compare-and-set), unique across brokers.
 - ``notify_append`` wakes every fetch waiting on that partition; waiting fetches register
   futures and never poll.
 - The group coordinator is started (``__consumer_offsets`` replayed) before the first
@@ -26,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.faults import ACTIVE, Faults
@@ -41,6 +45,9 @@ from sparklog.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
 from sparklog.storage.checkpoint import write_atomically
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import LogManager, TopicMetadata
+
+if TYPE_CHECKING:
+    from sparklog.broker.replication import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +68,13 @@ class ProducerIdManager:
         self.path = data_dir / PRODUCER_ID_FILE
         self._next = int(self.path.read_text()) if self.path.exists() else 0
         self._block_end = self._next
+        # in a cluster: takes the next block from ZooKeeper, (start, end), unique cluster-wide
+        self.allocate_block: Callable[[int], tuple[int, int]] | None = None
 
     def next_id(self) -> int:
-        if self._next >= self._block_end:
+        if self._next >= self._block_end and self.allocate_block is not None:
+            self._next, self._block_end = self.allocate_block(PRODUCER_ID_BLOCK)
+        elif self._next >= self._block_end:
             self._block_end = self._next + PRODUCER_ID_BLOCK
             write_atomically(self.path, str(self._block_end).encode())
         pid = self._next
@@ -78,7 +89,9 @@ class Broker:
         self.data_dir = data_dir
         self.logs = LogManager(data_dir, config.props, clock)
         self.producer_ids = ProducerIdManager(data_dir)
-        self.node_id = config.get_int("node.id")
+        self.node_id = config.broker_id
+        # set (by the runner) when zookeeper.connect is: this broker's replicas in a cluster
+        self.cluster: ReplicaManager | None = None
         # listener name -> advertised (host, port), in the order of ``listeners`` (the runner
         # fills it in as each listener starts)
         self.advertised: dict[str, tuple[str, int]] = {}
@@ -87,8 +100,8 @@ class Broker:
         self.security = BrokerSecurity(config.props, data_dir)
         offsets_topic = LogTopic(
             self.logs, OFFSETS_TOPIC, config.get_int("offsets.topic.num.partitions"),
-            {"segment.bytes": config.get_int("offsets.topic.segment.bytes")}, LEADER_EPOCH,
-            self.notify_append)
+            {"segment.bytes": config.get_int("offsets.topic.segment.bytes")},
+            self.partition_leader_epoch, self.notify_append)
         group_config = GroupConfig.from_props(config.props)
         self.coordinator = GroupCoordinator(
             group_config, OffsetsStore(offsets_topic, group_config.load_buffer_bytes),
@@ -98,7 +111,7 @@ class Broker:
             LogTopic(self.logs, TRANSACTION_TOPIC,
                      config.get_int("transaction.state.log.num.partitions"),
                      {"segment.bytes": config.get_int("transaction.state.log.segment.bytes")},
-                     LEADER_EPOCH, self.notify_append),
+                     self.partition_leader_epoch, self.notify_append),
             self.producer_ids.next_id, self.partition_count,
             lambda group: (OFFSETS_TOPIC, self.coordinator.store.partition_for(group)),
             local_marker_writer(self), self.now_ms)
@@ -116,6 +129,9 @@ class Broker:
 
     @property
     def cluster_id(self) -> str:
+        """The data directory's, or in a cluster ZooKeeper's ``/cluster/id``."""
+        if self.cluster is not None and self.cluster.session is not None:
+            return self.cluster.session.cluster_id
         return self.logs.cluster_id
 
     def now_ms(self) -> int:
@@ -177,6 +193,14 @@ class Broker:
                     waiters.discard(future)
                     if not waiters:
                         del self._waiters[tp]
+
+    def partition_leader_epoch(self, tp: TopicPartition) -> int:
+        """The leader epoch this node writes ``tp`` in (a cluster's, else the single one)."""
+        if self.cluster is not None:
+            replica = self.cluster.partitions.get(tp)
+            if replica is not None:
+                return replica.leader_epoch
+        return LEADER_EPOCH
 
     # -- lifecycle -----------------------------------------------------------------------
     @property

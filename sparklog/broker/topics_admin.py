@@ -6,6 +6,12 @@ Behaviour:
   this node. Configs are validated with Kafka's names (INVALID_CONFIG names the key and
   the allowed values). ``validate_only`` checks everything and changes nothing. Errors are
   per topic, with a message (v1+).
+- In a cluster (``broker.cluster``) CreateTopics writes the topic's replica assignment to
+  ZooKeeper (``replication_factor`` replicas, round robin and rack-aware, -1 meaning
+  ``default.replication.factor``); every broker then creates its logs and the controller
+  elects leaders, which the answer waits for (up to the request's ``timeout_ms``).
+  DeleteTopics and CreatePartitions are refused there (INVALID_REQUEST, saying so): not
+  yet propagated through ZooKeeper.
 - DeleteTopics: removes the topic's logs and metadata; TOPIC_DELETION_DISABLED when
   ``delete.topic.enable`` is false.
 - CreatePartitions: only grows a topic (INVALID_PARTITIONS otherwise); ``validate_only``
@@ -79,11 +85,44 @@ async def create_topics(broker: Broker, header: RequestHeader,
     build = Build(header)
     validate_only = request.validate_only if header.api_version else False
     added = sum(_requested_partitions(broker, t) for t in request.topics)
+    if broker.cluster is not None and not validate_only:
+        return build.response(topics=tuple([
+            build("CreatableTopicResult", name=topic.name, error_code=code, error_message=message)
+            for topic, code, message in await _create_in_cluster(broker, request)]))
     return build.response(topics=tuple(
         build("CreatableTopicResult", name=topic.name, error_code=code, error_message=message)
         for topic, code, message in _each(
             request.topics, lambda t: _create(broker, t, validate_only), added)
     ))
+
+
+async def _create_in_cluster(broker: Broker, request: Any
+                             ) -> list[tuple[Any, ErrorCode, str | None]]:
+    """Validate each topic locally (name, configs), then write its assignment to ZooKeeper:
+    ``replication_factor`` -1 is ``default.replication.factor``; each answer waits (up to
+    the request's timeout) until the topic's leaders are elected."""
+    cluster = broker.cluster
+    assert cluster is not None
+    results: list[tuple[Any, ErrorCode, str | None]] = []
+    for topic in request.topics:
+        try:
+            if not broker.security.allows_cluster(Operation.CREATE):
+                broker.security.require(Operation.CREATE, ResourceType.TOPIC, topic.name)
+            if topic.assignments:
+                raise KafkaError("manual replica assignments are not supported in a cluster "
+                                 "yet", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+            partitions = _requested_partitions(broker, topic)
+            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            broker.logs.create_topic(topic.name, partitions, configs, validate_only=True)
+            factor = topic.replication_factor if topic.replication_factor != -1 else \
+                broker.config.get_int("default.replication.factor")
+            await cluster.create_topic(topic.name, partitions, factor, configs,
+                                       request.timeout.total_seconds())
+        except KafkaError as exc:
+            results.append((topic, exc.code, str(exc)))
+        else:
+            results.append((topic, ErrorCode.NONE, None))
+    return results
 
 
 def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
@@ -112,6 +151,12 @@ def _refuse_internal(broker: Broker, name: str, change: str) -> None:
                          ErrorCode.INVALID_REQUEST)
 
 
+def _refuse_in_cluster(broker: Broker, change: str) -> None:
+    if broker.cluster is not None:
+        raise KafkaError(f"{change} in a ZooKeeper cluster is not supported yet",
+                         ErrorCode.INVALID_REQUEST)
+
+
 @handles(ApiKey.DELETE_TOPICS, versions=(0, 3))
 async def delete_topics(broker: Broker, header: RequestHeader,
                         request: DeleteTopicsRequest) -> Any:
@@ -119,6 +164,7 @@ async def delete_topics(broker: Broker, header: RequestHeader,
 
     def delete(name: str) -> None:
         broker.security.require(Operation.DELETE, ResourceType.TOPIC, name)
+        _refuse_in_cluster(broker, "deleting topics")
         if not broker.config.get_bool("delete.topic.enable"):
             raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
         _refuse_internal(broker, name, "deleted")
@@ -138,6 +184,7 @@ async def create_partitions(broker: Broker, header: RequestHeader,
 
     def grow(topic: Any) -> None:
         broker.security.require(Operation.ALTER, ResourceType.TOPIC, topic.name)
+        _refuse_in_cluster(broker, "adding partitions")
         _refuse_internal(broker, topic.name, "given more partitions")
         broker.logs.create_partitions(topic.name, topic.count,
                                       validate_only=request.validate_only)

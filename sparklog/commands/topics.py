@@ -7,7 +7,9 @@ Invariants:
 - Nothing is cached between runs: every action asks the broker.
 - stdout is for results only: ``list`` prints one name per line; ``describe`` prints Kafka's
   layout (a topic line with the topic's own config overrides, then one tab-indented line per
-  partition) plus ``Offsets: <log start>..<log end>`` per partition; the other actions
+  partition) plus ``Offsets: <log start>..<log end>`` per partition, or with
+  ``--under-replicated-partitions`` / ``--unavailable-partitions`` only the partition lines
+  of partitions with fewer in-sync replicas than replicas / without a leader; the other actions
   print one confirmation line per change made.
 - A failure is one stderr line naming the topic (and the broker's reason, which names a bad
   config) and exit code 1. Internal topics (``__consumer_offsets``) are neither deleted nor
@@ -71,7 +73,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument("--partitions", type=int, default=-1,
                         help="partition count (default: the broker's num.partitions)")
     create.add_argument("--replication-factor", type=int, default=-1,
-                        help="1, the only factor a single broker allows (default: the broker's)")
+                        help="replicas per partition; 1 on a single broker (default: the "
+                             "broker's default.replication.factor)")
     create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="a topic config override, e.g. retention.ms=60000 (repeatable)")
     create.add_argument("--if-not-exists", action="store_true",
@@ -88,6 +91,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     describe.add_argument("--topic", help="the topic (default: every topic)")
     describe.add_argument("--exclude-internal", action="store_true",
                           help="without --topic, leave out internal topics")
+    only = describe.add_mutually_exclusive_group()
+    only.add_argument("--under-replicated-partitions", action="store_true",
+                      help="only partitions with fewer in-sync replicas than replicas")
+    only.add_argument("--unavailable-partitions", action="store_true",
+                      help="only partitions without a leader")
     describe.set_defaults(func=tool("topics", _describe))
 
     alter = actions.add_parser("alter", parents=[parent],
@@ -192,6 +200,13 @@ def _describe(args: argparse.Namespace) -> int:
     admin = _admin(args)
     descriptions = _descriptions(admin, args.topic, args.exclude_internal)
     if not descriptions:
+        return 0
+    if args.under_replicated_partitions or args.unavailable_partitions:
+        for description in descriptions:
+            for partition in description.partitions:
+                if (len(partition.isr) < len(partition.replicas)
+                        if args.under_replicated_partitions else partition.leader is None):
+                    print(_partition_line(description.name, partition))
         return 0
     overrides = _overrides(admin, [d.name for d in descriptions])
     offsets = _offsets(admin, descriptions)

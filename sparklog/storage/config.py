@@ -124,7 +124,8 @@ _KEYS = [
               "min.insync.replicas", minimum=1),
     ConfigKey("preallocate", "boolean", False, "Preallocate segment files.",
               "log.preallocate"),
-    ConfigKey("unclean.leader.election.enable", "boolean", False, "Single node: no effect.",
+    ConfigKey("unclean.leader.election.enable", "boolean", False, "Elect a replica outside "
+              "the ISR when no ISR member lives (records may be lost).",
               "unclean.leader.election.enable"),
     ConfigKey("message.timestamp.before.max.ms", "long", LONG_MAX, "Largest allowed age of a "
               "CreateTime timestamp.", "log.message.timestamp.before.max.ms", minimum=0),

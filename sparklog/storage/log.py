@@ -351,6 +351,23 @@ class PartitionLog:
                 if completed is not None and completed.aborted:
                     active.txn_index.append(self._aborted_txn(completed))
 
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch from the one holding ``offset`` on (a follower's divergent tail,
+        KIP-101): later segments go, the segment holding it is cut and becomes the active
+        one, and producer state is rebuilt from a snapshot at or below the new end."""
+        with self.lock:
+            if offset >= self.log_end_offset:
+                return
+            keep = [s for s in self.segments if s.base_offset < offset] or self.segments[:1]
+            for segment in self.segments[len(keep):]:
+                segment.delete()
+            keep[-1].truncate_to(offset)
+            self.segments = keep
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+            self._rebuild_producer_state([keep[-1]])
+        log.warning("%s: truncated to offset %d", self.directory.name, self.log_end_offset)
+
     def _validate(self, records: bytes | bytearray | memoryview, header: BatchHeader,
                   now_ms: int) -> None:
         if header.size > self._max_message_bytes:

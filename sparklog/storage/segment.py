@@ -169,6 +169,12 @@ class LogSegment:
         self.size = valid
         return file_size - valid
 
+    def truncate_to(self, offset: int) -> None:
+        """Cut the file at the batch holding ``offset`` (every later byte goes) and rebuild
+        the indexes: a follower dropping a divergent tail. The segment is appendable after."""
+        os.ftruncate(self.fd, self.position_of(offset))
+        self.recover()
+
     def _read_valid_batch(self, position: int, file_size: int) -> BatchHeader | None:
         head = os.pread(self.fd, HEADER_SIZE, position)
         if len(head) < HEADER_SIZE:

@@ -207,7 +207,7 @@ def _replica_metrics(status: BrokerStatus) -> Iterator[Metric]:
         ("controller_kafkacontroller_offlinepartitionscount", "Partitions without a leader",
          sum(p.leader < 0 for p in partitions)),
         ("controller_kafkacontroller_activecontrollercount",
-         "1 on the active controller (this node)", 1),
+         "1 on the active controller", int(status.controller_id == status.node_id)),
     ):
         yield GaugeMetricFamily(f"kafka_{name}", doc, value=value)
 

@@ -17,9 +17,10 @@ Invariants:
   committed offset, never below 0; a partition without a committed offset has none.
   Members' assignments are decoded only for Stable ``consumer`` groups; one that does not
   decode shows none.
-- Leader, replicas and ISR are this node for every partition, as Metadata answers
-  (``broker/metadata.py``), until replication lands; under-replicated and offline counts are
-  derived from them, not fixed.
+- Leader, replicas and ISR are this node for every partition on a single node, as Metadata
+  answers (``broker/metadata.py``); in a cluster they are the replica manager's view (the
+  partition state znodes), for the partitions with a replica here, and ``controller_id`` is
+  the controller it knows. Under-replicated and offline counts are derived from them.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class CleanerStatus:
 @dataclass(frozen=True, slots=True)
 class BrokerStatus:
     node_id: int
+    controller_id: int
     cluster_id: str
     advertised: dict[str, str]  # listener name -> host:port
     data_dir: str
@@ -114,15 +116,30 @@ def take_status(broker: Broker, connections: dict[str, int], requests: RequestMe
         partitions.append(PartitionStatus(
             topic, partition, logs.topics[topic].internal, log.log_start_offset,
             log.log_end_offset, log.size, len(log.segments), log.appended_records,
-            log.appended_bytes, node, (node,), (node,)))
+            log.appended_bytes, *_replication(broker, topic, partition)))
     ends = {(p.topic, p.partition): p.log_end_offset for p in partitions}
     groups = tuple(_group(group, ends) for _, group in sorted(broker.coordinator.groups.items()))
     return BrokerStatus(
-        node, broker.cluster_id,
+        node, node if broker.cluster is None else broker.cluster.controller_id,
+        broker.cluster_id,
         {name: f"{host}:{port}" for name, (host, port) in broker.advertised.items()},
         str(broker.data_dir),
         broker.now_ms(), connections, tuple(partitions), groups,
         None if cleaner is None else _cleaner(cleaner, broker.now_ms()), requests.copy())
+
+
+def _replication(broker: Broker, topic: str, partition: int
+                 ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """(leader, replicas, ISR): this node alone on a single node; in a cluster, what the
+    replica manager last learned from ZooKeeper (leader -1 while there is none)."""
+    cluster = broker.cluster
+    if cluster is None:
+        return broker.node_id, (broker.node_id,), (broker.node_id,)
+    replica = cluster.partitions.get((topic, partition))
+    replicas = cluster.assignments.get(topic, {}).get(partition, ())
+    if replica is None:
+        return -1, replicas, ()
+    return replica.leader, replicas, replica.isr
 
 
 def _group(group: Group, ends: dict[tuple[str, int], int]) -> GroupStatus:

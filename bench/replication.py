@@ -1,0 +1,142 @@
+"""Replication: acks=all throughput with replication factor 3 against factor 1, end-to-end
+latency on a replicated partition, and failover time.
+
+Usage: ``python bench/replication.py [--quick] [--records N]``
+
+Starts its own throwaway ZooKeeper and three brokers (child processes on a temporary
+directory, ``zookeeper.session.timeout.ms`` 6000) and measures, in one run:
+- produce throughput of N 1 KiB records with confluent-kafka's DEFAULT producer settings
+  (acks all, linger.ms 5) into a one-partition topic of replication factor 1, then of
+  factor 3 with ``min.insync.replicas`` 2 (records/s, MB/s); the ratio RF3 / RF1 (target
+  >= 0.5) is the cost of waiting for two followers;
+- end-to-end latency p50/p99 (produce call to consumer delivery) at ``LATENCY_RATE``
+  records/s on the replicated topic, linger.ms 0 (one request per record): a consumer sees a
+  record only once the high watermark passed it, and a broker answers a connection's
+  requests one at a time (as Kafka does), so each acks=all request waits for the one before
+  it to be replicated (about 1 ms here): from about 400 records/s on this machine the
+  requests queue up;
+- failover time: the leader of the replicated partition is SIGKILLed, and the time from the
+  kill to the first acknowledged produce (a record produced right after the kill) is
+  measured, against the target ``zookeeper.session.timeout.ms`` + 1 s (the controller only
+  notices a dead broker when its session expires);
+- the peak RSS (VmHWM) of each broker and of this process.
+The last line is ``rf3_to_rf1_throughput_ratio=<r>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from _common import Row, peak_rss_mib, print_table, scratch_dir, vm_hwm_mib
+from broker import latency  # bench/ is on sys.path when run
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sparklog.broker.process import BrokerProcess
+from sparklog.cluster.zookeeper_server import ZooKeeperServer
+
+SESSION_TIMEOUT_MS = 6000
+LATENCY_RATE = 200
+RECORD = b"x" * 1024
+MB = 1_000_000
+
+
+def create(bootstrap: str, topic: str, factor: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    configs = {"min.insync.replicas": "2"} if factor > 1 else {}
+    admin.create_topics([NewTopic(topic, 1, factor, config=configs)])[topic].result(60)
+
+
+def throughput(bootstrap: str, topic: str, count: int) -> float:
+    """Records/s of ``count`` 1 KiB records, the producer's defaults, until all acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    failed: list[str] = []
+    start = time.perf_counter()
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, RECORD, on_delivery=lambda e, _m: e and failed.append(e))
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    if producer.flush(120) or failed:
+        raise SystemExit(f"produce failed: {failed[:3]}")
+    return count / (time.perf_counter() - start)
+
+
+def leader_of(bootstrap: str, topic: str) -> int:
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    return metadata.topics[topic].partitions[0].leader
+
+
+def failover_seconds(brokers: list[BrokerProcess], topic: str) -> float:
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    producer.produce(topic, b"warm-up")
+    producer.flush(30)
+    victim = brokers[leader_of(bootstrap, topic)]
+    killed = time.perf_counter()
+    victim.kill()
+    producer.produce(topic, b"after the kill")
+    if producer.flush(120):
+        raise SystemExit("no produce was acknowledged after the leader's kill")
+    return time.perf_counter() - killed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="20,000 records, short latency")
+    parser.add_argument("--records", type=int, help="records per throughput run")
+    args = parser.parse_args()
+    count = args.records or (20_000 if args.quick else 100_000)
+    with scratch_dir(None, "sparklog-bench-replication-") as root:
+        zookeeper = ZooKeeperServer(Path(root) / "zookeeper").start()
+        brokers = [BrokerProcess(Path(root) / f"broker-{i}", {
+            "broker.id": str(i), "zookeeper.connect": f"{zookeeper.connect}/bench",
+            "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+            "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
+        }) for i in range(3)]
+        try:
+            for broker in brokers:
+                broker.start(timeout=60)
+            bootstrap = ",".join(b.bootstrap for b in brokers)
+            rows, rates = [], {}
+            for factor in (1, 3):
+                topic = f"bench-rf{factor}"
+                create(bootstrap, topic, factor)
+                rates[factor] = statistics.median(
+                    throughput(bootstrap, topic, count) for _ in range(2))
+                rows.append(Row(f"produce 1 KiB acks=all RF{factor}", f"{rates[factor]:,.0f}",
+                                f"{rates[factor] * len(RECORD) / MB:,.1f}",
+                                f"{rates[factor] / rates[1]:.3f}"))
+            print_table(["measurement (confluent-kafka defaults)", "records/s", "MB/s",
+                         "ratio to RF1"], rows)
+            create(bootstrap, "bench-latency-rf3", 3)
+            samples = sorted(latency(bootstrap, "bench-latency-rf3", LATENCY_RATE,
+                                     3 if args.quick else 10))
+            p50 = samples[len(samples) // 2]
+            p99 = samples[int(len(samples) * 0.99)]
+            print(f"end-to-end latency @{LATENCY_RATE} rec/s, RF3 (linger.ms 0): p50 {p50:.2f} ms, "
+                  f"p99 {p99:.2f} ms")
+            failover = failover_seconds(brokers, "bench-rf3")
+            target = SESSION_TIMEOUT_MS / 1000 + 1
+            print(f"failover (leader SIGKILL to first acknowledged produce): {failover:.2f} s, "
+                  f"target {target:.1f} s ({failover / target:.2f} of it)")
+            print("peak RSS: " + ", ".join(f"broker {i} {vm_hwm_mib(b.pid):.0f} MiB"
+                                            for i, b in enumerate(brokers) if b.running)
+                  + f", this process {peak_rss_mib():.0f} MiB")
+            print(f"rf3_to_rf1_throughput_ratio={rates[3] / rates[1]:.3f}")
+        finally:
+            for broker in brokers:
+                broker.stop()
+            zookeeper.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""A follower's fetcher: one task per followed partition, fetching from its leader.
+
+Invariants:
+- Fetch requests carry this broker's id as ``replica_id`` and the leader epoch the follower
+  knows as ``current_leader_epoch``, so the leader counts them towards the ISR and refuses
+  them (FENCED / UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER) when either side is stale.
+- Before its first fetch from a leader the follower truncates its divergent tail (KIP-279):
+  it asks OffsetForLeaderEpoch for the end of its latest epoch and truncates to the
+  smaller of that and its own log end; a leader without the epoch (-1) makes it truncate to
+  its high watermark, the conservative pre-KIP-101 rule.
+- Only whole batches are appended (a response may end inside one), with the offsets and
+  leader epochs the leader gave them; the epoch cache learns each new epoch from them.
+  The follower's high watermark is min(leader's, own log end).
+- Connection failures and retriable errors back off and retry; the task ends only when
+  cancelled (the partition's state changed), so it never outlives its role.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from sparklog.errors import ErrorCode
+from sparklog.protocol.codec import decode_response, encode_request, request_class
+from sparklog.protocol.entities import build
+from sparklog.protocol.versions import ApiKey
+from sparklog.record.batch import LOG_OVERHEAD, parse_header
+
+if TYPE_CHECKING:
+    from sparklog.broker.replication import Replica, ReplicaManager
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 11
+EPOCH_VERSION = 3
+BACKOFF_S = 0.2
+_SIZE = struct.Struct(">i")
+
+
+class LeaderConnection:
+    """One asyncio connection to a leader, one request at a time."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 client_id: bytes) -> None:
+        self.reader, self.writer, self.client_id = reader, writer, client_id
+        self._correlation = 0
+
+    @classmethod
+    async def open(cls, host: str, port: int, client_id: str) -> LeaderConnection:
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer, client_id.encode())
+
+    async def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        self._correlation += 1
+        self.writer.write(encode_request(api_key, version, self._correlation, self.client_id,
+                                         build(request_class(api_key, version), body)))
+        await self.writer.drain()
+        (size,) = _SIZE.unpack(await self.reader.readexactly(4))
+        frame = await self.reader.readexactly(size)
+        if _SIZE.unpack_from(frame)[0] != self._correlation:
+            raise ConnectionError("leader answered out of order")
+        return decode_response(api_key, version, frame)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def whole_batches(records: bytes) -> bytes:
+    """``records`` without a partial batch at its end."""
+    position = 0
+    while position + LOG_OVERHEAD + 4 <= len(records):
+        length = _SIZE.unpack_from(records, position + 8)[0]
+        if position + LOG_OVERHEAD + length > len(records):
+            break
+        position += LOG_OVERHEAD + length
+    return records[:position]
+
+
+async def follow(manager: ReplicaManager, replica: Replica) -> None:
+    """Fetch ``replica``'s partition from its leader until cancelled."""
+    state = replica.state
+    assert state is not None
+    connection: LeaderConnection | None = None
+    truncated = False
+    try:
+        while True:
+            try:
+                if connection is None:
+                    leader = manager.live.get(state.leader)
+                    if leader is None:
+                        await asyncio.sleep(BACKOFF_S)
+                        continue
+                    connection = await LeaderConnection.open(
+                        leader.host, leader.port, f"sparklog-replica-{manager.broker_id}")
+                if not truncated:
+                    await _truncate(manager, replica, connection)
+                    truncated = True
+                if not await _fetch(manager, replica, connection):
+                    await asyncio.sleep(BACKOFF_S)
+            except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
+                log.info("%s: fetch from broker %d failed (%s); retrying", replica.name,
+                         state.leader, exc)
+                if connection is not None:
+                    connection.close()
+                connection = None
+                await asyncio.sleep(BACKOFF_S)
+    finally:
+        if connection is not None:
+            connection.close()
+
+
+async def _truncate(manager: ReplicaManager, replica: Replica,
+                    connection: LeaderConnection) -> None:
+    partition_log = manager.log(replica)
+    epoch = replica.epochs.latest_epoch
+    if epoch < 0:
+        end = replica.high_watermark if partition_log.log_end_offset else 0
+    else:
+        answer = await connection.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, {
+            "replica_id": manager.broker_id, "topics": [{"topic": replica.topic, "partitions": [{
+                "partition": replica.partition, "current_leader_epoch": replica.leader_epoch,
+                "leader_epoch": epoch}]}]})
+        result = answer.topics[0].partitions[0]
+        if result.error_code != ErrorCode.NONE:
+            raise OSError(f"OffsetForLeaderEpoch: error {result.error_code}")
+        end = result.end_offset if result.end_offset >= 0 else replica.high_watermark
+    if end < partition_log.log_end_offset:
+        partition_log.truncate_to(end)
+        replica.epochs.truncate_from_end(partition_log.log_end_offset)
+
+
+async def _fetch(manager: ReplicaManager, replica: Replica, connection: LeaderConnection
+                 ) -> bool:
+    """One Fetch; False when the leader refused it (back off before the next)."""
+    partition_log = manager.log(replica)
+    offset = partition_log.log_end_offset
+    max_bytes = manager.fetch_max_bytes
+    answer = await connection.request(ApiKey.FETCH, FETCH_VERSION, {
+        "replica_id": manager.broker_id, "max_wait": timedelta(milliseconds=manager.fetch_wait_ms),
+        "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0,
+        "session_epoch": -1, "topics": [{"topic": replica.topic, "partitions": [{
+            "partition": replica.partition, "current_leader_epoch": replica.leader_epoch,
+            "fetch_offset": offset, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+        "forgotten_topics_data": [], "rack_id": ""})
+    result = answer.responses[0].partitions[0]
+    if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and result.high_watermark >= 0 \
+            and offset > result.high_watermark:
+        partition_log.truncate_to(result.high_watermark)
+        replica.epochs.truncate_from_end(partition_log.log_end_offset)
+        return True
+    if result.error_code != ErrorCode.NONE:
+        log.info("%s: leader answered error %d", replica.name, result.error_code)
+        return False
+    records = whole_batches(bytes(result.records or b""))
+    if records:
+        position = 0
+        while position < len(records):
+            header = parse_header(records, position)
+            replica.epochs.assign(header.leader_epoch, header.base_offset)
+            position += header.size
+        partition_log.append_as_follower(records, now_ms=manager.broker.now_ms())
+    manager.follower_high_watermark(replica, result.high_watermark)
+    return True

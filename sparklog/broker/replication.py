@@ -1,0 +1,452 @@
+"""Replication: this broker's replicas in a ZooKeeper cluster (``zookeeper.connect`` set).
+
+The ``ReplicaManager`` hears the cluster through a ``ClusterSession`` (live brokers, topic
+assignments, partition states the controller writes) and plays, per partition, the role
+the state gives it: leader (serves clients, tracks followers, owns the high watermark and
+the ISR) or follower (a ``replica_fetcher`` task copies the leader's log).
+
+Invariants:
+- Everything here runs on the event loop: ZooKeeper callbacks (kazoo threads) are handed
+  over with ``call_soon_threadsafe``, blocking ZooKeeper writes run in the default executor.
+- A partition state whose controller epoch is below the newest one this broker saw for
+  that partition is ignored (a deposed controller's decision).
+- Leader: the high watermark is the smallest log end offset over the ISR (the leader's own
+  and each follower's last fetch offset) and never moves back; consumers read below it
+  (``fetch.py``), followers up to the log end. A follower behind the leader's log end that
+  has not reached it for ``replica.lag.time.max.ms`` leaves the ISR (an idle partition
+  shrinks nothing, as in Kafka); one that reaches the
+  high watermark joins it again; the leader writes either change by compare-and-set on the
+  state znode (the controller does the same when brokers die).
+- acks=all: fewer ISR members than ``min.insync.replicas`` refuses the batch before the
+  append (NOT_ENOUGH_REPLICAS); after it the request waits (a purgatory of futures, woken
+  by high-watermark moves) until the high watermark passes the batch, answering
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
+  REQUEST_TIMED_OUT after the request's timeout, NOT_LEADER_OR_FOLLOWER if leadership went.
+- Becoming leader records the new epoch's start offset in the leader-epoch cache; becoming
+  follower cancels the old fetcher and starts one for the new leader (truncation first).
+- A request for a partition this broker does not lead gets NOT_LEADER_OR_FOLLOWER (or
+  LEADER_NOT_AVAILABLE while it has no leader), so clients refresh their metadata.
+- ``stop`` is a controlled shutdown (``controlled.shutdown.enable``): the broker
+  deregisters, the controller moves its leaderships to other ISR members (the state znodes
+  say so), and only then does it leave.
+- ``__consumer_offsets`` is a replicated topic (``offsets.topic.replication.factor``,
+  created on the first FindCoordinator once enough brokers live): the group coordinator
+  serves the groups of the partitions this broker leads (loaded on becoming leader,
+  unloaded on losing it), FindCoordinator names the leader of a group's partition, and an
+  offset commit is answered once the ISR has it.
+- Each broker keeps a local log for every partition of every topic (empty where it holds no
+  replica), created when the topic's assignment appears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sparklog.broker.replica_fetcher import follow
+from sparklog.cluster.assignment import assign_replicas
+from sparklog.cluster.layout import NO_LEADER, BrokerInfo, PartitionState
+from sparklog.cluster.session import ClusterSession
+from sparklog.coordinator.group_records import OFFSETS_TOPIC
+from sparklog.errors import ErrorCode, KafkaError
+from sparklog.storage.config import LogConfig
+from sparklog.storage.leader_epochs import LeaderEpochCache
+from sparklog.storage.log import AppendInfo, PartitionLog
+
+if TYPE_CHECKING:
+    from sparklog.broker.state import Broker
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class Replica:
+    """One partition as this broker sees it."""
+
+    topic: str
+    partition: int
+    epochs: LeaderEpochCache
+    replicas: tuple[int, ...] = ()
+    state: PartitionState | None = None
+    controller_epoch: int = -1
+    high_watermark: int = 0
+    follower_leo: dict[int, int] = field(default_factory=dict)
+    caught_up_ms: dict[int, int] = field(default_factory=dict)
+    last_fetch: dict[int, tuple[int, int]] = field(default_factory=dict)  # (time, leader LEO)
+    waiters: list[tuple[int, asyncio.Future[ErrorCode]]] = field(default_factory=list)
+    fetcher: asyncio.Task[None] | None = None
+    isr_write: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def leader(self) -> int:
+        return self.state.leader if self.state is not None else NO_LEADER
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.state.leader_epoch if self.state is not None else -1
+
+    @property
+    def isr(self) -> tuple[int, ...]:
+        return self.state.isr if self.state is not None else ()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ReplicaManager:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.broker_id = broker.node_id
+        config = broker.config
+        self.lag_ms = config.get_int("replica.lag.time.max.ms")
+        self.fetch_wait_ms = config.get_int("replica.fetch.wait.max.ms")
+        self.fetch_max_bytes = config.get_int("replica.fetch.max.bytes")
+        self.live: dict[int, BrokerInfo] = {}
+        self.controller_id = -1
+        self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
+        self.partitions: dict[TopicPartition, Replica] = {}
+        self.session: ClusterSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._isr_task: asyncio.Task[None] | None = None
+        self._writes: set[asyncio.Future[None]] = set()
+
+    # -- life ----------------------------------------------------------------------------
+    async def start(self, host: str, port: int) -> None:
+        config = self.broker.config
+        connect = config.zookeeper_connect
+        assert connect is not None
+        self._loop = asyncio.get_running_loop()
+        for partition in sorted(self.broker.coordinator.loaded):  # loaded again when led
+            self.broker.coordinator.unload(partition)
+        me = BrokerInfo(self.broker_id, host, port, config.get("broker.rack") or None)
+        self.session = ClusterSession(connect, config.get_int("zookeeper.session.timeout.ms"),
+                                      me, self, self._unclean, self.broker.logs.cluster_id)
+        await self._loop.run_in_executor(None, self.session.start)
+        # a ZooKeeper round trip once per block of ids (1000), on the loop: a few ms
+        self.broker.producer_ids.allocate_block = self.session.allocate_producer_ids
+        self._isr_task = asyncio.create_task(self._shrink_isr_forever())
+        log.info("broker %d joined the cluster at %s", self.broker_id, connect)
+
+    async def stop(self, timeout_s: float = 10) -> None:
+        """Controlled shutdown: deregister, wait (up to ``timeout_s``) until the controller
+        moved every partition this broker leads to another in-sync replica, then leave."""
+        assert self._loop is not None
+        if self.session is not None and \
+                self.broker.config.get_bool("controlled.shutdown.enable"):
+            await self._loop.run_in_executor(None, self.session.deregister)
+            deadline = self._loop.time() + timeout_s
+            while self._loop.time() < deadline and any(
+                    r.leader == self.broker_id and len(r.isr) > 1
+                    for r in self.partitions.values()):
+                await asyncio.sleep(0.05)
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+        for replica in self.partitions.values():
+            self._stop_fetcher(replica)
+            self._release(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if self.session is not None and self._loop is not None:
+            await self._loop.run_in_executor(None, self.session.close)
+
+    def _unclean(self, topic: str) -> bool:
+        """``unclean.leader.election.enable`` of ``topic`` (the controller's thread asks)."""
+        found = self.broker.logs.topics.get(topic)
+        config = found.config if found is not None else \
+            LogConfig.of({}, self.broker.logs.topic_defaults)
+        return bool(config.get("unclean.leader.election.enable"))
+
+    # -- what ZooKeeper says (kazoo threads) ---------------------------------------------
+    def _soon(self, action: Callable[..., None], *args: Any) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(action, *args)
+
+    def brokers(self, live: dict[int, BrokerInfo]) -> None:
+        self._soon(setattr, self, "live", live)
+
+    def controller(self, broker_id: int) -> None:
+        self._soon(setattr, self, "controller_id", broker_id)
+
+    def topic(self, name: str, assignment: dict[int, tuple[int, ...]] | None,
+              config: dict[str, str]) -> None:
+        self._soon(self._set_topic, name, assignment, config)
+
+    def partition_state(self, topic: str, partition: int, state: PartitionState | None) -> None:
+        if state is not None:
+            self._soon(self._apply_state, topic, partition, state)
+
+    # -- applying it (event loop) --------------------------------------------------------
+    def _set_topic(self, name: str, assignment: dict[int, tuple[int, ...]] | None,
+                   config: dict[str, str]) -> None:
+        if assignment is None:
+            self.assignments.pop(name, None)
+            return
+        self.assignments[name] = assignment
+        logs = self.broker.logs
+        local = logs.topics.get(name)
+        if local is None:
+            logs.create_topic(name, len(assignment), config)
+        elif local.partitions < len(assignment):
+            logs.create_partitions(name, len(assignment))
+        for partition, replicas in assignment.items():
+            self._replica(name, partition).replicas = replicas
+
+    def _replica(self, topic: str, partition: int) -> Replica:
+        replica = self.partitions.get((topic, partition))
+        if replica is None:
+            directory = self.broker.logs.get_log(topic, partition).directory
+            replica = Replica(topic, partition, LeaderEpochCache(directory))
+            self.partitions[(topic, partition)] = replica
+        return replica
+
+    def log(self, replica: Replica) -> PartitionLog:
+        return self.broker.logs.get_log(replica.topic, replica.partition)
+
+    def _apply_state(self, topic: str, partition: int, state: PartitionState) -> None:
+        if topic not in self.assignments:
+            return
+        replica = self._replica(topic, partition)
+        if state.controller_epoch < replica.controller_epoch:
+            log.info("%s: ignoring a state from controller epoch %d (seen %d)", replica.name,
+                     state.controller_epoch, replica.controller_epoch)
+            return
+        replica.controller_epoch = state.controller_epoch
+        old, replica.state = replica.state, state
+        changed = old is None or (old.leader, old.leader_epoch) != (state.leader,
+                                                                   state.leader_epoch)
+        if state.leader == self.broker_id:
+            if changed:
+                self._become_leader(replica)
+            self._advance_high_watermark(replica)
+        elif changed:
+            self._become_follower(replica)
+
+    def _become_leader(self, replica: Replica) -> None:
+        self._stop_fetcher(replica)
+        partition_log = self.log(replica)
+        replica.epochs.assign(replica.leader_epoch, partition_log.log_end_offset)
+        now = _now_ms()
+        replica.follower_leo, replica.last_fetch = {}, {}
+        replica.caught_up_ms = dict.fromkeys(replica.replicas, now)
+        replica.high_watermark = min(replica.high_watermark, partition_log.log_end_offset)
+        log.info("%s: leader in epoch %d, isr %s", replica.name, replica.leader_epoch,
+                 list(replica.isr))
+        if replica.topic == OFFSETS_TOPIC:
+            self.broker.coordinator.load(replica.partition)
+
+    def _become_follower(self, replica: Replica) -> None:
+        self._stop_fetcher(replica)
+        self._release(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if replica.topic == OFFSETS_TOPIC and replica.partition in self.broker.coordinator.loaded:
+            self.broker.coordinator.unload(replica.partition)
+        if replica.leader != NO_LEADER and self.broker_id in replica.replicas:
+            log.info("%s: following broker %d in epoch %d", replica.name, replica.leader,
+                     replica.leader_epoch)
+            replica.fetcher = asyncio.create_task(follow(self, replica))
+
+    @staticmethod
+    def _stop_fetcher(replica: Replica) -> None:
+        if replica.fetcher is not None:
+            replica.fetcher.cancel()
+            replica.fetcher = None
+
+    # -- leader's bookkeeping ------------------------------------------------------------
+    def leader_replica(self, topic: str, partition: int) -> Replica:
+        """The partition if this broker leads it, else the error a client should see."""
+        replica = self.partitions.get((topic, partition))
+        if replica is None or topic not in self.assignments:
+            raise KafkaError(f"unknown partition {topic}-{partition}",
+                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if replica.leader == self.broker_id:
+            return replica
+        if replica.leader == NO_LEADER:
+            raise KafkaError(f"{replica.name} has no leader", ErrorCode.LEADER_NOT_AVAILABLE)
+        raise KafkaError(f"broker {self.broker_id} is not the leader of {replica.name} "
+                         f"(broker {replica.leader} is)", ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+    def follower_fetched(self, replica: Replica, follower: int, fetch_offset: int) -> None:
+        """A follower's Fetch at ``fetch_offset`` (its log end): track it, maybe grow the ISR."""
+        if follower not in replica.replicas:
+            return
+        now, leo = _now_ms(), self.log(replica).log_end_offset
+        previous = replica.last_fetch.get(follower)
+        if fetch_offset >= leo:
+            replica.caught_up_ms[follower] = now
+        elif previous is not None and fetch_offset >= previous[1]:
+            replica.caught_up_ms[follower] = previous[0]
+        replica.last_fetch[follower] = (now, leo)
+        replica.follower_leo[follower] = fetch_offset
+        epoch_start = replica.epochs.entries[-1][1] if replica.epochs.entries else 0
+        if follower not in replica.isr and fetch_offset >= max(replica.high_watermark,
+                                                               epoch_start):
+            self._write_isr(replica, (*replica.isr, follower))
+        self._advance_high_watermark(replica)
+
+    def _advance_high_watermark(self, replica: Replica) -> None:
+        if replica.leader != self.broker_id:
+            return
+        ends = [self.log(replica).log_end_offset]
+        for member in replica.isr:
+            if member != self.broker_id:
+                ends.append(replica.follower_leo.get(member, -1))
+        high = min(ends)
+        if high > replica.high_watermark:
+            replica.high_watermark = high
+            self.broker.notify_append((replica.topic, replica.partition))
+            still = []
+            for offset, future in replica.waiters:
+                if offset <= high:
+                    if not future.done():
+                        future.set_result(ErrorCode.NONE)
+                else:
+                    still.append((offset, future))
+            replica.waiters = still
+
+    def follower_high_watermark(self, replica: Replica, leader_high_watermark: int) -> None:
+        replica.high_watermark = min(leader_high_watermark, self.log(replica).log_end_offset)
+
+    @staticmethod
+    def _release(replica: Replica, code: ErrorCode) -> None:
+        for _, future in replica.waiters:
+            if not future.done():
+                future.set_result(code)
+        replica.waiters = []
+
+    async def _shrink_isr_forever(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.lag_ms / 4000, 0.05))
+            now = _now_ms()
+            for replica in list(self.partitions.values()):
+                if replica.leader != self.broker_id or replica.isr_write:
+                    continue
+                end = self.log(replica).log_end_offset
+                laggards = {m for m in replica.isr if m != self.broker_id
+                            and replica.follower_leo.get(m, -1) < end
+                            and now - replica.caught_up_ms.get(m, now) > self.lag_ms}
+                if laggards:
+                    log.warning("%s: shrinking the ISR: %s lag more than %d ms", replica.name,
+                                sorted(laggards), self.lag_ms)
+                    self._write_isr(replica, tuple(m for m in replica.isr if m not in laggards))
+
+    def _write_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:
+        """Compare-and-set the state znode with a new ISR (one write in flight per partition)."""
+        state = replica.state
+        if state is None or replica.isr_write or self.session is None:
+            return
+        new = PartitionState(state.leader, state.leader_epoch, isr, state.controller_epoch,
+                             state.zk_version)
+        replica.isr_write = True
+        assert self._loop is not None
+        session = self.session
+
+        async def write() -> None:
+            try:
+                assert self._loop is not None
+                version = await self._loop.run_in_executor(
+                    None, session.write_state, replica.topic, replica.partition, new)
+            finally:
+                replica.isr_write = False
+            if version is not None and replica.state is state:
+                replica.state = PartitionState(new.leader, new.leader_epoch, new.isr,
+                                               new.controller_epoch, version)
+                log.info("%s: isr now %s", replica.name, list(isr))
+                self._advance_high_watermark(replica)
+
+        task = asyncio.ensure_future(write())
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    # -- requests ------------------------------------------------------------------------
+    async def produce(self, topic: str, partition: int, records: bytes, acks: int, now: int,
+                      timeout_ms: int) -> AppendInfo:
+        replica = self.leader_replica(topic, partition)
+        partition_log = self.log(replica)
+        min_isr = int(partition_log.config.get("min.insync.replicas"))
+        if acks == -1 and len(replica.isr) < min_isr:
+            raise KafkaError(f"{replica.name}: {len(replica.isr)} in-sync replicas, "
+                             f"min.insync.replicas is {min_isr}",
+                             ErrorCode.NOT_ENOUGH_REPLICAS)
+        info = partition_log.append(records, now_ms=now, leader_epoch=replica.leader_epoch)
+        if not info.duplicate:
+            self.broker.notify_append((topic, partition))
+        if acks != -1:
+            self._advance_high_watermark(replica)
+            return info
+        code = await self.wait_replicated(replica, info.last_offset + 1, timeout_ms / 1000)
+        if code == ErrorCode.NONE and len(replica.isr) < min_isr:
+            code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        if code != ErrorCode.NONE:
+            raise KafkaError(f"{replica.name}: acks=all not satisfied", code)
+        return info
+
+    async def wait_replicated(self, replica: Replica, offset: int, timeout_s: float
+                              ) -> ErrorCode:
+        """Wait until the high watermark reaches ``offset`` (every ISR member has what is
+        below it): NONE, REQUEST_TIMED_OUT, or NOT_LEADER_OR_FOLLOWER if leadership went."""
+        self._advance_high_watermark(replica)
+        if replica.high_watermark >= offset:
+            return ErrorCode.NONE
+        if replica.leader != self.broker_id:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert self._loop is not None
+        future: asyncio.Future[ErrorCode] = self._loop.create_future()
+        replica.waiters.append((offset, future))
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+
+    # -- the group coordinator's partitions ------------------------------------------------
+    async def group_coordinator(self, group: str) -> BrokerInfo | None:
+        """The live broker leading ``group``'s ``__consumer_offsets`` partition; None while
+        there is none (the topic is created here on first use, as Kafka does)."""
+        if OFFSETS_TOPIC not in self.assignments:
+            config = self.broker.config
+            try:
+                await self.create_topic(
+                    OFFSETS_TOPIC, self.broker.coordinator.store.partitions,
+                    config.get_int("offsets.topic.replication.factor"),
+                    {"cleanup.policy": "compact",
+                     "segment.bytes": config.get("offsets.topic.segment.bytes")})
+            except KafkaError as exc:  # too few brokers yet, or another broker created it
+                log.info("%s not created: %s", OFFSETS_TOPIC, exc)
+            return None
+        replica = self.partitions.get(
+            (OFFSETS_TOPIC, self.broker.coordinator.store.partition_for(group)))
+        return None if replica is None else self.live.get(replica.leader)
+
+    async def offsets_replicated(self, group: str, timeout_s: float) -> ErrorCode:
+        """After a commit to ``group``'s partition: wait until the ISR has it (a committed
+        offset must survive the coordinator's death); errors in a coordinator's terms."""
+        replica = self.partitions.get(
+            (OFFSETS_TOPIC, self.broker.coordinator.store.partition_for(group)))
+        if replica is None:
+            return ErrorCode.NOT_COORDINATOR
+        code = await self.wait_replicated(replica, self.log(replica).log_end_offset, timeout_s)
+        return ErrorCode.NOT_COORDINATOR if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else code
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           config: dict[str, str], timeout_s: float = 0) -> None:
+        """Write a new topic's assignment to ZooKeeper; the controller elects its leaders,
+        which this waits up to ``timeout_s`` to hear of (Kafka's CreateTopics does too)."""
+        racks = {b: info.rack for b, info in self.live.items()}
+        assignment = assign_replicas(racks, partitions, replication_factor)
+        assert self._loop is not None and self.session is not None
+        created = await self._loop.run_in_executor(None, self.session.create_topic, name,
+                                                   assignment, config)
+        if not created:
+            raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
+        deadline = self._loop.time() + timeout_s
+        while self._loop.time() < deadline and not all(
+                (r := self.partitions.get((name, p))) is not None and r.leader != NO_LEADER
+                for p in range(partitions)):
+            await asyncio.sleep(0.05)

@@ -1,0 +1,179 @@
+"""The controller: leader election and ISR upkeep over ZooKeeper state znodes.
+
+The broker that wins ``/controller`` runs one ``Controller``: on every change of live
+brokers or topics it walks every partition and writes what Kafka's controller decides into
+``/brokers/topics/<t>/partitions/<p>/state``. Brokers watch those znodes (see
+``session.ClusterSession``): the state znodes are how decisions reach them, in place of the
+LeaderAndIsr requests kio lacks.
+
+Invariants:
+- Each write is one ZooKeeper transaction that checks the ``/controller_epoch`` version this
+  controller set when it took office, and compares-and-sets the state znode's version: a
+  controller that a newer one replaced can write nothing (split-brain fencing), and a
+  decision made on a stale read (a leader changed the ISR meanwhile) is retried on a new read.
+- Every state it writes carries its controller epoch; it never touches a state written by a
+  newer controller.
+- ``elect`` is Kafka's rule: a partition whose leader is gone gets the first replica (in
+  assignment order) that is in the ISR and alive, with the leader epoch bumped; with none,
+  the partition goes offline (leader -1, the ISR kept) unless unclean election is enabled
+  for its topic, which elects the first live replica and logs the possible loss. Dead
+  followers leave the ISR; a new partition's ISR is its live replicas.
+- All work runs on the controller's own thread, one reconciliation at a time; ZooKeeper
+  watches only queue a request for one.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Collection, Sequence
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, RolledBackError
+
+from sparklog.cluster.layout import (
+    BROKER_IDS,
+    CONTROLLER_EPOCH,
+    NO_LEADER,
+    TOPICS,
+    PartitionState,
+    decode_assignment,
+    state_path,
+    topic_path,
+)
+
+log = logging.getLogger(__name__)
+
+
+def elect(replicas: Sequence[int], state: PartitionState | None, live: Collection[int],
+          unclean: bool, controller_epoch: int) -> PartitionState | None:
+    """The partition's next state, or None when it needs no change (module invariants)."""
+    alive = [r for r in replicas if r in live]
+    if state is None:
+        leader = alive[0] if alive else NO_LEADER
+        return PartitionState(leader, 0, tuple(alive), controller_epoch)
+    if state.leader in live:
+        isr = tuple(r for r in state.isr if r in live)
+        if isr == state.isr:
+            return None
+        return PartitionState(state.leader, state.leader_epoch, isr, controller_epoch)
+    candidates = [r for r in replicas if r in state.isr and r in live]
+    if candidates:
+        isr = tuple(r for r in state.isr if r in live)
+        return PartitionState(candidates[0], state.leader_epoch + 1, isr, controller_epoch)
+    if unclean and alive:
+        log.warning("unclean leader election: broker %d was not in the ISR %s; records "
+                    "acknowledged by the ISR may be lost", alive[0], list(state.isr))
+        return PartitionState(alive[0], state.leader_epoch + 1, (alive[0],), controller_epoch)
+    if state.leader == NO_LEADER:
+        return None
+    log.warning("no live in-sync replica among %s: partition offline", list(state.isr))
+    return PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr, controller_epoch)
+
+
+class Controller:
+    """The controller's work while this broker holds ``/controller`` with ``epoch`` (the
+    ``/controller_epoch`` znode is at ``epoch_version``)."""
+
+    def __init__(self, zk: KazooClient, broker_id: int, epoch: int, epoch_version: int,
+                 unclean: Callable[[str], bool]) -> None:
+        self.zk = zk
+        self.broker_id = broker_id
+        self.epoch = epoch
+        self.epoch_version = epoch_version
+        self.unclean = unclean
+        self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self._stopped = threading.Event()
+        self._watched: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+
+    def start(self) -> None:
+        log.info("broker %d is the controller, epoch %d", self.broker_id, self.epoch)
+        self._thread.start()
+        self.zk.ChildrenWatch(BROKER_IDS, self._on_change)
+        self.zk.ChildrenWatch(TOPICS, self._on_topics)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._requests.put(False)
+
+    @property
+    def active(self) -> bool:
+        return not self._stopped.is_set()
+
+    def _on_change(self, *_: object) -> bool:
+        self._requests.put(True)
+        return self.active  # False ends the watch
+
+    def _on_topics(self, topics: list[str]) -> bool:
+        for topic in topics:
+            if topic not in self._watched:
+                self._watched.add(topic)
+                self.zk.DataWatch(topic_path(topic), self._on_change)
+        return self._on_change()
+
+    def _run(self) -> None:
+        while True:
+            self._requests.get()
+            while not self._requests.empty():  # one pass serves every request queued so far
+                self._requests.get_nowait()
+            if not self.active:
+                return
+            try:
+                self.reconcile()
+            except FencedError:
+                log.warning("controller epoch %d was superseded: stepping down", self.epoch)
+                self.stop()
+            except Exception:
+                log.exception("controller pass failed; retrying on the next change")
+
+    def reconcile(self) -> None:
+        """One pass over every partition (module invariants)."""
+        live = {int(b) for b in self.zk.get_children(BROKER_IDS)}
+        retry = False
+        for topic in self.zk.get_children(TOPICS):
+            try:
+                assignment = decode_assignment(self.zk.get(topic_path(topic))[0])
+            except NoNodeError:
+                continue
+            unclean = self.unclean(topic)
+            for partition, replicas in sorted(assignment.items()):
+                retry |= not self._update(topic, partition, replicas, live, unclean)
+        if retry:
+            self._requests.put(True)
+
+    def _update(self, topic: str, partition: int, replicas: Sequence[int], live: set[int],
+                unclean: bool) -> bool:
+        """Write the partition's next state; False when a concurrent write beat it."""
+        path = state_path(topic, partition)
+        try:
+            data, stat = self.zk.get(path)
+            state: PartitionState | None = PartitionState.decode(data, stat.version)
+        except NoNodeError:
+            state = None
+        if state is not None and state.controller_epoch > self.epoch:
+            raise FencedError
+        new = elect(replicas, state, live, unclean, self.epoch)
+        if new is None:
+            return True
+        transaction = self.zk.transaction()
+        transaction.check(CONTROLLER_EPOCH, self.epoch_version)
+        if state is None:
+            self.zk.ensure_path(path.rpartition("/")[0])
+            transaction.create(path, new.encode())
+        else:
+            transaction.set_data(path, new.encode(), state.zk_version)
+        results = transaction.commit()
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            raise FencedError
+        if any(isinstance(r, Exception) for r in results):
+            return False
+        log.info("%s-%d: leader %d, leader epoch %d, isr %s (controller epoch %d)", topic,
+                 partition, new.leader, new.leader_epoch, list(new.isr), self.epoch)
+        return True
+
+
+class FencedError(Exception):
+    """A newer controller took office: this one must stop writing."""
+

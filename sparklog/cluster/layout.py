@@ -1,0 +1,148 @@
+"""Kafka's ZooKeeper layout: znode paths and the JSON each holds (Kafka 2.x's formats).
+
+Invariants:
+- Paths are relative to the chroot of ``zookeeper.connect``, as Kafka's are, so an operator
+  reads a sparklog cluster with ``zkCli`` exactly like a Kafka 2.x one.
+- ``/brokers/ids/<id>`` (ephemeral) is a ``BrokerInfo``; ``/controller`` (ephemeral) names
+  the controller; ``/controller_epoch`` (persistent) is the controller epoch as a decimal;
+  ``/brokers/topics/<t>`` is the replica assignment (first replica = preferred leader);
+  ``/brokers/topics/<t>/partitions/<p>/state`` is a ``PartitionState``; ``/config/topics/<t>``
+  holds a topic's config overrides; ``/latest_producer_id_block`` the last producer-id
+  block handed out (its end is the next block's start).
+- Decoding is lenient on fields Kafka added over the years (absent ones take Kafka's
+  defaults), strict on what the cluster needs (a state without a leader is an error).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+TOPIC_CONFIGS = "/config/topics"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+CLUSTER_ID = "/cluster/id"
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, "/config/changes", "/admin/delete_topics",
+                    "/isr_change_notification")
+
+NO_LEADER = -1
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def config_path(topic: str) -> str:
+    return f"{TOPIC_CONFIGS}/{topic}"
+
+
+def _now_ms() -> str:
+    return str(int(time.time() * 1000))
+
+
+def _dump(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A live broker as ``/brokers/ids/<id>`` registers it."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    def encode(self) -> bytes:
+        return _dump({"version": 4, "host": self.host, "port": self.port,
+                      "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
+                      "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+                      "rack": self.rack, "jmx_port": -1, "features": {},
+                      "timestamp": _now_ms()})
+
+    @classmethod
+    def decode(cls, broker_id: int, data: bytes) -> BrokerInfo:
+        value = json.loads(data)
+        return cls(broker_id, value["host"], int(value["port"]), value.get("rack"))
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """``.../partitions/<p>/state``; ``zk_version`` is the znode version it was read at (the
+    compare-and-set token of the next write), not part of the JSON."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = field(default=-1, compare=False)
+
+    def encode(self) -> bytes:
+        return _dump({"controller_epoch": self.controller_epoch, "leader": self.leader,
+                      "version": 1, "leader_epoch": self.leader_epoch, "isr": list(self.isr)})
+
+    @classmethod
+    def decode(cls, data: bytes, zk_version: int) -> PartitionState:
+        value = json.loads(data)
+        return cls(int(value["leader"]), int(value["leader_epoch"]),
+                   tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]),
+                   zk_version)
+
+
+def encode_assignment(assignment: dict[int, tuple[int, ...]]) -> bytes:
+    return _dump({"version": 2, "partitions": {str(p): list(r) for p, r in
+                                                 sorted(assignment.items())},
+                  "adding_replicas": {}, "removing_replicas": {}})
+
+
+def decode_assignment(data: bytes) -> dict[int, tuple[int, ...]]:
+    value = json.loads(data)
+    return {int(p): tuple(int(b) for b in r) for p, r in value["partitions"].items()}
+
+
+def encode_controller(broker_id: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id, "timestamp": _now_ms()})
+
+
+def decode_controller(data: bytes) -> int:
+    return int(json.loads(data)["brokerid"])
+
+
+def encode_topic_config(config: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": config})
+
+
+def decode_topic_config(data: bytes) -> dict[str, str]:
+    return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
+
+
+def encode_producer_id_block(broker_id: int, start: int, end: int) -> bytes:
+    """Kafka's block: ``block_end`` is the block's last id (inclusive)."""
+    return _dump({"version": 1, "broker": broker_id, "block_start": str(start),
+                  "block_end": str(end - 1)})
+
+
+def decode_producer_id_block_end(data: bytes) -> int:
+    """The first id after the block (the next block's start)."""
+    return int(json.loads(data)["block_end"]) + 1
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return str(json.loads(data)["id"])

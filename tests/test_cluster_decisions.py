@@ -1,0 +1,65 @@
+"""The controller's pure decisions: replica assignment and leader election.
+
+What an operator relies on: replicas of a partition are distinct brokers spread over as
+many racks as the replication factor allows, preferred leaders go round the brokers, a
+factor above the brokers is refused; a dead leader is replaced by the first live in-sync
+replica with a higher leader epoch, a partition without one goes offline (leader -1)
+unless unclean election is on, and dead followers leave the ISR.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparklog.cluster.assignment import assign_replicas
+from sparklog.cluster.controller import elect
+from sparklog.cluster.layout import PartitionState
+from sparklog.errors import ErrorCode, KafkaError
+
+racks_of = st.dictionaries(st.integers(0, 20), st.sampled_from([None, "a", "b", "c"]),
+                           min_size=1, max_size=8)
+
+
+@given(brokers=racks_of, partitions=st.integers(1, 30), data=st.data())
+def test_assignment_spreads_replicas_racks_and_leaders(
+        brokers: dict[int, str | None], partitions: int, data: st.DataObject) -> None:
+    factor = data.draw(st.integers(1, len(brokers)))
+    assignment = assign_replicas(brokers, partitions, factor)
+    assert sorted(assignment) == list(range(partitions))
+    racks = {r for r in brokers.values()}
+    for replicas in assignment.values():
+        assert len(set(replicas)) == factor and set(replicas) <= set(brokers)
+        if None not in racks:
+            assert len({brokers[b] for b in replicas}) == min(factor, len(racks))
+    leaders = Counter(replicas[0] for replicas in assignment.values())
+    even = partitions // len(brokers)
+    assert all(even <= leaders[b] <= even + 1 for b in brokers)
+
+
+def test_a_factor_above_the_brokers_is_refused() -> None:
+    with pytest.raises(KafkaError) as refused:
+        assign_replicas({0: None, 1: None}, 1, 3)
+    assert refused.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+def test_elections() -> None:
+    state = PartitionState(leader=1, leader_epoch=4, isr=(1, 2, 3), controller_epoch=2)
+    # a new partition: its live replicas, the first leading
+    assert elect((2, 1, 3), None, {1, 3}, False, 7) == PartitionState(1, 0, (1, 3), 7)
+    assert elect((1, 2, 3), state, {1, 2, 3}, False, 7) is None  # nothing to do
+    # a dead follower leaves the ISR; the leader and its epoch stay
+    assert elect((1, 2, 3), state, {1, 2}, False, 7) == PartitionState(1, 4, (1, 2), 7)
+    # a dead leader: the first live ISR member in assignment order, a higher epoch
+    assert elect((1, 3, 2), state, {2, 3}, False, 7) == PartitionState(3, 5, (2, 3), 7)
+    lonely = PartitionState(leader=1, leader_epoch=4, isr=(1,), controller_epoch=2)
+    # nobody in sync alive: offline (the ISR kept for the last member's return) ...
+    assert elect((1, 2, 3), lonely, {2, 3}, False, 7) == PartitionState(-1, 5, (1,), 7)
+    # ... unless unclean election is on
+    assert elect((1, 2, 3), lonely, {2, 3}, True, 7) == PartitionState(2, 5, (2,), 7)
+    offline = PartitionState(leader=-1, leader_epoch=5, isr=(1,), controller_epoch=7)
+    assert elect((1, 2, 3), offline, {2, 3}, False, 7) is None
+    assert elect((1, 2, 3), offline, {1, 2}, False, 8) == PartitionState(1, 6, (1,), 8)
