@@ -79,7 +79,8 @@ def decode_request(header: RequestHeader, frame: bytes, body_offset: int) -> Req
     read = _request_reader(header.api_key, header.api_version)
     try:
         request, _ = read(frame, body_offset)
-    except (DecodeError, ValueError) as exc:  # kio raises ValueError for some bad values
+    except (DecodeError, ValueError, KeyError) as exc:
+        # kio raises ValueError for some bad values, KeyError for a tagged field it lacks
         raise InvalidRequestError(f"api {header.api_key} v{header.api_version}: {exc}") from exc
     null = _null_array(request)
     if null is not None:
