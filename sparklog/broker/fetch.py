@@ -82,7 +82,7 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None,
     transactions of what is returned; ``replica_id`` >= 0 is a follower's fetch."""
     try:
         broker.security.require(Operation.READ, ResourceType.TOPIC, topic)
-        leader_epoch, high = LEADER_EPOCH, None
+        leader_epoch, high, replica = LEADER_EPOCH, None, None
         if broker.cluster is not None:
             replica = broker.cluster.leader_replica(topic, p.partition)
             leader_epoch = replica.leader_epoch
@@ -97,8 +97,8 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None,
             return FetchPartition(p.partition, ErrorCode.FENCED_LEADER_EPOCH)
         log = broker.get_log(topic, p.partition)
         end, start, stable = log.log_end_offset, log.log_start_offset, log.last_stable_offset
-        if broker.cluster is not None:
-            end = broker.cluster.leader_replica(topic, p.partition).high_watermark
+        if replica is not None:  # clients see the log up to the high watermark
+            end = replica.high_watermark
             stable = min(stable, end)
         records, aborted = None, ()
         if budget is None or budget > 0:

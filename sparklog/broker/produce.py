@@ -54,19 +54,23 @@ async def produce(broker: Broker, header: RequestHeader,
     refused = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional_id is not None \
         and not security.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                    transactional_id) else None
-    topics = []
+    appends = []
     for topic in request.topic_data:
         denied = refused or (None if security.authorize(Operation.WRITE, ResourceType.TOPIC,
                                                         topic.name)
                              else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        partitions = await asyncio.gather(*(
-            _append(build, broker, topic.name, data, request.acks, now, request.timeout, denied)
-            for data in topic.partition_data))
-        topics.append(build("TopicProduceResponse", name=topic.name,
-                            partition_responses=tuple(partitions)))
+        appends.extend(_append(build, broker, topic.name, data, request.acks, now,
+                               request.timeout, denied) for data in topic.partition_data)
+    # on a single node an append never waits, so the appends run in turn without a task
+    # each; in a cluster every partition of the request waits for its ISR at the same time
+    answers = iter(await asyncio.gather(*appends) if broker.cluster is not None
+                   else [await append for append in appends])
     if request.acks == 0:
         return None
-    return build.response(responses=tuple(topics))
+    return build.response(responses=tuple(
+        build("TopicProduceResponse", name=topic.name,
+              partition_responses=tuple(next(answers) for _ in topic.partition_data))
+        for topic in request.topic_data))
 
 
 async def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
