@@ -43,9 +43,15 @@ def cpu_seconds(pid: int | None, thread: int | None = None, *, user_only: bool =
     to what else the machine runs. User time leaves out the kernel's share, which write-back
     of earlier runs' data can inflate."""
     path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
-    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    fields = _stat_fields(Path(path))
     ticks = int(fields[11]) + (0 if user_only else int(fields[12]))
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(path: Path) -> list[str]:
+    """The fields of a /proc stat file after the command name (field 3 of proc(5) first:
+    the state, then the parent pid; utime and stime are 11 and 12 here)."""
+    return path.read_text().rsplit(")", 1)[1].split()
 
 
 def spark_cpu_seconds(jvm_pid: int, broker_pid: int | None) -> dict[str, dict[int, float]]:
@@ -58,7 +64,7 @@ def spark_cpu_seconds(jvm_pid: int, broker_pid: int | None) -> dict[str, dict[in
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = _stat_fields(entry / "stat")
         except OSError:  # the process ended meanwhile
             continue
         parents[int(entry.name)] = int(fields[1])
