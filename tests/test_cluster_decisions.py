@@ -4,7 +4,8 @@ What an operator relies on: replicas of a partition are distinct brokers spread 
 many racks as the replication factor allows, preferred leaders go round the brokers, a
 factor above the brokers is refused; a dead leader is replaced by the first live in-sync
 replica with a higher leader epoch, a partition without one goes offline (leader -1)
-unless unclean election is on, and dead followers leave the ISR.
+unless unclean election is on, and dead followers leave the ISR; the preferred replica
+takes leadership back only once alive and in sync.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparklog.cluster.assignment import assign_replicas
-from sparklog.cluster.controller import elect
+from sparklog.cluster.controller import elect, prefer
 from sparklog.cluster.layout import PartitionState
 from sparklog.errors import ErrorCode, KafkaError
 
@@ -63,3 +64,13 @@ def test_elections() -> None:
     offline = PartitionState(leader=-1, leader_epoch=5, isr=(1,), controller_epoch=7)
     assert elect((1, 2, 3), offline, {2, 3}, False, 7) is None
     assert elect((1, 2, 3), offline, {1, 2}, False, 8) == PartitionState(1, 6, (1,), 8)
+
+
+def test_preferred_leader_election() -> None:
+    away = PartitionState(leader=2, leader_epoch=3, isr=(2, 3, 1), controller_epoch=4)
+    # the preferred replica (first assigned) is back in sync: it leads again, a new epoch
+    assert prefer((1, 2, 3), away, {1, 2, 3}, 5) == PartitionState(1, 4, (2, 3, 1), 5)
+    assert prefer((2, 1, 3), away, {1, 2, 3}, 5) is None  # it already leads
+    behind = PartitionState(leader=2, leader_epoch=3, isr=(2, 3), controller_epoch=4)
+    assert prefer((1, 2, 3), behind, {1, 2, 3}, 5) is None  # not in sync yet
+    assert prefer((1, 2, 3), away, {2, 3}, 5) is None  # not alive

@@ -9,7 +9,8 @@ a partition says so; the controller fails over with a higher epoch, and a depose
 controller can no longer write; a paused follower leaves the ISR and comes back; a former
 leader with records nobody else has truncates them and ends byte-identical to the others;
 with no in-sync replica alive a partition stays offline unless unclean election is on; a
-consumer group keeps its committed offsets when its coordinator's broker dies.
+consumer group keeps its committed offsets when its coordinator's broker dies; with
+auto.leader.rebalance.enable the preferred replica leads again once back in sync.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from kafka.protocol.producer import ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from sparklog.broker.process import BrokerProcess
-from sparklog.cluster.controller import Controller, FencedError
+from sparklog.cluster.controller import Controller, ControllerConfig, FencedError
 from sparklog.cluster.layout import CONTROLLER, CONTROLLER_EPOCH, PartitionState, state_path
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
 from sparklog.errors import ErrorCode
@@ -154,7 +155,8 @@ def test_controller_failover_fences_the_old_controller(cluster: Cluster) -> None
 
         wait_until(new_controller, message="a new controller in a higher epoch")
         # the deposed controller's epoch and znode version no longer let it write
-        stale = Controller(zk, old_id, int(old_epoch), stat.version, lambda _: False)
+        stale = Controller(zk, old_id, int(old_epoch), stat.version,
+                           ControllerConfig(lambda _: False))
         with pytest.raises(FencedError):
             stale.reconcile()
         state = PartitionState.decode(*_state(zk, "audit"))
@@ -297,3 +299,20 @@ def committed_offset(bootstrap: str, group: str, topic: str) -> int:
         return int(found.offset)
     finally:
         consumer.close()
+
+
+def test_preferred_leader_returns(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    config = {"auto.leader.rebalance.enable": "true",
+              "leader.imbalance.check.interval.seconds": "1"}
+    with running_cluster(zookeeper, tmp_path, "preferred", config) as cluster:
+        create_topic(cluster.bootstrap, "orders", replication_factor=3)
+        preferred = cluster.wait_for_isr("orders", {0, 1, 2}).replicas[0]
+        cluster.brokers[preferred].kill()
+        wait_until(lambda: cluster.partition("orders").leader not in (-1, preferred),
+                   message="another leader")
+        produce_confluent(cluster.bootstrap, "orders", numbered(3), acks="all")
+        cluster.brokers[preferred].start()
+        wait_until(lambda: cluster.partition("orders").leader == preferred,
+                   message="the preferred leader back once in sync")
+        values = [r.value for r in consume_confluent(cluster.bootstrap, "orders", 3)]
+        assert values == [r.value for r in numbered(3)]

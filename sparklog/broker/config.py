@@ -84,6 +84,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "replica.fetch.max.bytes": "1048576",
     "controlled.shutdown.enable": "true",
     "offsets.topic.replication.factor": "3",
+    "auto.leader.rebalance.enable": "true",
+    "leader.imbalance.check.interval.seconds": "300",
 }
 
 _INT_KEYS = {
@@ -104,9 +106,10 @@ _INT_KEYS = {
     "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size", "log.cleaner.threads",
     "broker.id", "zookeeper.session.timeout.ms", "replica.lag.time.max.ms",
     "replica.fetch.wait.max.ms", "replica.fetch.max.bytes", "offsets.topic.replication.factor",
+    "leader.imbalance.check.interval.seconds",
 }
 _BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.enable",
-              "controlled.shutdown.enable"}
+              "controlled.shutdown.enable", "auto.leader.rebalance.enable"}
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[0-9a-fA-F:.]*\]|[^:/\[\]]*)"
                        r":(?P<port>\d{1,5})$")
 _TOPIC_SYNONYMS = {k.broker_synonym for k in CONFIG_KEYS.values() if k.broker_synonym}

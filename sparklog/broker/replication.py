@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.replica_fetcher import follow
 from sparklog.cluster.assignment import assign_replicas
+from sparklog.cluster.controller import ControllerConfig
 from sparklog.cluster.layout import NO_LEADER, BrokerInfo, PartitionState
 from sparklog.cluster.session import ClusterSession
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
@@ -130,8 +131,12 @@ class ReplicaManager:
         for partition in sorted(self.broker.coordinator.loaded):  # loaded again when led
             self.broker.coordinator.unload(partition)
         me = BrokerInfo(self.broker_id, host, port, config.get("broker.rack") or None)
+        rebalance = config.get_bool("auto.leader.rebalance.enable")
+        controller = ControllerConfig(
+            self._unclean,
+            config.get_int("leader.imbalance.check.interval.seconds") if rebalance else None)
         self.session = ClusterSession(connect, config.get_int("zookeeper.session.timeout.ms"),
-                                      me, self, self._unclean, self.broker.logs.cluster_id)
+                                      me, self, controller, self.broker.logs.cluster_id)
         await self._loop.run_in_executor(None, self.session.start)
         # a ZooKeeper round trip once per block of ids (1000), on the loop: a few ms
         self.broker.producer_ids.allocate_block = self.session.allocate_producer_ids

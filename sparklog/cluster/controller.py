@@ -18,6 +18,11 @@ Invariants:
   the partition goes offline (leader -1, the ISR kept) unless unclean election is enabled
   for its topic, which elects the first live replica and logs the possible loss. Dead
   followers leave the ISR; a new partition's ISR is its live replicas.
+- With ``auto.leader.rebalance.enable`` (``rebalance_interval_s``:
+  ``leader.imbalance.check.interval.seconds``) a pass without changes to wait for also
+  hands leadership back to each partition's preferred (first assigned) replica that is
+  alive and in sync (``prefer``), a higher leader epoch again. Kafka first weighs each
+  broker's imbalance ratio; here any partition away from its preferred leader moves.
 - All work runs on the controller's own thread, one reconciliation at a time; ZooKeeper
   watches only queue a request for one.
 """
@@ -28,6 +33,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, RolledBackError
@@ -44,6 +50,24 @@ from sparklog.cluster.layout import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """What the controller reads of the broker's configuration."""
+
+    unclean: Callable[[str], bool]  # unclean.leader.election.enable of a topic
+    rebalance_interval_s: float | None = None  # auto.leader.rebalance.enable: check interval
+
+
+def prefer(replicas: Sequence[int], state: PartitionState, live: Collection[int],
+           controller_epoch: int) -> PartitionState | None:
+    """Preferred-leader election: the first assigned replica leads again once it is alive
+    and in sync; None when it already leads or cannot."""
+    preferred = replicas[0]
+    if state.leader == preferred or preferred not in live or preferred not in state.isr:
+        return None
+    return PartitionState(preferred, state.leader_epoch + 1, state.isr, controller_epoch)
 
 
 def elect(replicas: Sequence[int], state: PartitionState | None, live: Collection[int],
@@ -77,12 +101,12 @@ class Controller:
     ``/controller_epoch`` znode is at ``epoch_version``)."""
 
     def __init__(self, zk: KazooClient, broker_id: int, epoch: int, epoch_version: int,
-                 unclean: Callable[[str], bool]) -> None:
+                 config: ControllerConfig) -> None:
         self.zk = zk
         self.broker_id = broker_id
         self.epoch = epoch
         self.epoch_version = epoch_version
-        self.unclean = unclean
+        self.config = config
         self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._stopped = threading.Event()
         self._watched: set[str] = set()
@@ -115,21 +139,26 @@ class Controller:
 
     def _run(self) -> None:
         while True:
-            self._requests.get()
+            try:
+                self._requests.get(timeout=self.config.rebalance_interval_s)
+                preferred = False
+            except queue.Empty:  # the auto.leader.rebalance.enable check is due
+                preferred = True
             while not self._requests.empty():  # one pass serves every request queued so far
                 self._requests.get_nowait()
             if not self.active:
                 return
             try:
-                self.reconcile()
+                self.reconcile(preferred)
             except FencedError:
                 log.warning("controller epoch %d was superseded: stepping down", self.epoch)
                 self.stop()
             except Exception:
                 log.exception("controller pass failed; retrying on the next change")
 
-    def reconcile(self) -> None:
-        """One pass over every partition (module invariants)."""
+    def reconcile(self, preferred: bool = False) -> None:
+        """One pass over every partition (module invariants); ``preferred`` also moves
+        leadership back to preferred replicas that are alive and in sync."""
         live = {int(b) for b in self.zk.get_children(BROKER_IDS)}
         retry = False
         for topic in self.zk.get_children(TOPICS):
@@ -137,14 +166,14 @@ class Controller:
                 assignment = decode_assignment(self.zk.get(topic_path(topic))[0])
             except NoNodeError:
                 continue
-            unclean = self.unclean(topic)
+            unclean = self.config.unclean(topic)
             for partition, replicas in sorted(assignment.items()):
-                retry |= not self._update(topic, partition, replicas, live, unclean)
+                retry |= not self._update(topic, partition, replicas, live, unclean, preferred)
         if retry:
             self._requests.put(True)
 
     def _update(self, topic: str, partition: int, replicas: Sequence[int], live: set[int],
-                unclean: bool) -> bool:
+                unclean: bool, preferred: bool) -> bool:
         """Write the partition's next state; False when a concurrent write beat it."""
         path = state_path(topic, partition)
         try:
@@ -155,6 +184,8 @@ class Controller:
         if state is not None and state.controller_epoch > self.epoch:
             raise FencedError
         new = elect(replicas, state, live, unclean, self.epoch)
+        if new is None and preferred and state is not None:
+            new = prefer(replicas, state, live, self.epoch)
         if new is None:
             return True
         transaction = self.zk.transaction()

@@ -28,14 +28,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Protocol
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from sparklog.cluster.controller import Controller
+from sparklog.cluster.controller import Controller, ControllerConfig
 from sparklog.cluster.layout import (
     BROKER_IDS,
     CLUSTER_ID,
@@ -86,14 +85,14 @@ def split_connect(connect: str) -> tuple[str, str]:
 
 class ClusterSession:
     def __init__(self, connect: str, session_timeout_ms: int, me: BrokerInfo,
-                 listener: ClusterListener, unclean: Callable[[str], bool],
+                 listener: ClusterListener, controller_config: ControllerConfig,
                  proposed_cluster_id: str) -> None:
         self.proposed_cluster_id = proposed_cluster_id
         self.hosts, self.chroot = split_connect(connect)
         self.session_timeout_ms = session_timeout_ms
         self.me = me
         self.listener = listener
-        self.unclean = unclean
+        self.controller_config = controller_config
         self.zk = KazooClient(hosts=self.hosts, timeout=session_timeout_ms / 1000)
         self.controller: Controller | None = None
         self._topics: set[str] = set()
@@ -208,7 +207,7 @@ class ClusterSession:
                 return
             epoch, version = self._bump_epoch()
             self.controller = Controller(self.zk, self.me.broker_id, epoch, version,
-                                         self.unclean)
+                                         self.controller_config)
             self.controller.start()
 
     def _bump_epoch(self) -> tuple[int, int]:
