@@ -1,7 +1,8 @@
 """The source's Kafka client (``sparklog.client``) and task reader against a broker that
 misbehaves on purpose (the in-process broker's fault hooks): retriable errors, dropped
-connections and slow answers are retried until the policy's deadline, fatal ones fail at
-once naming the error, and a task still yields exactly its offset range."""
+connections, slow answers and a cached leader that refuses connections are retried until
+the policy's deadline, fatal ones fail at once naming the error, and a task still yields
+exactly its offset range."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from sparklog.client.cluster import TopicPartition
 from sparklog.client.errors import KafkaClientError
 from sparklog.client.kafka import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, KafkaClient
 from sparklog.client.settings import ClientConfig, RetryPolicy, parse_bootstrap
+from sparklog.cluster.zookeeper_server import free_port
 from sparklog.datasource.read.fetcher import read_partition
 from sparklog.datasource.read.planning import KafkaInputPartition
 from sparklog.datasource.read.read_options import TaskSettings
@@ -82,6 +84,18 @@ def test_a_dropped_connection_and_a_slow_answer_are_retried(embedded: EmbeddedBr
         fetched = kafka.fetch(topic, 0, 1 << 20)
     assert (drop.hits, slow.hits) == (1, 1)
     assert fetched.error_code == ErrorCode.NONE and fetched.records
+
+
+def test_a_leader_that_refuses_connections_is_looked_up_again(embedded: EmbeddedBroker,
+                                                              topic: TopicPartition) -> None:
+    """A cached leader whose broker is gone (a killed leader in a cluster; here a port
+    nothing listens on) is dropped, and Metadata names the broker that leads now."""
+    gone = ("127.0.0.1", free_port())
+    config = ClientConfig(parse_bootstrap(embedded.bootstrap))
+    with KafkaClient(config, PATIENT, {topic: gone}) as kafka:
+        assert kafka.fetch(topic, 0, 1 << 20).records
+    with KafkaClient(config, PATIENT, {topic: gone}) as kafka:
+        assert kafka.offsets_at([topic], LATEST_TIMESTAMP) == {topic: COUNT}
 
 
 def test_a_fatal_error_fails_at_once_naming_it(embedded: EmbeddedBroker,

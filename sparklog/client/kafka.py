@@ -9,7 +9,9 @@ Invariants:
   (not leader, leader unavailable, unknown topic after a create, timeouts, a dropped
   connection) drops the cached leader and the connection, waits ``retry.backoff`` and
   retries until the ``RetryPolicy`` deadline; then ``KafkaClientError`` is raised, naming
-  the broker or partition and the Kafka error.
+  the broker or partition and the Kafka error. A broker that refuses a connection or drops
+  one loses every leadership cached for it, so a dead leader's partitions are looked up
+  again (in a cluster, until the controller has elected their new leaders).
 - ``prefetch`` sends the Fetch a coming ``fetch`` will read, so the broker works while the
   caller decodes the previous answer; any other request on that connection drops it.
 - Nothing here must survive pickling: a ``KafkaClient`` is opened where it is used (driver
@@ -239,7 +241,7 @@ class KafkaClient:
                 except RetriableError as exc:
                     log.info("prefetch for %s failed: %s; retrying", tp, exc)
             else:
-                self._drop(pending[3], None)
+                self._drop(pending[3])
         return self._retrying(
             lambda: self._receive_fetch(self._send_fetch(tp, offset, max_bytes), tp),
             f"Fetch {tp} at offset {offset}")
@@ -248,7 +250,7 @@ class KafkaClient:
         """Send the Fetch a coming ``fetch(tp, offset, max_bytes)`` will read, so the
         broker works on it while the caller decodes the previous answer."""
         if self._prefetched is not None:
-            self._drop(self._prefetched[3], None)
+            self._drop(self._prefetched[3])
             self._prefetched = None
         try:
             self._prefetched = (tp, offset, max_bytes, self._send_fetch(tp, offset, max_bytes))
@@ -271,7 +273,7 @@ class KafkaClient:
         try:
             connection.send(ApiKey.FETCH, connection.versions[ApiKey.FETCH], body)
         except OSError as exc:
-            self._drop(connection, tp)
+            self._failed(connection)
             raise RetriableError(f"Fetch to {connection.address}: {exc}") from exc
         return connection
 
@@ -279,7 +281,7 @@ class KafkaClient:
         try:
             answer = connection.receive()
         except OSError as exc:
-            self._drop(connection, tp)
+            self._failed(connection)
             raise RetriableError(f"Fetch from {connection.address}: {exc}") from exc
         top_error = getattr(answer, "error_code", ErrorCode.NONE)  # v7+
         if top_error != ErrorCode.NONE:
@@ -321,14 +323,23 @@ class KafkaClient:
         try:
             return connection.request(api_key, connection.versions[api_key], body)
         except OSError as exc:
-            self._drop(connection, None)
+            self._failed(connection)
             raise RetriableError(f"{API_NAMES[api_key]} to {connection.address}: {exc}") from exc
 
-    def _drop(self, connection: BrokerConnection, tp: TopicPartition | None) -> None:
+    def _drop(self, connection: BrokerConnection) -> None:
         connection.close()
         self._connections = {a: c for a, c in self._connections.items() if c is not connection}
-        if tp is not None:
-            self._leaders.pop(tp, None)
+
+    def _failed(self, connection: BrokerConnection) -> None:
+        """The connection broke: drop it and whatever was learnt of its broker."""
+        for address in [a for a, c in self._connections.items() if c is connection]:
+            self._unreachable(address)
+        self._drop(connection)
+
+    def _unreachable(self, address: Address) -> None:
+        """Nothing answers at ``address``: forget the leaderships cached there, so the next
+        attempt asks Metadata who leads now (a dead leader's partitions move elsewhere)."""
+        self._leaders = {tp: a for tp, a in self._leaders.items() if a != address}
 
     def _connection(self, address: Address) -> BrokerConnection:
         connection = self._connections.get(address)
@@ -336,6 +347,7 @@ class KafkaClient:
             try:
                 connection = BrokerConnection(*address, self.config)
             except OSError as exc:
+                self._unreachable(address)
                 raise RetriableError(f"cannot connect to {address[0]}:{address[1]}: "
                                       f"{exc}") from exc
             self._connections[address] = connection

@@ -47,6 +47,7 @@ DEFAULT_FETCH_MAX_BYTES = 8 << 20
 DEFAULT_FETCH_MAX_WAIT_MS = 500
 DEFAULT_FETCH_MIN_BYTES = 1
 DEFAULT_RETRY_BACKOFF_MS = 100
+DEFAULT_API_TIMEOUT_MS = 60_000
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 """Kafka's ``isolation.level`` values and their Fetch / ListOffsets wire values."""
 
@@ -74,6 +75,9 @@ class ClientConfig:
     fetch_max_wait_ms: int = DEFAULT_FETCH_MAX_WAIT_MS
     fetch_min_bytes: int = DEFAULT_FETCH_MIN_BYTES
     retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_MS / 1000
+    default_api_timeout_s: float = DEFAULT_API_TIMEOUT_MS / 1000
+    """Kafka's ``default.api.timeout.ms``: how long a metadata or offset lookup retries
+    retriable errors (a leader's failover among them) before it fails."""
     isolation_level: int = ISOLATION_LEVELS["read_uncommitted"]
     """Kafka's: 0 read_uncommitted, 1 read_committed (up to the last stable offset, the
     records of aborted transactions dropped)."""

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Mapping
 
 from sparklog.client.settings import (
+    DEFAULT_API_TIMEOUT_MS,
     DEFAULT_FETCH_MAX_BYTES,
     DEFAULT_FETCH_MAX_WAIT_MS,
     DEFAULT_FETCH_MIN_BYTES,
@@ -48,7 +49,7 @@ _REFUSED = {
 _USED = frozenset({
     "bootstrap.servers", "client.id", "request.timeout.ms", "fetch.max.bytes",
     "max.partition.fetch.bytes", "fetch.max.wait.ms", "fetch.min.bytes", "retry.backoff.ms",
-    "isolation.level", "group.id",
+    "isolation.level", "group.id", "default.api.timeout.ms",
 }) | SECURITY_KEYS
 
 
@@ -81,6 +82,8 @@ def client_config(params: Mapping[str, str]) -> ClientConfig:
         fetch_max_wait_ms=_positive(lowered, "fetch.max.wait.ms", DEFAULT_FETCH_MAX_WAIT_MS),
         fetch_min_bytes=_positive(lowered, "fetch.min.bytes", DEFAULT_FETCH_MIN_BYTES),
         retry_backoff_s=_positive(lowered, "retry.backoff.ms", DEFAULT_RETRY_BACKOFF_MS) / 1000,
+        default_api_timeout_s=_positive(lowered, "default.api.timeout.ms",
+                                        DEFAULT_API_TIMEOUT_MS) / 1000,
         isolation_level=ISOLATION_LEVELS[isolation],
         security=security,
     )

@@ -168,6 +168,10 @@ class ReadOptions:
     min_offsets_per_trigger: int | None
     max_trigger_delay_s: float
     driver_retry: RetryPolicy
+    """The driver's metadata and offset lookups retry retriable errors for
+    ``kafka.default.api.timeout.ms`` (60 s, as Kafka's admin client inside each attempt of
+    Spark's Kafka source) plus ``fetchOffset.numRetries`` x ``fetchOffset.retryIntervalMs``:
+    long enough to ride out a partition leader's failover."""
     executor_retry: RetryPolicy
     group_id: str | None
     """The consumer group that mirrors the stream's progress (``groupId`` or
@@ -211,7 +215,9 @@ def parse_read_options(options: Mapping[str, str], streaming: bool | None) -> Re
         max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger"),
         min_offsets_per_trigger=_positive(options, "minOffsetsPerTrigger"),
         max_trigger_delay_s=_duration(options, "maxTriggerDelay", "15m"),
-        driver_retry=RetryPolicy(retries * retry_interval_ms / 1000, retry_interval_ms / 1000),
+        driver_retry=RetryPolicy(
+            client.default_api_timeout_s + retries * retry_interval_ms / 1000,
+            retry_interval_ms / 1000),
         executor_retry=RetryPolicy(poll_timeout_ms / 1000, client.retry_backoff_s),
         group_id=get_option(options, "groupId") or get_option(options, "kafka.group.id") or None,
         latest_per_key=latest_per_key,
