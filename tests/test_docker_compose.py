@@ -156,7 +156,8 @@ def test_services_of_the_default_setup(compose: dict[str, Any]) -> None:
     assert services["broker"]["command"][:2] == ["sparklog", "broker"]
     assert "org.apache.spark.deploy.master.Master" in services["spark-master"]["command"]
     assert "spark://spark-master:7077" in services["spark-worker"]["command"]
-    for name in default | {"sample-events-kafka", "stream-job-kafka"}:
+    sparklog = {name for name, s in services.items() if s.get("image") != "zookeeper:3.9"}
+    for name in sparklog - {"kafka"}:
         assert services[name]["image"] == "sparklog:local"
         assert services[name]["build"] == "."
     for name, service in services.items():
@@ -218,6 +219,8 @@ def test_the_readme_shows_the_tools_in_the_broker_container(compose: dict[str, A
 @pytest.mark.parametrize(("job", "bootstrap", "table"), [
     ("stream-job", "broker:19092", "/lake/events"),
     ("stream-job-kafka", "kafka:9092", "/lake/events-kafka"),
+    ("stream-job-cluster", "broker-0:19092,broker-1:19092,broker-2:19092",
+     "/lake/events-cluster"),
 ])
 def test_the_streaming_jobs_run_on_the_cluster(compose: dict[str, Any], job: str, bootstrap: str,
                                                table: str) -> None:
@@ -250,7 +253,42 @@ def test_the_kafka_profile_uses_apache_kafka_in_kraft_mode(compose: dict[str, An
     assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == "1@kafka:9093"
     assert not any("ZOOKEEPER" in key for key in env)
     assert "kafka:9092" in services["sample-events-kafka"]["command"]
-    assert set(compose["volumes"]) == {"broker-data", "kafka-data", "lake"}
+    assert {"broker-data", "kafka-data", "lake"} <= set(compose["volumes"])
+
+
+def test_the_cluster_profile_runs_three_brokers_on_zookeeper(compose: dict[str, Any]) -> None:
+    """Three brokers of one cluster (one ZooKeeper chroot), each with its id, rack, data
+    volume, an internal listener the other containers reach and a published one for the
+    host; the job and the sample events bootstrap on all three internal listeners."""
+    services = compose["services"]
+    cluster = {name for name, s in services.items() if s.get("profiles") == ["cluster"]}
+    names = [f"broker-{i}" for i in range(3)]
+    assert cluster == {"zookeeper", *names, "sample-events-cluster", "stream-job-cluster"}
+    assert services["zookeeper"]["hostname"] == "zookeeper"
+    configs = [_broker_config(services[name]["command"]) for name in names]
+    assert [c.get_int("broker.id") for c in configs] == [0, 1, 2]
+    assert len({c.get("broker.rack") for c in configs}) == 3
+    assert {c.get("zookeeper.connect") for c in configs} == {"zookeeper:2181/sparklog"}
+    for config in configs:
+        assert config.get_int("default.replication.factor") == 3
+        assert config.get_int("min.insync.replicas") == 2
+        assert config.get_int("offsets.topic.replication.factor") == 3
+    internal = []
+    for name, config in zip(names, configs, strict=True):
+        listeners = config.listeners()
+        advertised = config.listeners("advertised.listeners")
+        assert advertised["PLAINTEXT"] == (name, listeners["PLAINTEXT"][1])
+        host, port = advertised["PLAINTEXT_HOST"]
+        assert host == "localhost"
+        assert _published(services[name])[listeners["PLAINTEXT_HOST"][1]] == port
+        assert services[name]["volumes"] == [f"{name}-data:/data/broker"]
+        internal.append("{}:{}".format(*advertised["PLAINTEXT"]))
+    published = [p for name in names for p in _published(services[name]).values()]
+    single = set(_published(services["broker"]).values())
+    assert len(set(published)) == 3 and not set(published) & single
+    for name in ("sample-events-cluster", "stream-job-cluster"):
+        command = services[name]["command"]
+        assert command[command.index("--bootstrap") + 1] == ",".join(internal)
 
 
 def test_the_dockerfile_ships_what_the_services_run() -> None:
