@@ -56,6 +56,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -577,6 +578,18 @@ def produce_request(topic: str, partition: int, records: bytes, *, acks: int = -
                     version: int = 3) -> ProduceRequest:
     """A Produce request (kafka-python's protocol classes) carrying one records blob."""
     return produce_request_to(topic, {partition: records}, acks=acks, version=version)
+
+
+def metadata_v12(bootstrap: str, *topics: str | uuid.UUID) -> Any:
+    """Metadata v12 (flexible; leader epochs, topic ids) for ``topics`` (names, or ids
+    asked for without a name), kafka-python's codec, from the first broker of ``bootstrap``."""
+    request = MetadataRequest(
+        version=12, topics=[MetadataRequest.MetadataRequestTopic(
+            version=12, topic_id=t if isinstance(t, uuid.UUID) else None,
+            name=None if isinstance(t, uuid.UUID) else t) for t in topics],
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    with RawConnection(bootstrap.split(",")[0]) as conn:
+        return conn.call(request, MetadataResponse)
 
 
 def produce_request_to(topic: str, blobs: Mapping[int, bytes | None], *, acks: int = -1,

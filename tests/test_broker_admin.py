@@ -9,7 +9,8 @@ and IncrementalAlterConfigs (SET, DELETE, APPEND, SUBTRACT), validate_only, bad 
 that a changed config applies to the live log at once; CreatePartitions (grow, validate_only,
 no shrinking); DeleteTopics (gone from metadata and disk; a re-created topic starts empty);
 DeleteRecords (low watermark moves, the records below it are unreadable: a Fetch there is
-OFFSET_OUT_OF_RANGE, consumers start at the new earliest offset).
+OFFSET_OUT_OF_RANGE, consumers start at the new earliest offset); Metadata v12's topic ids
+(stable while a topic lives, new for a re-created one) and leader epochs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from broker_fixtures import (
     admin,
     consume_confluent,
     create_topic,
+    metadata_v12,
     module_broker,
     numbered,
     produce_confluent,
@@ -385,6 +387,24 @@ def test_delete_topic(broker: BrokerProcess, topic: str, client: Admin) -> None:
     # A topic created again under the same name starts empty.
     assert client.create(topic) == ErrorCode.NONE
     assert watermarks(broker.bootstrap, topic) == (0, 0)
+
+
+def test_metadata_v12_names_topic_ids_and_leader_epochs(broker: BrokerProcess,
+                                                        topic: str) -> None:
+    """What librdkafka reads from Metadata v9+: leader epochs, and (v10+) topic ids, each
+    topic's own and kept while it lives; a topic asked for by id alone is unknown."""
+    create_topic(broker.bootstrap, topic, partitions=2)
+    found, missing = metadata_v12(broker.bootstrap, topic, f"{topic}-never").topics
+    assert found.error_code == ErrorCode.NONE and found.topic_id.int != 0
+    assert [(p.leader_id, p.leader_epoch) for p in found.partitions] == [(0, 0), (0, 0)]
+    assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert metadata_v12(broker.bootstrap, topic).topics[0].topic_id == found.topic_id
+    (by_id,) = metadata_v12(broker.bootstrap, found.topic_id).topics
+    assert (by_id.error_code, by_id.topic_id) == (ErrorCode.UNKNOWN_TOPIC_ID, found.topic_id)
+    deleting = admin(broker.bootstrap)  # kept: its futures fail once it is freed
+    deleting.delete_topics([topic])[topic].result(TIMEOUT)
+    create_topic(broker.bootstrap, topic)
+    assert metadata_v12(broker.bootstrap, topic).topics[0].topic_id != found.topic_id
 
 
 def test_delete_records(broker: BrokerProcess, topic: str, client: Admin) -> None:

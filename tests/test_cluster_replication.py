@@ -32,6 +32,7 @@ from broker_fixtures import (
     confluent_consumer,
     consume_confluent,
     create_topic,
+    metadata_v12,
     numbered,
     produce_confluent,
     produce_request_to,
@@ -97,6 +98,10 @@ def test_replicated_topic_lists_leader_replicas_and_isr(cluster: Cluster) -> Non
     with zk_client(cluster) as zk:
         state = json.loads(zk.get(state_path("orders", 0))[0])
         assert set(state) >= {"leader", "leader_epoch", "isr", "controller_epoch"}
+    # Metadata v9+ carries the leader epoch (librdkafka trusts epochs from v9 only)
+    partition = metadata_v12(cluster.bootstrap, "orders").topics[0].partitions[0]
+    assert (partition.leader_id, partition.leader_epoch) == (state["leader"],
+                                                              state["leader_epoch"])
 
 
 def test_acks_all_survives_leader_kills(cluster: Cluster) -> None:

@@ -1,4 +1,4 @@
-"""Metadata (key 3), v0-v8.
+"""Metadata (key 3), v0-v12.
 
 Behaviour: this node is the only broker, the controller, and the leader (epoch
 ``LEADER_EPOCH``), only replica and only ISR member of every partition. ``topics`` null
@@ -12,6 +12,12 @@ may DESCRIBE; a named topic it may not describe is TOPIC_AUTHORIZATION_FAILED, a
 missing topic it may not create (CREATE on the CLUSTER or the TOPIC). The authorized
 operations (v8) are Kafka's bit fields when asked for, else ``OMITTED``.
 
+v9+ matter to librdkafka: only from Metadata v9 does it trust the leader epochs it is
+given (KIP-320), and without them it follows a partition's new leader after a failover one
+metadata refresh late. Topic ids (v10+): a single node's own; in a cluster the zero UUID
+(unknown), as Kafka answers for topics created before ids; a topic asked for by id alone
+(no name) is UNKNOWN_TOPIC_ID.
+
 In a cluster (``broker.cluster``) the answer is what ZooKeeper says: every live broker
 (with its rack), the controller, and per partition its leader (LEADER_NOT_AVAILABLE while
 it has none), leader epoch, replicas, ISR and offline replicas (assigned ones not alive);
@@ -20,6 +26,7 @@ auto-created topics get ``default.replication.factor`` replicas.
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
@@ -32,7 +39,7 @@ from sparklog.protocol.versions import ApiKey
 from sparklog.storage.log_manager import TopicMetadata, validate_topic_name
 
 if TYPE_CHECKING:
-    from kio.schema.metadata.v8.request import MetadataRequest
+    from kio.schema.metadata.v12.request import MetadataRequest
 
 
 
@@ -40,7 +47,7 @@ OMITTED = -(2**31)
 """Authorized operations not asked for (Kafka's Integer.MIN_VALUE)."""
 
 
-@handles(ApiKey.METADATA, versions=(0, 8))
+@handles(ApiKey.METADATA, versions=(0, 12))
 async def metadata(broker: Broker, header: RequestHeader,
                    request: MetadataRequest) -> Any:
     build = Build(header)
@@ -50,7 +57,7 @@ async def metadata(broker: Broker, header: RequestHeader,
         names = [n for n in sorted(broker.logs.topics)
                  if security.authorize(Operation.DESCRIBE, ResourceType.TOPIC, n)]
     else:
-        names = [t.name for t in request.topics]
+        names = [t.name for t in request.topics if t.name is not None]
     auto_create = version < 4 or request.allow_auto_topic_creation
     with_operations = getattr(request, "include_topic_authorized_operations", False)
     if broker.cluster is not None:
@@ -66,7 +73,7 @@ async def metadata(broker: Broker, header: RequestHeader,
             topic = broker.topic(name, auto_create=create)
         except KafkaError as exc:
             topics.append(build("MetadataResponseTopic", error_code=exc.code, name=name,
-                                is_internal=False, partitions=()))
+                                topic_id=None, is_internal=False, partitions=()))
             continue
         topics.append(_describe(build, broker, topic, with_operations))
     node = broker.node_id
@@ -77,7 +84,7 @@ async def metadata(broker: Broker, header: RequestHeader,
                        port=broker.port, rack=None),),
         cluster_id=broker.cluster_id,
         controller_id=node,
-        topics=tuple(topics),
+        topics=tuple(topics) + _unknown_ids(build, request),
         cluster_authorized_operations=cluster_operations,
     )
 
@@ -96,7 +103,8 @@ def _describe(build: Build, broker: Broker, topic: TopicMetadata, with_operation
     operations = broker.security.authorized_operations(ResourceType.TOPIC, topic.name) \
         if with_operations else OMITTED
     return build("MetadataResponseTopic", error_code=ErrorCode.NONE, name=topic.name,
-                 is_internal=topic.internal, partitions=tuple(partitions),
+                 topic_id=uuid.UUID(topic.topic_id), is_internal=topic.internal,
+                 partitions=tuple(partitions),
                  topic_authorized_operations=operations)
 
 
@@ -106,7 +114,7 @@ async def cluster_metadata(build: Build, broker: Broker, request: Any, auto_crea
     if request.topics is None or (build.version == 0 and not request.topics):
         names = sorted(cluster.assignments)
     else:
-        names = [t.name for t in request.topics]
+        names = [t.name for t in request.topics if t.name is not None]
     topics = []
     for name in names:
         if name not in cluster.assignments:
@@ -123,7 +131,7 @@ async def cluster_metadata(build: Build, broker: Broker, request: Any, auto_crea
                     code = ErrorCode.LEADER_NOT_AVAILABLE \
                         if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS else exc.code
             topics.append(build("MetadataResponseTopic", error_code=code, name=name,
-                                is_internal=False, partitions=()))
+                                topic_id=None, is_internal=False, partitions=()))
             continue
         partitions = []
         for p, replicas in sorted(cluster.assignments[name].items()):
@@ -138,10 +146,17 @@ async def cluster_metadata(build: Build, broker: Broker, request: Any, auto_crea
                 offline_replicas=tuple(r for r in replicas if r not in cluster.live)))
         local = broker.logs.topics.get(name)
         topics.append(build("MetadataResponseTopic", error_code=ErrorCode.NONE, name=name,
-                            is_internal=local is not None and local.internal,
+                            topic_id=None, is_internal=local is not None and local.internal,
                             partitions=tuple(partitions)))
     return build.response(
         brokers=tuple(build("MetadataResponseBroker", node_id=b.broker_id, host=b.host,
                             port=b.port, rack=b.rack) for b in cluster.live.values()),
         cluster_id=broker.cluster_id, controller_id=cluster.controller_id,
-        topics=tuple(topics))
+        topics=tuple(topics) + _unknown_ids(build, request))
+
+
+def _unknown_ids(build: Build, request: Any) -> tuple[Any, ...]:
+    """Topics asked for by id alone (v10+): sparklog knows topics by name only."""
+    return tuple(build("MetadataResponseTopic", error_code=ErrorCode.UNKNOWN_TOPIC_ID,
+                       name=None, topic_id=t.topic_id, partitions=())
+                 for t in request.topics or () if t.name is None)
