@@ -13,9 +13,10 @@ missing topic it may not create (CREATE on the CLUSTER or the TOPIC). The author
 operations (v8) are Kafka's bit fields when asked for, else ``OMITTED``.
 
 In a cluster (``broker.cluster``) the answer is what ZooKeeper says: every live broker
-(with its rack), the controller, and per partition its leader (LEADER_NOT_AVAILABLE while
-it has none), leader epoch, replicas, ISR and offline replicas (assigned ones not alive);
-auto-created topics get ``default.replication.factor`` replicas.
+(with its rack) at its endpoint of the listener the request came in on (brokers without
+that listener are left out, as Kafka does), the controller, and per partition its leader
+(LEADER_NOT_AVAILABLE while it has none), leader epoch, replicas, ISR and offline replicas
+(assigned ones not alive); auto-created topics get ``default.replication.factor`` replicas.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
+from sparklog.broker.security.session import listener_name
 from sparklog.broker.state import LEADER_EPOCH, Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
@@ -140,8 +142,11 @@ async def cluster_metadata(build: Build, broker: Broker, request: Any, auto_crea
         topics.append(build("MetadataResponseTopic", error_code=ErrorCode.NONE, name=name,
                             is_internal=local is not None and local.internal,
                             partitions=tuple(partitions)))
+    listener = listener_name()
+    endpoints = {b: (info, e) for b, info in cluster.live.items()
+                 if (e := info.endpoint(listener)) is not None}
     return build.response(
-        brokers=tuple(build("MetadataResponseBroker", node_id=b.broker_id, host=b.host,
-                            port=b.port, rack=b.rack) for b in cluster.live.values()),
+        brokers=tuple(build("MetadataResponseBroker", node_id=b, host=e.host, port=e.port,
+                            rack=info.rack) for b, (info, e) in endpoints.items()),
         cluster_id=broker.cluster_id, controller_id=cluster.controller_id,
         topics=tuple(topics))

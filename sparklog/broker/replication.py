@@ -34,6 +34,8 @@ Invariants:
   serves the groups of the partitions this broker leads (loaded on becoming leader,
   unloaded on losing it), FindCoordinator names the leader of a group's partition, and an
   offset commit is answered once the ISR has it.
+- SCRAM credentials and ACLs are the cluster's, in ZooKeeper (``BrokerSecurity.join_cluster``,
+  loaded before the broker registers as started), not the data directory's.
 - Each broker keeps a local log for every partition of every topic (empty where it holds no
   replica), created when the topic's assignment appears.
 """
@@ -50,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from sparklog.broker.replica_fetcher import follow
 from sparklog.cluster.assignment import assign_replicas
 from sparklog.cluster.controller import ControllerConfig
-from sparklog.cluster.layout import NO_LEADER, BrokerInfo, PartitionState
+from sparklog.cluster.layout import NO_LEADER, BrokerInfo, Endpoint, PartitionState
 from sparklog.cluster.session import ClusterSession
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.errors import ErrorCode, KafkaError
@@ -123,14 +125,15 @@ class ReplicaManager:
         self._writes: set[asyncio.Future[None]] = set()
 
     # -- life ----------------------------------------------------------------------------
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, endpoints: tuple[Endpoint, ...]) -> None:
+        """Join the cluster, registered with every advertised listener (``endpoints``)."""
         config = self.broker.config
         connect = config.zookeeper_connect
         assert connect is not None
         self._loop = asyncio.get_running_loop()
         for partition in sorted(self.broker.coordinator.loaded):  # loaded again when led
             self.broker.coordinator.unload(partition)
-        me = BrokerInfo(self.broker_id, host, port, config.get("broker.rack") or None)
+        me = BrokerInfo(self.broker_id, endpoints, config.get("broker.rack") or None)
         rebalance = config.get_bool("auto.leader.rebalance.enable")
         controller = ControllerConfig(
             self._unclean,
@@ -138,6 +141,7 @@ class ReplicaManager:
         self.session = ClusterSession(connect, config.get_int("zookeeper.session.timeout.ms"),
                                       me, self, controller, self.broker.logs.cluster_id)
         await self._loop.run_in_executor(None, self.session.start)
+        await self.broker.security.join_cluster(self.session.zk)
         # a ZooKeeper round trip once per block of ids (1000), on the loop: a few ms
         self.broker.producer_ids.allocate_block = self.session.allocate_producer_ids
         self._isr_task = asyncio.create_task(self._shrink_isr_forever())
@@ -160,6 +164,7 @@ class ReplicaManager:
         for replica in self.partitions.values():
             self._stop_fetcher(replica)
             self._release(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.broker.security.leave_cluster()
         if self.session is not None and self._loop is not None:
             await self._loop.run_in_executor(None, self.session.close)
 

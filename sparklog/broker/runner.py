@@ -24,10 +24,11 @@ Invariants:
   every log and writes the clean-shutdown marker. SIGTERM and SIGINT stop ``run``, which
   then exits 0.
 - With ``zookeeper.connect`` set, the broker joins that cluster once its listeners accept
-  (``replication.ReplicaManager``, registered under the first listener's advertised
-  address) and before ``start`` returns; ZooKeeper out of reach or ``broker.id`` taken is
-  a ``StartupError``. ``stop`` leaves the cluster (its registration goes at once) before it
-  closes connections. Without it nothing here touches ZooKeeper.
+  (``replication.ReplicaManager``, registered with every listener's advertised address
+  and security protocol, as Kafka's ``/brokers/ids/<id>``) and before ``start`` returns;
+  ZooKeeper out of reach or ``broker.id`` taken is a ``StartupError``. ``stop`` leaves the
+  cluster (its registration goes at once) before it closes connections. Without it
+  nothing here touches ZooKeeper.
 - Maintenance (time-based flushes, retention, checkpoints) runs on the event loop at the
   intervals Kafka's settings name; log compaction runs in the ``LogCleaner`` threads
   (``log.cleaner.*``).
@@ -57,6 +58,7 @@ from sparklog.broker.replication import ReplicaManager
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
+from sparklog.cluster.layout import Endpoint
 from sparklog.cluster.session import ClusterError
 from sparklog.errors import InvalidConfigError
 from sparklog.signals import WATCHED, Stop
@@ -217,10 +219,13 @@ class BrokerService:
             raise StartupError(str(exc)) from None
 
     async def _join_cluster(self, broker: Broker) -> None:
-        """Register in ZooKeeper under the first listener's advertised address."""
+        """Register in ZooKeeper with every listener's advertised address."""
         broker.cluster = ReplicaManager(broker)
+        protocols = self.config.security_protocols()
         try:
-            await broker.cluster.start(*next(iter(broker.advertised.values())))
+            await broker.cluster.start(tuple(
+                Endpoint(name, protocols[name], host, port)
+                for name, (host, port) in broker.advertised.items()))
         except ClusterError as exc:
             await self.stop()
             raise StartupError(str(exc)) from None

@@ -1,0 +1,172 @@
+"""Security on a cluster (issue 15 on issue 19's cluster): SCRAM users and ACLs live in
+ZooKeeper in Kafka's layout and every broker serves the cluster's view.
+
+What a user relies on: a user added through one broker logs in on another, also after that
+broker restarted, and a deleted one nowhere; an ACL created through one broker allows on
+another, and once deleted refuses everywhere; ``sparklog acls`` and ``sparklog users`` work
+against any broker; ZooKeeper holds what Kafka's tools expect
+(``/config/users/<user>``, ``/kafka-acl/...``, ``/kafka-acl-extended/prefixed/...`` and
+their change notifications).
+
+One ZooKeeper (module), three broker processes per test (each its own chroot), each with a
+PLAINTEXT listener (``User:ANONYMOUS``, a super user here: the tools' and the test's way
+in) and a SASL_PLAINTEXT one (SCRAM users from ZooKeeper, PLAIN user bob from the config).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_fixtures import (
+    TIMEOUT,
+    Cluster,
+    create_topic,
+    one_batch,
+    raw_produce,
+    wait_until,
+    zk_client,
+    zookeeper,
+)
+from confluent_kafka import KafkaError, Producer
+from security_support import plain_jaas, sasl_raw
+
+from sparklog.broker.process import BrokerProcess
+from sparklog.cli import main as sparklog_main
+from sparklog.cluster.zookeeper_server import ZooKeeperServer
+from sparklog.errors import ErrorCode
+
+__all__ = ["zookeeper"]  # fixtures, imported for pytest
+
+SASL = "SASL_PLAINTEXT"
+SECURE_CLUSTER = {
+    "listeners": f"PLAINTEXT://127.0.0.1:0,{SASL}://127.0.0.1:0",
+    "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,{SASL}:{SASL}",
+    f"listener.name.{SASL.lower()}.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+    f"listener.name.{SASL.lower()}.plain.sasl.jaas.config": plain_jaas({"bob": "bob-secret"}),
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+}
+
+
+@pytest.fixture
+def cluster(zookeeper: ZooKeeperServer, tmp_path: Path,
+            request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    running = Cluster(zookeeper, tmp_path, request.node.name, config=SECURE_CLUSTER)
+    try:
+        yield running.start()
+    finally:
+        running.stop()
+
+
+def tool(name: str, broker: BrokerProcess, *argv: str) -> tuple[int, str]:
+    """``sparklog NAME ARGV`` against ``broker``'s PLAINTEXT listener: exit code, stdout."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = sparklog_main([name, *argv, "--bootstrap-server", broker.bootstrap])
+    return code, out.getvalue()
+
+
+REFUSED = (KafkaError._AUTHENTICATION, KafkaError._MSG_TIMED_OUT)
+"""A refused login as librdkafka reports it (it retries the login until the timeout)."""
+
+
+def scram_login_error(broker: BrokerProcess, user: str, password: str) -> Any:
+    """The error of producing one record as a SCRAM user through ``broker``'s SASL listener
+    (None: acknowledged)."""
+    errors: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": broker.listeners[SASL],
+                         "security.protocol": SASL, "sasl.mechanism": "SCRAM-SHA-512",
+                         "sasl.username": user, "sasl.password": password,
+                         "message.timeout.ms": 5000, "enable.idempotence": False})
+    producer.produce("logins", b"v", on_delivery=lambda err, _: errors.append(err))
+    producer.flush(TIMEOUT)
+    return errors[0].code() if errors and errors[0] is not None else None
+
+
+def bob_produces(broker: BrokerProcess, topic: str, partition: int) -> int:
+    """The error code of one Produce as bob (PLAIN) on ``broker``'s SASL listener."""
+    with sasl_raw(broker.listeners[SASL], "bob", "bob-secret") as conn:
+        return raw_produce(conn, topic, partition, one_batch(b"x")).error_code
+
+
+def led_by(cluster: Cluster, topic: str, broker_id: int, partitions: int) -> int:
+    return next(p for p in range(partitions) if cluster.leader(topic, p) == broker_id)
+
+
+def test_a_user_added_through_one_broker_logs_in_on_every_broker(cluster: Cluster) -> None:
+    first, second, third = cluster.brokers
+    create_topic(first.bootstrap, "logins", replication_factor=3)
+    assert tool("acls", first, "add", "--allow-principal", "User:alice", "--operation",
+                "Write", "--topic", "logins")[0] == 0
+    assert tool("users", first, "add", "alice", "--password", "alice-secret",
+                "--mechanism", "SCRAM-SHA-512")[0] == 0
+    wait_until(lambda: scram_login_error(third, "alice", "alice-secret") is None,
+               message="alice logs in on broker 2")
+    assert scram_login_error(second, "alice", "wrong") in REFUSED
+    assert "alice" in tool("users", second, "list")[1]
+    with zk_client(cluster) as zk:
+        stored = json.loads(zk.get("/config/users/alice")[0])
+        assert stored["version"] == 1
+        credential = stored["config"]["SCRAM-SHA-512"]
+        assert [f.partition("=")[0] for f in credential.split(",")] == \
+            ["salt", "stored_key", "server_key", "iterations"]
+        assert "alice-secret" not in credential
+        notes = [json.loads(zk.get(f"/config/changes/{c}")[0])
+                 for c in zk.get_children("/config/changes")]
+        assert {"version": 2, "entity_path": "users/alice"} in notes
+    third.restart()
+    assert scram_login_error(third, "alice", "alice-secret") is None  # ZooKeeper's, not local
+    assert tool("users", second, "delete", "alice", "--mechanism", "SCRAM-SHA-512")[0] == 0
+    for broker in cluster.brokers:
+        wait_until(lambda b=broker: scram_login_error(b, "alice", "alice-secret") in REFUSED,
+                   message=f"alice refused on {broker.bootstrap}")
+
+
+def test_an_acl_created_through_one_broker_applies_on_every_broker(cluster: Cluster) -> None:
+    first, second, third = cluster.brokers
+    create_topic(first.bootstrap, "orders", partitions=3, replication_factor=3)
+    partition = led_by(cluster, "orders", 0, 3)
+    assert bob_produces(first, "orders", partition) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    assert tool("acls", second, "add", "--allow-principal", "User:bob", "--operation", "Write",
+                "--topic", "orders")[0] == 0
+    wait_until(lambda: bob_produces(first, "orders", partition) == ErrorCode.NONE,
+               message="bob may write orders on broker 0")
+    assert "User:bob" in tool("acls", third, "list", "--topic", "orders")[1]
+    first.restart()
+    wait_until(lambda: cluster.leader("orders", partition) >= 0, message="a leader")
+    leader = cluster.brokers[cluster.leader("orders", partition)]
+    assert bob_produces(leader, "orders", partition) == ErrorCode.NONE  # from ZooKeeper
+    assert tool("acls", second, "add", "--allow-principal", "User:bob", "--operation", "Read",
+                "--topic", "ord", "--resource-pattern-type", "prefixed")[0] == 0
+    with zk_client(cluster) as zk:
+        literal = json.loads(zk.get("/kafka-acl/Topic/orders")[0])
+        assert literal == {"version": 1, "acls": [{"principal": "User:bob",
+                                                   "permissionType": "Allow",
+                                                   "operation": "Write", "host": "*"}]}
+        prefixed = json.loads(zk.get("/kafka-acl-extended/prefixed/Topic/ord")[0])
+        assert prefixed["acls"][0]["operation"] == "Read"
+        assert b"Topic:orders" in [zk.get(f"/kafka-acl-changes/{c}")[0]
+                                   for c in zk.get_children("/kafka-acl-changes")]
+        extended = [json.loads(zk.get(f"/kafka-acl-extended-changes/{c}")[0])
+                    for c in zk.get_children("/kafka-acl-extended-changes")]
+        assert {"version": 1, "resourceType": "Topic", "name": "ord",
+                "patternType": "PREFIXED"} in extended
+    assert tool("acls", third, "remove", "--allow-principal", "User:bob", "--operation",
+                "Write", "--topic", "orders")[0] == 0
+    for broker in cluster.brokers:
+        wait_until(lambda b=broker: "User:bob" not in tool("acls", b, "list", "--topic",
+                                                           "orders",
+                                                           "--resource-pattern-type",
+                                                           "literal")[1],
+                   message=f"the ACL gone on {broker.bootstrap}")
+    leader = cluster.brokers[cluster.leader("orders", partition)]
+    assert bob_produces(leader, "orders", partition) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    with zk_client(cluster) as zk:
+        assert zk.exists("/kafka-acl/Topic/orders") is None  # no ACL left: no znode
+
