@@ -4,7 +4,8 @@ ZooKeeper in Kafka's layout and every broker serves the cluster's view.
 What a user relies on: a user added through one broker logs in on another, also after that
 broker restarted, and a deleted one nowhere; an ACL created through one broker allows on
 another, and once deleted refuses everywhere; ``sparklog acls`` and ``sparklog users`` work
-against any broker; ZooKeeper holds what Kafka's tools expect
+against any broker; Metadata lists only the topics a principal may describe, on every
+broker, with the authorized operations; ZooKeeper holds what Kafka's tools expect
 (``/config/users/<user>``, ``/kafka-acl/...``, ``/kafka-acl-extended/prefixed/...`` and
 their change notifications).
 
@@ -27,6 +28,8 @@ from broker_fixtures import (
     TIMEOUT,
     Cluster,
     create_topic,
+    kp_request,
+    kp_response,
     one_batch,
     raw_produce,
     wait_until,
@@ -37,9 +40,11 @@ from confluent_kafka import KafkaError, Producer
 from security_support import plain_jaas, sasl_raw
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.broker.security.acls import Operation
 from sparklog.cli import main as sparklog_main
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
 from sparklog.errors import ErrorCode
+from sparklog.protocol.versions import ApiKey
 
 __all__ = ["zookeeper"]  # fixtures, imported for pytest
 
@@ -170,3 +175,34 @@ def test_an_acl_created_through_one_broker_applies_on_every_broker(cluster: Clus
     with zk_client(cluster) as zk:
         assert zk.exists("/kafka-acl/Topic/orders") is None  # no ACL left: no znode
 
+
+def bob_metadata(broker: BrokerProcess, topics: list[str] | None = None) -> Any:
+    """Metadata v8 as bob on ``broker``'s SASL listener, with the authorized operations."""
+    request = kp_request(ApiKey.METADATA)(
+        version=8, topics=None if topics is None else [{"name": t} for t in topics],
+        allow_auto_topic_creation=True, include_cluster_authorized_operations=True,
+        include_topic_authorized_operations=True)
+    with sasl_raw(broker.listeners[SASL], "bob", "bob-secret") as conn:
+        return conn.call(request, kp_response(ApiKey.METADATA))
+
+
+def test_metadata_lists_only_describable_topics_on_every_broker(cluster: Cluster) -> None:
+    first, _, third = cluster.brokers
+    for name in ("visible", "hidden"):
+        create_topic(first.bootstrap, name, replication_factor=3)
+    assert tool("acls", first, "add", "--allow-principal", "User:bob", "--operation", "Read",
+                "--topic", "visible")[0] == 0
+    wait_until(lambda: all("visible" in {t.name for t in bob_metadata(b).topics}
+                           for b in cluster.brokers), message="every broker lists visible")
+    for broker in cluster.brokers:
+        answer = bob_metadata(broker)
+        listed = {t.name: t for t in answer.topics}
+        assert "hidden" not in listed
+        assert listed["visible"].authorized_operations == {Operation.READ, Operation.DESCRIBE}
+        assert answer.authorized_operations == set()  # nothing on the cluster for bob
+        # the brokers at their SASL listener's address, the one this request came in on
+        assert sorted(f"{b.host}:{b.port}" for b in answer.brokers) == \
+            sorted(b.listeners[SASL] for b in cluster.brokers)
+    named = bob_metadata(third, ["hidden", "missing"]).topics
+    assert [t.error_code for t in named] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED] * 2
+    assert "missing" not in cluster.metadata().topics  # not created by whom may not
