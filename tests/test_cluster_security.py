@@ -9,6 +9,11 @@ broker, with the authorized operations; ZooKeeper holds what Kafka's tools expec
 (``/config/users/<user>``, ``/kafka-acl/...``, ``/kafka-acl-extended/prefixed/...`` and
 their change notifications).
 
+Between brokers: with ``inter.broker.listener.name`` naming a SASL_SSL listener, followers
+replicate over it logged in as the broker's principal (acks=all answered with three in-sync
+replicas); a broker whose principal lacks CLUSTER_ACTION cannot replicate (its fetches are
+refused and logged, it stays out of the ISR, nothing crashes) until that ACL is added.
+
 One ZooKeeper (module), three broker processes per test (each its own chroot), each with a
 PLAINTEXT listener (``User:ANONYMOUS``, a super user here: the tools' and the test's way
 in) and a SASL_PLAINTEXT one (SCRAM users from ZooKeeper, PLAIN user bob from the config).
@@ -19,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,23 +36,27 @@ from broker_fixtures import (
     create_topic,
     kp_request,
     kp_response,
+    numbered,
     one_batch,
+    produce_confluent,
     raw_produce,
     wait_until,
+    watermarks,
     zk_client,
     zookeeper,
 )
 from confluent_kafka import KafkaError, Producer
-from security_support import plain_jaas, sasl_raw
+from security_support import certificates, plain_jaas, sasl_raw
 
+from sparklog.broker.inter_broker import InterBrokerSecurity, inter_broker_listener
 from sparklog.broker.process import BrokerProcess
 from sparklog.broker.security.acls import Operation
 from sparklog.cli import main as sparklog_main
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
-from sparklog.errors import ErrorCode
+from sparklog.errors import ErrorCode, InvalidConfigError
 from sparklog.protocol.versions import ApiKey
 
-__all__ = ["zookeeper"]  # fixtures, imported for pytest
+__all__ = ["certificates", "zookeeper"]  # fixtures, imported for pytest
 
 SASL = "SASL_PLAINTEXT"
 SECURE_CLUSTER = {
@@ -206,3 +216,98 @@ def test_metadata_lists_only_describable_topics_on_every_broker(cluster: Cluster
     named = bob_metadata(third, ["hidden", "missing"]).topics
     assert [t.error_code for t in named] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED] * 2
     assert "missing" not in cluster.metadata().topics  # not created by whom may not
+
+
+def inter_broker_config(certs: Path, login: str) -> dict[str, str]:
+    """Clients on a PLAINTEXT listener (CLIENT), replication on a SASL_SSL one (REPLICATION)
+    where each broker logs in with PLAIN as ``login``; only ``User:broker`` is a super user
+    among them."""
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            f'username="{login}" password="{login}-secret" user_broker="broker-secret" '
+            'user_rogue="rogue-secret";')
+    return {
+        "listeners": "CLIENT://127.0.0.1:0,REPLICATION://127.0.0.1:0",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:SASL_SSL",
+        "inter.broker.listener.name": "REPLICATION",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certs / "broker.pem"),
+        "ssl.truststore.location": str(certs / "ca.crt"),
+        "listener.name.replication.sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.replication.plain.sasl.jaas.config": jaas,
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:broker;User:ANONYMOUS",
+    }
+
+
+def test_replication_over_a_sasl_ssl_inter_broker_listener(
+        zookeeper: ZooKeeperServer, tmp_path: Path, certificates: Path) -> None:
+    running = Cluster(zookeeper, tmp_path, "inter_broker",
+                      config=inter_broker_config(certificates, "broker"))
+    try:
+        cluster = running.start()
+        create_topic(cluster.bootstrap, "replicated", replication_factor=3)
+        cluster.wait_for_isr("replicated", {0, 1, 2})
+        records = numbered(100)
+        acked = produce_confluent(cluster.bootstrap, "replicated", records, acks="all")
+        assert len(acked) == 100
+        assert watermarks(cluster.bootstrap, "replicated")[1] == 100  # every ISR member has all
+        with zk_client(cluster) as zk:
+            registered = json.loads(zk.get("/brokers/ids/1")[0])
+            assert registered["listener_security_protocol_map"] == {
+                "CLIENT": "PLAINTEXT", "REPLICATION": "SASL_SSL"}
+            assert registered["endpoints"][1] == \
+                f"REPLICATION://{cluster.brokers[1].listeners['REPLICATION']}"
+
+        rogue = cluster.brokers[2]  # logs in as a principal without CLUSTER_ACTION
+        rogue.stop()
+        rogue.config.update(inter_broker_config(certificates, "rogue"))
+        rogue.start()
+        cluster.wait_for_isr("replicated", {0, 1})
+        produce_confluent(cluster.bootstrap, "replicated", numbered(10), acks="all")
+        wait_until(lambda: "needs CLUSTER_ACTION" in rogue.log_file.read_text(),
+                   message="the refused fetch logged by broker 2")
+        assert set(cluster.partition("replicated").isrs) == {0, 1}
+        assert rogue.running
+        assert tool("acls", cluster.brokers[0], "add", "--allow-principal", "User:rogue",
+                    "--operation", "ClusterAction", "--cluster")[0] == 0
+        cluster.wait_for_isr("replicated", {0, 1, 2})  # the ACL is what it lacked
+        assert "rogue-secret" not in rogue.log_file.read_text()
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"security.inter.broker.protocol": "SASL_SSL"},
+     "only one of inter.broker.listener.name and security.inter.broker.protocol"),
+    ({"inter.broker.listener.name": "REPLICATON"},
+     "'REPLICATON' for broker config inter.broker.listener.name: not a listener"),
+    ({"sasl.mechanism.inter.broker.protocol": "GSSAPI"},
+     "'GSSAPI' for broker config sasl.mechanism.inter.broker.protocol"),
+    ({"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256"},
+     "SCRAM-SHA-256 is not in the sasl.enabled.mechanisms of the inter-broker listener"),
+    ({"listener.name.replication.plain.sasl.jaas.config":
+      "org.apache.kafka.common.security.plain.PlainLoginModule required user_a=\"s\";"},
+     "listener.name.replication.plain.sasl.jaas.config needs username"),
+])
+def test_inter_broker_settings_are_checked_at_start_up(
+        certificates: Path, change: dict[str, str], message: str) -> None:
+    props = {**inter_broker_config(certificates, "broker"), **change}
+    protocols = {"CLIENT": "PLAINTEXT", "REPLICATION": "SASL_SSL"}
+    with pytest.raises(InvalidConfigError, match=re.escape(message)) as refused:
+        InterBrokerSecurity.load(props, protocols)
+    assert "secret" not in str(refused.value)
+
+
+def test_the_inter_broker_listener_defaults_as_in_kafka(certificates: Path) -> None:
+    props = inter_broker_config(certificates, "broker")
+    protocols = {"CLIENT": "PLAINTEXT", "REPLICATION": "SASL_SSL"}
+    loaded = InterBrokerSecurity.load(props, protocols)
+    assert (loaded.listener, loaded.mechanism, loaded.username) == \
+        ("REPLICATION", "PLAIN", "broker")
+    assert "broker-secret" not in repr(loaded)
+    del props["inter.broker.listener.name"]
+    assert inter_broker_listener({**props, "security.inter.broker.protocol": "REPLICATION"},
+                                 protocols) == "REPLICATION"
+    assert inter_broker_listener(props, {"PLAINTEXT": "PLAINTEXT", "B": "SSL"}) == "PLAINTEXT"
+    assert inter_broker_listener(props, protocols) == "CLIENT"  # none named PLAINTEXT: first

@@ -14,9 +14,10 @@ Invariants:
   and each follower's last fetch offset) and never moves back; consumers read below it
   (``fetch.py``), followers up to the log end. A follower behind the leader's log end that
   has not reached it for ``replica.lag.time.max.ms`` leaves the ISR (an idle partition
-  shrinks nothing, as in Kafka); one that reaches the
-  high watermark joins it again; the leader writes either change by compare-and-set on the
-  state znode (the controller does the same when brokers die).
+  shrinks nothing, as in Kafka); a live (registered) one that reaches the high watermark
+  joins it again (a broker in its controlled shutdown does not); the leader writes either
+  change by compare-and-set on the state znode (the controller does the same when brokers
+  die).
 - acks=all: fewer ISR members than ``min.insync.replicas`` refuses the batch before the
   append (NOT_ENOUGH_REPLICAS); after it the request waits (a purgatory of futures, woken
   by high-watermark moves) until the high watermark passes the batch, answering
@@ -49,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sparklog.broker.inter_broker import InterBrokerSecurity
 from sparklog.broker.replica_fetcher import follow
 from sparklog.cluster.assignment import assign_replicas
 from sparklog.cluster.controller import ControllerConfig
@@ -108,8 +110,10 @@ def _now_ms() -> int:
 
 
 class ReplicaManager:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, inter_broker: InterBrokerSecurity) -> None:
         self.broker = broker
+        self.inter_broker = inter_broker
+        """How this broker's fetchers reach and log in to the leaders."""
         self.broker_id = broker.node_id
         config = broker.config
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
@@ -296,8 +300,8 @@ class ReplicaManager:
         replica.last_fetch[follower] = (now, leo)
         replica.follower_leo[follower] = fetch_offset
         epoch_start = replica.epochs.entries[-1][1] if replica.epochs.entries else 0
-        if follower not in replica.isr and fetch_offset >= max(replica.high_watermark,
-                                                               epoch_start):
+        if follower not in replica.isr and follower in self.live and fetch_offset >= max(
+                replica.high_watermark, epoch_start):  # not a broker shutting down
             self._write_isr(replica, (*replica.isr, follower))
         self._advance_high_watermark(replica)
 
