@@ -46,12 +46,15 @@ from broker_fixtures import (
     zookeeper,
 )
 from confluent_kafka import KafkaError, Producer
+from kazoo.client import KazooClient
 from security_support import certificates, plain_jaas, sasl_raw
 
 from sparklog.broker.inter_broker import InterBrokerSecurity, inter_broker_listener
 from sparklog.broker.process import BrokerProcess
 from sparklog.broker.security.acls import Operation
 from sparklog.cli import main as sparklog_main
+from sparklog.cluster import security_store
+from sparklog.cluster.security_store import SecurityStore
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
 from sparklog.errors import ErrorCode, InvalidConfigError
 from sparklog.protocol.versions import ApiKey
@@ -311,3 +314,59 @@ def test_the_inter_broker_listener_defaults_as_in_kafka(certificates: Path) -> N
                                  protocols) == "REPLICATION"
     assert inter_broker_listener(props, {"PLAINTEXT": "PLAINTEXT", "B": "SSL"}) == "PLAINTEXT"
     assert inter_broker_listener(props, protocols) == "CLIENT"  # none named PLAINTEXT: first
+
+
+class Heard:
+    """A ``SecurityListener`` that remembers what it heard last."""
+
+    def __init__(self) -> None:
+        self.users_heard: dict[str, dict[str, str]] = {}
+        self.acls_heard: dict[tuple[str, str, str], list[dict[str, str]]] = {}
+
+    def user(self, name: str, config: dict[str, str]) -> None:
+        self.users_heard[name] = config
+
+    def acls(self, resource: tuple[str, str, str], entries: list[dict[str, str]]) -> None:
+        self.acls_heard[resource] = entries
+
+
+def test_change_notifications_reach_other_stores_and_expire(
+        zookeeper: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two brokers' stores over one ZooKeeper: what one writes the other hears through the
+    notification; a notification past its expiry is deleted by the next reader."""
+    root = KazooClient(hosts=zookeeper.connect)
+    root.start(timeout=TIMEOUT)
+    root.ensure_path("/notifications")
+    root.stop()
+    root.close()
+    clients = [KazooClient(hosts=f"{zookeeper.connect}/notifications") for _ in range(2)]
+    for client in clients:
+        client.start(timeout=TIMEOUT)
+    try:
+        heard = [Heard(), Heard()]
+        writer, reader = (SecurityStore(c, h) for c, h in zip(clients, heard, strict=True))
+        writer.start()
+        reader.start()
+        writer.alter_user("bob smith", lambda config: {**config, "producer_byte_rate": "1"})
+        wait_until(lambda: heard[1].users_heard.get("bob smith") == {"producer_byte_rate": "1"},
+                   message="the other store hears the user")
+        assert clients[0].exists("/config/users/bob%20smith") is not None
+        monkeypatch.setattr(security_store, "NOTIFICATION_EXPIRY_MS", -1)
+        monkeypatch.setattr(security_store, "PURGE_INTERVAL_MS", -1)
+        entry = {"principal": "User:bob", "permissionType": "Allow", "operation": "Read",
+                 "host": "*"}
+        writer.alter_acls(("PREFIXED", "Group", "g"), lambda entries: [*entries, entry])
+        wait_until(lambda: heard[1].acls_heard.get(("PREFIXED", "Group", "g")) == [entry],
+                   message="the other store hears the ACL")
+        writer.alter_user("bob smith", lambda config: {})
+        wait_until(lambda: heard[1].users_heard.get("bob smith") == {},
+                   message="the other store hears the change")
+        for path in ("/config/changes", "/kafka-acl-extended-changes"):
+            wait_until(lambda path=path: clients[0].get_children(path) == [],
+                       message=f"expired notifications under {path} deleted")
+        writer.close()
+        reader.close()
+    finally:
+        for client in clients:
+            client.stop()
+            client.close()

@@ -23,7 +23,7 @@ Invariants:
   the listener hear the current content of the entity it names, read again (so a replayed
   or coalesced notification is harmless). After a lost session, everything is loaded again.
   Notifications older than ``NOTIFICATION_EXPIRY_MS`` (Kafka's 15 minutes) are deleted by
-  whoever reads them.
+  whoever reads them (a broker reads the ones it already handled at most once a minute).
 - The listener's callbacks run on kazoo's threads and must not block.
 """
 
@@ -51,6 +51,8 @@ LITERAL_CHANGES = "/kafka-acl-changes"
 EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 ACL_ROOTS = {"LITERAL": LITERAL_ACLS, "PREFIXED": PREFIXED_ACLS}
 NOTIFICATION_EXPIRY_MS = 15 * 60 * 1000
+PURGE_INTERVAL_MS = 60 * 1000
+"""How often a broker looks for expired notifications among those it already handled."""
 
 AclResource = tuple[str, str, str]
 """(pattern type LITERAL or PREFIXED, Kafka's resource type name such as ``Topic``, name)."""
@@ -109,6 +111,7 @@ class SecurityStore:
         self.zk = zk
         self.listener = listener
         self._seen: dict[str, int] = {}
+        self._purged_at: dict[str, float] = {}
         self._closed = False
         self._lost = False
 
@@ -179,8 +182,13 @@ class SecurityStore:
 
     def _on_notifications(self, path: str, children: list[str]) -> None:
         now = time.time() * 1000
+        purge = now - self._purged_at.get(path, 0) > PURGE_INTERVAL_MS
+        if purge:
+            self._purged_at[path] = now
         for child in sorted(children, key=_sequence):
             sequence = _sequence(child)
+            if sequence <= self._seen[path] and not purge:
+                continue
             try:
                 data, stat = self.zk.get(f"{path}/{child}")
             except NoNodeError:
