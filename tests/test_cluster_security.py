@@ -370,3 +370,36 @@ def test_change_notifications_reach_other_stores_and_expire(
         for client in clients:
             client.stop()
             client.close()
+
+
+def test_brokers_replicate_with_scram_credentials_added_in_zookeeper_first(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """The brokers' own SCRAM user, made with ``sparklog users add --zookeeper`` before any
+    broker runs (as ``kafka-configs.sh --zookeeper``), is what they replicate with."""
+    scram = "SCRAM-SHA-512"
+    running = Cluster(zookeeper, tmp_path, "scram_inter_broker", config={
+        "listeners": "CLIENT://127.0.0.1:0,REPLICATION://127.0.0.1:0",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "REPLICATION",
+        "listener.name.replication.sasl.enabled.mechanisms": scram,
+        "sasl.mechanism.inter.broker.protocol": scram,
+        f"listener.name.replication.{scram.lower()}.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            'username="broker" password="broker-secret";',
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:broker;User:ANONYMOUS",
+    })
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert sparklog_main(["users", "add", "broker", "--password", "broker-secret",
+                              "--mechanism", scram, "--zookeeper", running.connect]) == 0
+        assert sparklog_main(["users", "list", "--zookeeper", running.connect]) == 0
+    assert "user-principal 'broker' are SCRAM-SHA-512=iterations=8192" in out.getvalue()
+    try:
+        cluster = running.start()
+        create_topic(cluster.bootstrap, "scrammed", replication_factor=3)
+        cluster.wait_for_isr("scrammed", {0, 1, 2})
+        assert len(produce_confluent(cluster.bootstrap, "scrammed", numbered(10),
+                                     acks="all")) == 10
+    finally:
+        running.stop()

@@ -33,11 +33,15 @@ import json
 import logging
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from sparklog.cluster.session import ClusterError, split_connect
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +103,45 @@ def _decode_notification(path: str, data: bytes) -> AclResource:
     return str(value["patternType"]).upper(), value["resourceType"], value["name"]
 
 
+def _config(data: bytes) -> dict[str, str]:
+    """The ``config`` of an entity's znode (``/config/users/<user>``)."""
+    return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
+
+
 def _sequence(child: str) -> int:
     digits = child.rpartition("_")[2]
     return int(digits) if digits.isdigit() else -1
 
 
-class SecurityStore:
-    """Users and ACLs in ZooKeeper over ``zk`` (a started client, chroot applied)."""
+@contextmanager
+def open_security_store(connect: str, timeout_s: float = 30) -> Iterator[SecurityStore]:
+    """A store on its own ZooKeeper session (``zookeeper.connect``'s form, chroot included),
+    for tools that change users without a broker (as ``kafka-configs.sh --zookeeper``): it
+    reads and writes, and hears nothing. ``ClusterError`` when ZooKeeper is out of reach."""
+    hosts, chroot = split_connect(connect)
+    zk = KazooClient(hosts=hosts)
+    try:
+        zk.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        raise ClusterError(f"cannot reach ZooKeeper at {hosts} within {timeout_s:.0f} s"
+                           ) from None
+    try:
+        if chroot:
+            zk.ensure_path(chroot)
+            zk.chroot = chroot
+        zk.ensure_path(USERS)
+        zk.ensure_path(CONFIG_CHANGES)
+        yield SecurityStore(zk, None)
+    finally:
+        zk.stop()
+        zk.close()
 
-    def __init__(self, zk: KazooClient, listener: SecurityListener) -> None:
+
+class SecurityStore:
+    """Users and ACLs in ZooKeeper over ``zk`` (a started client, chroot applied); with no
+    ``listener`` it only reads and writes (``start`` is for brokers)."""
+
+    def __init__(self, zk: KazooClient, listener: SecurityListener | None) -> None:
         self.zk = zk
         self.listener = listener
         self._seen: dict[str, int] = {}
@@ -116,7 +150,19 @@ class SecurityStore:
         self._lost = False
 
     # -- reading -------------------------------------------------------------------------
+    def users(self) -> dict[str, dict[str, str]]:
+        """Every user's config, read now (blocking)."""
+        found = {}
+        for child in self.zk.get_children(USERS):
+            try:
+                data = self.zk.get(f"{USERS}/{child}")[0]
+            except NoNodeError:
+                continue
+            found[urllib.parse.unquote(child)] = _config(data)
+        return found
+
     def start(self) -> None:
+        assert self.listener is not None, "a store that hears nothing cannot watch"
         for path in (USERS, CONFIG_CHANGES, LITERAL_CHANGES, EXTENDED_CHANGES,
                      *(f"{root}/{kind}" for root in ACL_ROOTS.values()
                        for kind in ("Topic", "Group", "Cluster", "TransactionalId"))):
@@ -154,10 +200,10 @@ class SecurityStore:
 
     def _read_user(self, user: str) -> None:
         try:
-            data = self.zk.get(user_path(user))[0]
-            config = {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
+            config = _config(self.zk.get(user_path(user))[0])
         except NoNodeError:
             config = {}
+        assert self.listener is not None
         self.listener.user(user, config)
 
     def _read_acls(self, resource: AclResource) -> None:
@@ -165,6 +211,7 @@ class SecurityStore:
             entries = json.loads(self.zk.get(acl_path(resource))[0]).get("acls", [])
         except NoNodeError:
             entries = []
+        assert self.listener is not None
         self.listener.acls(resource, entries)
 
     def _watch(self, path: str) -> None:

@@ -31,7 +31,7 @@ from sparklog.broker.security.acls import (
     Permission,
     ResourceType,
 )
-from sparklog.broker.security.scram import ScramCredential
+from sparklog.broker.security.scram import ScramCredential, credentials_of
 from sparklog.cluster.security_store import AclEntry, AclResource, SecurityStore
 
 if TYPE_CHECKING:
@@ -100,15 +100,7 @@ class ClusterSecurityStore:
         self.loop.call_soon_threadsafe(self._apply_acls, resource, entries)
 
     def _apply_user(self, name: str, config: dict[str, str]) -> None:
-        credentials = {}
-        for mechanism, value in config.items():
-            if mechanism.startswith("SCRAM-"):
-                try:
-                    credentials[mechanism] = ScramCredential.from_kafka(value)
-                except (KeyError, ValueError):
-                    log.warning("ignoring an unreadable %s credential of user %s in ZooKeeper",
-                                mechanism, name)
-        self.security.scram.replace(name, credentials)
+        self.security.scram.replace(name, credentials_of(name, config))
 
     def _apply_acls(self, resource: AclResource, entries: list[AclEntry]) -> None:
         authorizer = self.security.authorizer

@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparklog.protocol.scram import client_key, salted_password, server_key, stored_key
 from sparklog.storage.checkpoint import write_atomically
+
+log = logging.getLogger(__name__)
 
 MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 """Mechanism -> Kafka's ScramMechanism id on the wire."""
@@ -61,6 +65,21 @@ class ScramCredential:
         fields = dict(part.partition("=")[::2] for part in value.split(","))
         return cls(base64.b64decode(fields["salt"]), int(fields["iterations"]),
                    base64.b64decode(fields["stored_key"]), base64.b64decode(fields["server_key"]))
+
+
+def credentials_of(user: str, config: Mapping[str, str]) -> dict[str, ScramCredential]:
+    """The SCRAM credentials in a user's config from ZooKeeper (``/config/users/<user>``:
+    mechanism -> Kafka's string; other keys, such as quotas, are not credentials). An
+    unreadable one is left out with a warning naming the user and mechanism only."""
+    found = {}
+    for mechanism, value in config.items():
+        if mechanism in MECHANISM_IDS:
+            try:
+                found[mechanism] = ScramCredential.from_kafka(value)
+            except (KeyError, ValueError):
+                log.warning("ignoring an unreadable %s credential of user %s in ZooKeeper",
+                            mechanism, user)
+    return found
 
 
 def _b64(data: bytes) -> str:
