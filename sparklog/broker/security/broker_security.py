@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,8 @@ from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
+
+log = logging.getLogger(__name__)
 
 REFUSED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
            ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
@@ -75,6 +78,11 @@ class BrokerSecurity:
         """Serve the cluster's users and ACLs (ZooKeeper's) instead of the data directory's,
         loaded before this returns."""
         loop = asyncio.get_running_loop()
+        for single_node in (self.scram.path, getattr(self.authorizer, "path", None)):
+            if single_node is not None and single_node.exists():
+                log.warning("%s is a single node's and is not read in a cluster, whose "
+                            "users and ACLs are ZooKeeper's (add them again through a "
+                            "broker, or sparklog users add --zookeeper)", single_node)
         self.scram = ScramStore(None)
         if self.authorizer is not None:
             self.authorizer = Authorizer(None, self._super_users, self._allow)
