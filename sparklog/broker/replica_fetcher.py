@@ -14,15 +14,16 @@ Invariants:
 - It connects to the leader's endpoint of the inter-broker listener, logged in as that
   listener asks (``inter_broker``); a leader without that endpoint is waited for.
 - Connection failures, refused logins and errors back off and retry; each new failure is
-  logged once (a refused login or Fetch, e.g. without CLUSTER_ACTION, as a warning), not
-  every retry. The task ends only when cancelled (the partition's state changed), so it
-  never outlives its role.
+  logged once (a refused login or Fetch, e.g. without CLUSTER_ACTION, a failed TLS
+  handshake, a leader without the listener, as warnings), not every retry. The task ends
+  only when cancelled (the partition's state changed), so it never outlives its role.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -72,6 +73,11 @@ async def follow(manager: ReplicaManager, replica: Replica) -> None:
                     leader = manager.live.get(state.leader)
                     endpoint = None if leader is None else leader.endpoint(security.listener)
                     if endpoint is None:
+                        if leader is not None and trouble != security.listener:
+                            trouble = security.listener
+                            log.warning("%s: broker %d has no listener %s (the inter-broker "
+                                        "listener) to fetch from", replica.name, state.leader,
+                                        security.listener)
                         await asyncio.sleep(BACKOFF_S)
                         continue
                     connection = await LeaderConnection.open(
@@ -94,7 +100,8 @@ async def follow(manager: ReplicaManager, replica: Replica) -> None:
             except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
                 if str(exc) != trouble:
                     trouble = str(exc)
-                    log.log(logging.WARNING if isinstance(exc, InterBrokerError)
+                    log.log(logging.WARNING if isinstance(exc, (InterBrokerError,
+                                                                ssl.SSLError))
                             else logging.INFO, "%s: fetch from broker %d failed (%s); retrying",
                             replica.name, state.leader, exc)
                 if connection is not None:
