@@ -227,3 +227,11 @@ class UnsupportedVersionError(KafkaError):
 
 class InvalidRequestError(KafkaError):
     code = ErrorCode.INVALID_REQUEST
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code, and the code: ``NOT_LEADER_OR_FOLLOWER (6)``."""
+    try:
+        return f"{ErrorCode(code).name.upper()} ({code})"
+    except ValueError:
+        return f"error {code}"

@@ -63,6 +63,7 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from kazoo.client import KazooClient
 
 from sparklog.broker.embedded import EmbeddedBroker
@@ -572,6 +573,15 @@ def kp_response(api_key: int) -> type[ApiMessage]:
     request = kp_request(api_key)
     module = importlib.import_module(request.__module__)
     return getattr(module, request.__name__.removesuffix("Request") + "Response")
+
+
+def one_batch(value: bytes) -> bytes:
+    """One record batch (magic 2, no producer id) holding one record of ``value``."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    builder.append(0, timestamp=None, key=None, value=value, headers=[])
+    return bytes(builder.build())
 
 
 def produce_request(topic: str, partition: int, records: bytes, *, acks: int = -1,

@@ -11,10 +11,12 @@ from broker_fixtures import (
     RawConnection,
     embedded,
     embedded_module,
+    frame,
     kp_request,
     kp_response,
     parse_api_versions_v0,
     request_frame,
+    request_header,
 )
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
@@ -22,6 +24,7 @@ from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersions
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.registry import DuplicateHandlerError, handles, load_handlers, served
 from sparklog.errors import ErrorCode
+from sparklog.protocol.codec import decode_response
 from sparklog.protocol.versions import ApiKey
 
 __all__ = ["embedded", "embedded_module"]  # fixtures, imported for pytest
@@ -105,3 +108,34 @@ def _readme_table() -> dict[int, tuple[int, int]]:
 
 def test_the_readme_lists_exactly_the_served_versions() -> None:
     assert _readme_table() == SERVED
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    return bytes(out) + bytes([value])
+
+
+def _tags(*fields: tuple[int, bytes]) -> bytes:
+    """A tagged-field section (KIP-482) holding ``fields`` as (tag, data)."""
+    return _uvarint(len(fields)) + b"".join(
+        _uvarint(tag) + _uvarint(len(data)) + data for tag, data in fields)
+
+
+def test_unknown_tagged_fields_are_ignored_as_kafka_does(embedded: EmbeddedBroker) -> None:
+    """A flexible request (DescribeUserScramCredentials v0, header v2) with tags no schema
+    has, in its header, its body and a nested entity, is answered as without them, and the
+    connection goes on serving."""
+    key, version = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0
+    header = request_header(key, version, 7) + _tags((40, b"?"))
+    user = _uvarint(len("nobody") + 1) + b"nobody" + _tags((9, b"\x01\x02"))
+    body = _uvarint(1 + 1) + user + _tags((99, b"xy"), (1000, b""))
+    with RawConnection(embedded.bootstrap) as conn:
+        conn.send(frame(header + body))
+        answer = decode_response(key, version, conn.recv_frame())
+        assert [(r.user, r.error_code) for r in answer.results] == \
+            [("nobody", ErrorCode.RESOURCE_NOT_FOUND)]
+        error, _ = parse_api_versions_v0(conn.request(ApiKey.API_VERSIONS, 0, b""))
+        assert error == ErrorCode.NONE  # still open, still serving

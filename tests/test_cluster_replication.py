@@ -34,6 +34,7 @@ from broker_fixtures import (
     create_topic,
     metadata_v12,
     numbered,
+    one_batch,
     produce_confluent,
     produce_request_to,
     raw_produce,
@@ -44,7 +45,6 @@ from broker_fixtures import (
 )
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka.protocol.producer import ProduceResponse
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.cluster.controller import Controller, ControllerConfig, FencedError
@@ -73,14 +73,6 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path: Path,
             request: pytest.FixtureRequest) -> Iterator[Cluster]:
     with running_cluster(zookeeper, tmp_path, request.node.name) as running:
         yield running
-
-
-def one_batch(value: bytes) -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 20)
-    builder.append(0, timestamp=None, key=None, value=value, headers=[])
-    return bytes(builder.build())
 
 
 def test_replicated_topic_lists_leader_replicas_and_isr(cluster: Cluster) -> None:

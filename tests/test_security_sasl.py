@@ -6,6 +6,7 @@ credential APIs), kept salted across restarts; no secret in the broker's log."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import logging
@@ -32,6 +33,7 @@ from confluent_kafka.admin import AdminClient
 from security_support import USERS, certificates, listeners_config, security
 
 from sparklog.broker.embedded import EmbeddedBroker
+from sparklog.broker.inter_broker import InterBrokerError, InterBrokerSecurity, LeaderConnection
 from sparklog.broker.process import BrokerProcess
 from sparklog.broker.security.scram import STORE_FILE
 from sparklog.cli import main as sparklog_main
@@ -213,3 +215,32 @@ def test_the_first_scram_user_is_made_in_a_stopped_brokers_data_directory(
         assert len(produce_confluent(broker.bootstrap, "t", numbered(1), **admin)) == 1
         assert sparklog_main(["users", "list", "--data-dir", str(data)]) == 1
         assert "broker" in capsys.readouterr().err  # the running broker holds the lock
+
+
+@pytest.mark.parametrize("mechanism", SCRAM)
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_a_broker_logs_in_to_another_as_its_inter_broker_listener_says(
+        sasl_broker: EmbeddedBroker, certificates: Path, mechanism: str, listener: str) -> None:
+    """The connection a follower opens to its leader (``inter_broker``): TLS checked against
+    the listener's truststore, a SCRAM login as the listener's JAAS line says."""
+    jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+            'username="alice" password="{}";')
+    props = {**listeners_config(certificates), "inter.broker.listener.name": listener,
+             "sasl.mechanism.inter.broker.protocol": mechanism}
+    protocols = {name: name for name in ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")}
+    port = sasl_broker.listeners[listener]
+
+    async def api_versions(password: str) -> int:
+        props[f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"] = \
+            jaas.format(password)
+        security = InterBrokerSecurity.load(props, protocols)
+        connection = await LeaderConnection.open("127.0.0.1", port, "replica-test", security)
+        try:
+            return (await connection.request(ApiKey.API_VERSIONS, 0, {})).error_code
+        finally:
+            connection.close()
+
+    assert asyncio.run(api_versions(USERS["alice"])) == ErrorCode.NONE
+    with pytest.raises(InterBrokerError, match=r"refused the .* login of alice") as refused:
+        asyncio.run(api_versions("wrong-secret"))
+    assert "wrong-secret" not in str(refused.value)

@@ -84,7 +84,7 @@ async def create_acls(broker: Broker, header: RequestHeader, request: CreateAcls
             valid.append(binding)
         results.append(result(ErrorCode.NONE) if why is None
                        else result(ErrorCode.INVALID_REQUEST, why))
-    authorizer.add(valid)
+    await broker.security.add_acls(valid)
     return build.response(results=tuple(results))
 
 
@@ -126,7 +126,7 @@ async def delete_acls(broker: Broker, header: RequestHeader, request: DeleteAcls
             result(code, DISABLED if authorizer is None else None) for _ in request.filters))
     results = []
     for each in request.filters:
-        gone = authorizer.remove(_filter(each))
+        gone = await broker.security.remove_acls(_filter(each))
         results.append(result(ErrorCode.NONE, acls=tuple(
             build("DeleteAclsMatchingAcl", error_code=ErrorCode.NONE, error_message=None,
                   resource_type=a.resource_type, resource_name=a.resource_name,

@@ -18,6 +18,9 @@ Behaviour:
   range returned, so the client drops their records; read_uncommitted reads to the high
   watermark and gets an empty list (clients need it present). ``log_start_offset`` from
   v5.
+- With an authorizer, a consumer's Fetch needs READ on the topic, a follower's
+  (``replica_id`` >= 0) CLUSTER_ACTION on the CLUSTER (it needs no topic ACL), as in Kafka;
+  either refused is TOPIC_AUTHORIZATION_FAILED per partition, with nothing about the topic.
 - No fetch sessions: ``session_id`` is 0 and every requested partition is answered each time.
 - An offset outside [log start, log end] is OFFSET_OUT_OF_RANGE; a current leader epoch
   above ours is UNKNOWN_LEADER_EPOCH, below it FENCED_LEADER_EPOCH.
@@ -81,7 +84,11 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None,
     ``committed`` (read_committed) stops at the last stable offset and lists the aborted
     transactions of what is returned; ``replica_id`` >= 0 is a follower's fetch."""
     try:
-        broker.security.require(Operation.READ, ResourceType.TOPIC, topic)
+        if replica_id < 0:
+            broker.security.require(Operation.READ, ResourceType.TOPIC, topic)
+        elif not broker.security.allows_cluster(Operation.CLUSTER_ACTION):
+            raise KafkaError(f"replica {replica_id} may not CLUSTER_ACTION the cluster",
+                             ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         leader_epoch, high, replica = LEADER_EPOCH, None, None
         if broker.cluster is not None:
             replica = broker.cluster.leader_replica(topic, p.partition)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from sparklog.broker.registry import CLIENT_HOST, handles
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.security.broker_security import REFUSED
+from sparklog.broker.security.session import listener_name
 from sparklog.broker.state import Broker
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.errors import ErrorCode
@@ -86,11 +87,12 @@ async def find_coordinator(broker: Broker, header: RequestHeader,
         return error(REFUSED[resource], f"not authorized to describe {request.key}")
     if broker.cluster is not None and key_type == CoordinatorType.GROUP:
         found = await broker.cluster.group_coordinator(request.key)
-        if found is None:
+        endpoint = None if found is None else found.endpoint(listener_name())
+        if found is None or endpoint is None:
             return error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                          f"no live leader of the {OFFSETS_TOPIC} partition of this group yet")
         return build.response(error_code=ErrorCode.NONE, error_message=None,
-                              node_id=found.broker_id, host=found.host, port=found.port)
+                              node_id=found.broker_id, host=endpoint.host, port=endpoint.port)
     return build.response(error_code=ErrorCode.NONE, error_message=None,
                           node_id=broker.node_id, host=broker.host, port=broker.port)
 

@@ -8,7 +8,8 @@ is answered with the undefined (-1, -1) pair, as Kafka answers epochs it never h
 librdkafka validates fetch positions with this API whenever leader epochs are >= 0.
 In a cluster only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere), from its
 leader-epoch cache (KIP-101): the largest epoch <= the one asked for and its end offset, the
-answer a follower truncates its divergent tail to.
+answer a follower truncates its divergent tail to. With an authorizer it needs DESCRIBE on
+the topic, or for a follower (``replica_id`` >= 0) CLUSTER_ACTION on the CLUSTER, as Kafka.
 """
 
 from __future__ import annotations
@@ -33,19 +34,21 @@ if TYPE_CHECKING:
 async def offset_for_leader_epoch(broker: Broker, header: RequestHeader,
                                   request: OffsetForLeaderEpochRequest) -> Any:
     build = Build(header)
+    replica_id = getattr(request, "replica_id", -1)
     return build.response(topics=per_partition(
         build, request.topics, "OffsetForLeaderTopicResult",
-        lambda topic, p: _end_offset(build, broker, topic, p), name_field="topic"))
+        lambda topic, p: _end_offset(build, broker, topic, p, replica_id), name_field="topic"))
 
 
-def _end_offset(build: Build, broker: Broker, topic: str, p: Any) -> Any:
+def _end_offset(build: Build, broker: Broker, topic: str, p: Any, replica_id: int) -> Any:
     def answer(code: ErrorCode, epoch: int = -1, offset: int = -1) -> Any:
         return build("EpochEndOffset", error_code=code, partition=p.partition,
                      leader_epoch=epoch, end_offset=offset)
 
     current = getattr(p, "current_leader_epoch", -1)
     try:
-        broker.security.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        if not (replica_id >= 0 and broker.security.allows_cluster(Operation.CLUSTER_ACTION)):
+            broker.security.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
         log = broker.get_log(topic, p.partition)
         leader_epoch = LEADER_EPOCH
         if broker.cluster is not None:

@@ -2,7 +2,8 @@
 
 Invariants:
 - ``start`` returns only once the child printed its listening line, so ``bootstrap`` is
-  ready to use (and ``metrics_url``, with ``metrics.listener`` set); a child that exits
+  ready to use (and ``metrics_url``, with ``metrics.listener`` set, and the further
+  listeners' addresses, ``listeners``); a child that exits
   before that raises with the child's output.
 - ``stop`` sends SIGTERM and waits (a clean shutdown: logs flushed, marker written);
   ``kill`` sends SIGKILL (an unclean one, for crash tests). Both are idempotent.
@@ -27,6 +28,7 @@ from types import TracebackType
 from typing import IO
 
 _LISTENING = re.compile(r"listening on (?P<host>[^\s:]+):(?P<port>\d+)")
+_LISTENER = re.compile(r"listener (?P<name>\S+) on \S+, advertised as (?P<address>\S+)")
 _METRICS = re.compile(r"metrics and status page on (?P<url>\S+)")
 
 
@@ -41,6 +43,8 @@ class BrokerProcess:
         self.log_file = log_file or data_dir.with_name(data_dir.name + ".broker.log")
         self.host = "127.0.0.1"
         self.metrics_url: str | None = None
+        self.listeners: dict[str, str] = {}
+        """Further listeners (after the first, ``bootstrap``): name -> advertised address."""
         self.detached = detached  # outlives this process: own session, stdout to a file
         self._proc: subprocess.Popen[str] | None = None
 
@@ -76,6 +80,9 @@ class BrokerProcess:
             line = lines.readline()
             if not line:
                 break
+            listener = _LISTENER.search(line)
+            if listener:
+                self.listeners[listener["name"]] = listener["address"]
             metrics = _METRICS.search(line)
             if metrics:
                 self.metrics_url = metrics["url"]

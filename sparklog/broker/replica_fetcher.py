@@ -11,21 +11,25 @@ Invariants:
 - Only whole batches are appended (a response may end inside one), with the offsets and
   leader epochs the leader gave them; the epoch cache learns each new epoch from them.
   The follower's high watermark is min(leader's, own log end).
-- Connection failures and retriable errors back off and retry; the task ends only when
-  cancelled (the partition's state changed), so it never outlives its role.
+- It connects to the leader's endpoint of the inter-broker listener, logged in as that
+  listener asks (``inter_broker``); a leader without that endpoint is waited for.
+- Connection failures, refused logins and errors back off and retry; each new failure is
+  logged once (a refused login or Fetch, e.g. without CLUSTER_ACTION, a failed TLS
+  handshake, a leader without the listener, as warnings), not every retry. The task ends
+  only when cancelled (the partition's state changed), so it never outlives its role.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sparklog.errors import ErrorCode
-from sparklog.protocol.codec import decode_response, encode_request, request_class
-from sparklog.protocol.entities import build
+from sparklog.broker.inter_broker import InterBrokerError, LeaderConnection
+from sparklog.errors import ErrorCode, error_name
 from sparklog.protocol.versions import ApiKey
 from sparklog.record.batch import LOG_OVERHEAD, parse_header
 
@@ -38,34 +42,9 @@ FETCH_VERSION = 11
 EPOCH_VERSION = 3
 BACKOFF_S = 0.2
 _SIZE = struct.Struct(">i")
-
-
-class LeaderConnection:
-    """One asyncio connection to a leader, one request at a time."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 client_id: bytes) -> None:
-        self.reader, self.writer, self.client_id = reader, writer, client_id
-        self._correlation = 0
-
-    @classmethod
-    async def open(cls, host: str, port: int, client_id: str) -> LeaderConnection:
-        reader, writer = await asyncio.open_connection(host, port)
-        return cls(reader, writer, client_id.encode())
-
-    async def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
-        self._correlation += 1
-        self.writer.write(encode_request(api_key, version, self._correlation, self.client_id,
-                                         build(request_class(api_key, version), body)))
-        await self.writer.drain()
-        (size,) = _SIZE.unpack(await self.reader.readexactly(4))
-        frame = await self.reader.readexactly(size)
-        if _SIZE.unpack_from(frame)[0] != self._correlation:
-            raise ConnectionError("leader answered out of order")
-        return decode_response(api_key, version, frame)
-
-    def close(self) -> None:
-        self.writer.close()
+_REFUSED = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+_WHY = {code: " (this broker's principal needs CLUSTER_ACTION on the cluster, or to be in "
+              "super.users)" for code in _REFUSED}
 
 
 def whole_batches(records: bytes) -> bytes:
@@ -83,26 +62,48 @@ async def follow(manager: ReplicaManager, replica: Replica) -> None:
     """Fetch ``replica``'s partition from its leader until cancelled."""
     state = replica.state
     assert state is not None
+    security = manager.inter_broker
     connection: LeaderConnection | None = None
     truncated = False
+    trouble = ""  # the last failure logged: each new one is logged once, not every retry
     try:
         while True:
             try:
                 if connection is None:
                     leader = manager.live.get(state.leader)
-                    if leader is None:
+                    endpoint = None if leader is None else leader.endpoint(security.listener)
+                    if endpoint is None:
+                        if leader is not None and trouble != security.listener:
+                            trouble = security.listener
+                            log.warning("%s: broker %d has no listener %s (the inter-broker "
+                                        "listener) to fetch from", replica.name, state.leader,
+                                        security.listener)
                         await asyncio.sleep(BACKOFF_S)
                         continue
                     connection = await LeaderConnection.open(
-                        leader.host, leader.port, f"sparklog-replica-{manager.broker_id}")
+                        endpoint.host, endpoint.port, f"sparklog-replica-{manager.broker_id}",
+                        security)
                 if not truncated:
                     await _truncate(manager, replica, connection)
                     truncated = True
-                if not await _fetch(manager, replica, connection):
-                    await asyncio.sleep(BACKOFF_S)
+                code = await _fetch(manager, replica, connection)
+                if code == ErrorCode.NONE:
+                    trouble = ""
+                    continue
+                if error_name(code) != trouble:
+                    trouble = error_name(code)
+                    log.log(logging.WARNING if code in _REFUSED else logging.INFO,
+                            "%s: broker %d answered %s to this follower's Fetch%s",
+                            replica.name, state.leader, trouble,
+                            _WHY.get(code, ""))
+                await asyncio.sleep(BACKOFF_S)
             except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
-                log.info("%s: fetch from broker %d failed (%s); retrying", replica.name,
-                         state.leader, exc)
+                if str(exc) != trouble:
+                    trouble = str(exc)
+                    log.log(logging.WARNING if isinstance(exc, (InterBrokerError,
+                                                                ssl.SSLError))
+                            else logging.INFO, "%s: fetch from broker %d failed (%s); retrying",
+                            replica.name, state.leader, exc)
                 if connection is not None:
                     connection.close()
                 connection = None
@@ -125,7 +126,8 @@ async def _truncate(manager: ReplicaManager, replica: Replica,
                 "leader_epoch": epoch}]}]})
         result = answer.topics[0].partitions[0]
         if result.error_code != ErrorCode.NONE:
-            raise OSError(f"OffsetForLeaderEpoch: error {result.error_code}")
+            raise OSError(f"OffsetForLeaderEpoch answered {error_name(result.error_code)}"
+                          f"{_WHY.get(result.error_code, '')}")
         end = result.end_offset if result.end_offset >= 0 else replica.high_watermark
     if end < partition_log.log_end_offset:
         partition_log.truncate_to(end)
@@ -133,8 +135,8 @@ async def _truncate(manager: ReplicaManager, replica: Replica,
 
 
 async def _fetch(manager: ReplicaManager, replica: Replica, connection: LeaderConnection
-                 ) -> bool:
-    """One Fetch; False when the leader refused it (back off before the next)."""
+                 ) -> ErrorCode:
+    """One Fetch; an error other than NONE when the leader refused it (back off)."""
     partition_log = manager.log(replica)
     offset = partition_log.log_end_offset
     max_bytes = manager.fetch_max_bytes
@@ -150,10 +152,9 @@ async def _fetch(manager: ReplicaManager, replica: Replica, connection: LeaderCo
             and offset > result.high_watermark:
         partition_log.truncate_to(result.high_watermark)
         replica.epochs.truncate_from_end(partition_log.log_end_offset)
-        return True
+        return ErrorCode.NONE
     if result.error_code != ErrorCode.NONE:
-        log.info("%s: leader answered error %d", replica.name, result.error_code)
-        return False
+        return ErrorCode(result.error_code)
     records = whole_batches(bytes(result.records or b""))
     if records:
         position = 0
@@ -163,4 +164,4 @@ async def _fetch(manager: ReplicaManager, replica: Replica, connection: LeaderCo
             position += header.size
         partition_log.append_as_follower(records, now_ms=manager.broker.now_ms())
     manager.follower_high_watermark(replica, result.high_watermark)
-    return True
+    return ErrorCode.NONE

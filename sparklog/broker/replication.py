@@ -14,9 +14,10 @@ Invariants:
   and each follower's last fetch offset) and never moves back; consumers read below it
   (``fetch.py``), followers up to the log end. A follower behind the leader's log end that
   has not reached it for ``replica.lag.time.max.ms`` leaves the ISR (an idle partition
-  shrinks nothing, as in Kafka); one that reaches the
-  high watermark joins it again; the leader writes either change by compare-and-set on the
-  state znode (the controller does the same when brokers die).
+  shrinks nothing, as in Kafka); a live (registered) one that reaches the high watermark
+  joins it again (a broker in its controlled shutdown does not); the leader writes either
+  change by compare-and-set on the state znode (the controller does the same when brokers
+  die).
 - acks=all: fewer ISR members than ``min.insync.replicas`` refuses the batch before the
   append (NOT_ENOUGH_REPLICAS); after it the request waits (a purgatory of futures, woken
   by high-watermark moves) until the high watermark passes the batch, answering
@@ -34,6 +35,8 @@ Invariants:
   serves the groups of the partitions this broker leads (loaded on becoming leader,
   unloaded on losing it), FindCoordinator names the leader of a group's partition, and an
   offset commit is answered once the ISR has it.
+- SCRAM credentials and ACLs are the cluster's, in ZooKeeper (``BrokerSecurity.join_cluster``,
+  loaded before the broker registers as started), not the data directory's.
 - Each broker keeps a local log for every partition of every topic (empty where it holds no
   replica), created when the topic's assignment appears.
 """
@@ -47,10 +50,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sparklog.broker.inter_broker import InterBrokerSecurity
 from sparklog.broker.replica_fetcher import follow
 from sparklog.cluster.assignment import assign_replicas
 from sparklog.cluster.controller import ControllerConfig
-from sparklog.cluster.layout import NO_LEADER, BrokerInfo, PartitionState
+from sparklog.cluster.layout import NO_LEADER, BrokerInfo, Endpoint, PartitionState
 from sparklog.cluster.session import ClusterSession
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.errors import ErrorCode, KafkaError
@@ -106,8 +110,10 @@ def _now_ms() -> int:
 
 
 class ReplicaManager:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, inter_broker: InterBrokerSecurity) -> None:
         self.broker = broker
+        self.inter_broker = inter_broker
+        """How this broker's fetchers reach and log in to the leaders."""
         self.broker_id = broker.node_id
         config = broker.config
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
@@ -123,14 +129,15 @@ class ReplicaManager:
         self._writes: set[asyncio.Future[None]] = set()
 
     # -- life ----------------------------------------------------------------------------
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, endpoints: tuple[Endpoint, ...]) -> None:
+        """Join the cluster, registered with every advertised listener (``endpoints``)."""
         config = self.broker.config
         connect = config.zookeeper_connect
         assert connect is not None
         self._loop = asyncio.get_running_loop()
         for partition in sorted(self.broker.coordinator.loaded):  # loaded again when led
             self.broker.coordinator.unload(partition)
-        me = BrokerInfo(self.broker_id, host, port, config.get("broker.rack") or None)
+        me = BrokerInfo(self.broker_id, endpoints, config.get("broker.rack") or None)
         rebalance = config.get_bool("auto.leader.rebalance.enable")
         controller = ControllerConfig(
             self._unclean,
@@ -138,6 +145,7 @@ class ReplicaManager:
         self.session = ClusterSession(connect, config.get_int("zookeeper.session.timeout.ms"),
                                       me, self, controller, self.broker.logs.cluster_id)
         await self._loop.run_in_executor(None, self.session.start)
+        await self.broker.security.join_cluster(self.session.zk)
         # a ZooKeeper round trip once per block of ids (1000), on the loop: a few ms
         self.broker.producer_ids.allocate_block = self.session.allocate_producer_ids
         self._isr_task = asyncio.create_task(self._shrink_isr_forever())
@@ -160,6 +168,7 @@ class ReplicaManager:
         for replica in self.partitions.values():
             self._stop_fetcher(replica)
             self._release(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.broker.security.leave_cluster()
         if self.session is not None and self._loop is not None:
             await self._loop.run_in_executor(None, self.session.close)
 
@@ -291,8 +300,8 @@ class ReplicaManager:
         replica.last_fetch[follower] = (now, leo)
         replica.follower_leo[follower] = fetch_offset
         epoch_start = replica.epochs.entries[-1][1] if replica.epochs.entries else 0
-        if follower not in replica.isr and fetch_offset >= max(replica.high_watermark,
-                                                               epoch_start):
+        if follower not in replica.isr and follower in self.live and fetch_offset >= max(
+                replica.high_watermark, epoch_start):  # not a broker shutting down
             self._write_isr(replica, (*replica.isr, follower))
         self._advance_high_watermark(replica)
 

@@ -7,7 +7,8 @@
 Invariants:
 - Start-up checks in the order that touches nothing before it must: the listening addresses
   are parsed (a port outside 0-65535 is refused), TLS listeners' key and certificate files
-  are read, every listener's socket is bound (a port
+  are read, in a cluster the inter-broker listener's client settings
+  (``inter_broker.InterBrokerSecurity``), every listener's socket is bound (a port
   in use fails here), and only then is the data directory locked and loaded. Each failure is
   a ``StartupError`` whose message is one line naming the cause; nothing is left listening.
 - One server per listener of ``listeners`` (Kafka's ``NAME://HOST:PORT`` list); the
@@ -24,10 +25,11 @@ Invariants:
   every log and writes the clean-shutdown marker. SIGTERM and SIGINT stop ``run``, which
   then exits 0.
 - With ``zookeeper.connect`` set, the broker joins that cluster once its listeners accept
-  (``replication.ReplicaManager``, registered under the first listener's advertised
-  address) and before ``start`` returns; ZooKeeper out of reach or ``broker.id`` taken is
-  a ``StartupError``. ``stop`` leaves the cluster (its registration goes at once) before it
-  closes connections. Without it nothing here touches ZooKeeper.
+  (``replication.ReplicaManager``, registered with every listener's advertised address
+  and security protocol, as Kafka's ``/brokers/ids/<id>``) and before ``start`` returns;
+  ZooKeeper out of reach or ``broker.id`` taken is a ``StartupError``. ``stop`` leaves the
+  cluster (its registration goes at once) before it closes connections. Without it
+  nothing here touches ZooKeeper.
 - Maintenance (time-based flushes, retention, checkpoints) runs on the event loop at the
   intervals Kafka's settings name; log compaction runs in the ``LogCleaner`` threads
   (``log.cleaner.*``).
@@ -50,6 +52,7 @@ from functools import partial
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
+from sparklog.broker.inter_broker import InterBrokerSecurity
 from sparklog.broker.monitoring.listener import MetricsListener
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import load_handlers
@@ -57,6 +60,7 @@ from sparklog.broker.replication import ReplicaManager
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
+from sparklog.cluster.layout import Endpoint
 from sparklog.cluster.session import ClusterError
 from sparklog.errors import InvalidConfigError
 from sparklog.signals import WATCHED, Stop
@@ -159,6 +163,7 @@ class BrokerService:
         load_handlers()
         config = self.config
         security = self._listener_security()
+        inter_broker = self._inter_broker_security()
         sockets = self._bind_listeners()
         try:
             broker = self.broker = Broker(config, self.data_dir)
@@ -183,8 +188,8 @@ class BrokerService:
             broker.advertised[name] = server.advertised
             log.info("listener %s on %s:%d, advertised as %s:%d", name, host, server.port,
                      *server.advertised)
-        if config.zookeeper_connect is not None:
-            await self._join_cluster(broker)
+        if inter_broker is not None:
+            await self._join_cluster(broker, inter_broker)
         self._cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
         if self._cleaner.config.enable:
             self._cleaner.start()
@@ -216,11 +221,24 @@ class BrokerService:
         except InvalidConfigError as exc:
             raise StartupError(str(exc)) from None
 
-    async def _join_cluster(self, broker: Broker) -> None:
-        """Register in ZooKeeper under the first listener's advertised address."""
-        broker.cluster = ReplicaManager(broker)
+    def _inter_broker_security(self) -> InterBrokerSecurity | None:
+        """In a cluster, how this broker reaches the others (a bad setting fails here)."""
+        if self.config.zookeeper_connect is None:
+            return None
         try:
-            await broker.cluster.start(*next(iter(broker.advertised.values())))
+            return InterBrokerSecurity.load(self.config.props,
+                                            self.config.security_protocols())
+        except InvalidConfigError as exc:
+            raise StartupError(str(exc)) from None
+
+    async def _join_cluster(self, broker: Broker, inter_broker: InterBrokerSecurity) -> None:
+        """Register in ZooKeeper with every listener's advertised address."""
+        broker.cluster = ReplicaManager(broker, inter_broker)
+        protocols = self.config.security_protocols()
+        try:
+            await broker.cluster.start(tuple(
+                Endpoint(name, protocols[name], host, port)
+                for name, (host, port) in broker.advertised.items()))
         except ClusterError as exc:
             await self.stop()
             raise StartupError(str(exc)) from None

@@ -91,12 +91,14 @@ async def alter_user_scram_credentials(broker: Broker, header: RequestHeader,
                 else (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     for deletion in request.deletions:
         if errors[deletion.name][0] == ErrorCode.NONE:
-            store.delete(deletion.name, MECHANISMS_BY_ID[deletion.mechanism])
+            await broker.security.set_credential(deletion.name,
+                                                 MECHANISMS_BY_ID[deletion.mechanism], None)
     for upsertion in request.upsertions:
         if errors[upsertion.name][0] == ErrorCode.NONE:
             mechanism = MECHANISMS_BY_ID[upsertion.mechanism]
-            store.upsert(upsertion.name, mechanism, ScramCredential.from_salted_password(
-                mechanism, upsertion.salt, upsertion.iterations, upsertion.salted_password))
+            credential = ScramCredential.from_salted_password(
+                mechanism, upsertion.salt, upsertion.iterations, upsertion.salted_password)
+            await broker.security.set_credential(upsertion.name, mechanism, credential)
     return build.response(results=tuple(
         build("AlterUserScramCredentialsResult", user=name, error_code=code,
               error_message=message) for name, (code, message) in errors.items()))

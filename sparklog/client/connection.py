@@ -28,10 +28,10 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from sparklog.client.errors import KafkaClientError, error_name
+from sparklog.client.errors import KafkaClientError
 from sparklog.client.sasl import authenticate
 from sparklog.client.settings import ClientConfig, ClientSecurity
-from sparklog.errors import ErrorCode
+from sparklog.errors import ErrorCode, error_name
 from sparklog.protocol.codec import decode_response, encode_request, request_class
 from sparklog.protocol.entities import build
 from sparklog.protocol.versions import ApiKey

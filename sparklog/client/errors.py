@@ -2,7 +2,7 @@
 
 Invariants:
 - A ``KafkaClientError`` message names the broker, API or partition and the Kafka error
-  (``error_name``: Kafka's name and the code, ``NOT_LEADER_OR_FOLLOWER (6)``).
+  (``sparklog.errors.error_name``: Kafka's name and the code, ``NOT_LEADER_OR_FOLLOWER (6)``).
 - ``RETRIABLE`` holds the error codes after which a request is retried once the cached
   leader is dropped (Kafka's retriable metadata and leadership errors); ``RetriableError``
   carries such a failure, or a dropped connection, to the client's retry loop and never
@@ -37,9 +37,3 @@ class RetriableError(Exception):
     """A failure worth retrying after a metadata refresh (wrapped for the retry loop)."""
 
 
-def error_name(code: int) -> str:
-    """Kafka's name of an error code, and the code: ``NOT_LEADER_OR_FOLLOWER (6)``."""
-    try:
-        return f"{ErrorCode(code).name.upper()} ({code})"
-    except ValueError:
-        return f"error {code}"

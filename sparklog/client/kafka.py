@@ -35,10 +35,9 @@ from sparklog.client.errors import (
     RETRIABLE,
     KafkaClientError,
     RetriableError,
-    error_name,
 )
 from sparklog.client.settings import Address, ClientConfig, RetryPolicy
-from sparklog.errors import ErrorCode
+from sparklog.errors import ErrorCode, error_name
 from sparklog.protocol.versions import ApiKey, CoordinatorType, IsolationLevel
 
 log = logging.getLogger(__name__)

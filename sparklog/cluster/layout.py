@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -57,26 +57,69 @@ def _dump(value: dict[str, Any]) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-@dataclass(frozen=True)
-class BrokerInfo:
-    """A live broker as ``/brokers/ids/<id>`` registers it."""
+class Endpoint(NamedTuple):
+    """One advertised listener of a broker: its name, security protocol and address."""
 
-    broker_id: int
+    listener: str
+    protocol: str
     host: str
     port: int
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A live broker as ``/brokers/ids/<id>`` registers it: every advertised listener
+    (``endpoints``, in the order of ``listeners``; Kafka's ``NAME://HOST:PORT`` strings and
+    ``listener_security_protocol_map``), the top-level host and port being the first
+    PLAINTEXT one's (null and -1 without one), as Kafka writes them."""
+
+    broker_id: int
+    endpoints: tuple[Endpoint, ...]
     rack: str | None = None
 
+    @property
+    def host(self) -> str:
+        return self.endpoints[0].host
+
+    @property
+    def port(self) -> int:
+        return self.endpoints[0].port
+
+    def endpoint(self, listener: str | None) -> Endpoint | None:
+        """The endpoint of ``listener`` (None: the first), None when it has no such one."""
+        if listener is None:
+            return self.endpoints[0]
+        return next((e for e in self.endpoints if e.listener == listener), None)
+
     def encode(self) -> bytes:
-        return _dump({"version": 4, "host": self.host, "port": self.port,
-                      "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
-                      "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        plaintext = next((e for e in self.endpoints if e.protocol == "PLAINTEXT"), None)
+        return _dump({"version": 4, "host": plaintext.host if plaintext else None,
+                      "port": plaintext.port if plaintext else -1,
+                      "endpoints": [f"{e.listener}://{_bracket(e.host)}:{e.port}"
+                                    for e in self.endpoints],
+                      "listener_security_protocol_map": {e.listener: e.protocol
+                                                         for e in self.endpoints},
                       "rack": self.rack, "jmx_port": -1, "features": {},
                       "timestamp": _now_ms()})
 
     @classmethod
     def decode(cls, broker_id: int, data: bytes) -> BrokerInfo:
         value = json.loads(data)
-        return cls(broker_id, value["host"], int(value["port"]), value.get("rack"))
+        protocols = value.get("listener_security_protocol_map") or {}
+        endpoints = []
+        for item in value.get("endpoints") or []:
+            name, _, address = item.partition("://")
+            host, _, port = address.rpartition(":")
+            endpoints.append(Endpoint(name, protocols.get(name, name), host.strip("[]"),
+                                      int(port)))
+        if not endpoints:
+            endpoints.append(Endpoint("PLAINTEXT", "PLAINTEXT", value["host"],
+                                      int(value["port"])))
+        return cls(broker_id, tuple(endpoints), value.get("rack"))
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,19 @@ each with ``--bootstrap-server`` and the client settings every tool takes (``--c
 FILE``, ``-X``): a SASL or TLS listener is reached with Kafka's client security settings.
 Or, with ``--data-dir DIR`` instead, on a stopped broker's data directory (as Kafka's
 ``kafka-storage.sh format --add-scram``): how the first user of a broker whose listeners all
-need a SCRAM login is made.
+need a SCRAM login is made. Or, with ``--zookeeper CONNECT`` (a cluster's
+``zookeeper.connect``, chroot included), in the cluster's ZooKeeper directly, as Kafka's
+``kafka-configs.sh --zookeeper``: the first user of a cluster whose listeners all need a
+SCRAM login, or the brokers' own inter-broker credentials, before any broker runs.
 
 Invariants:
 - ``add`` and ``delete`` send one AlterUserScramCredentials request (the client salts the
   password: it never crosses the wire); ``list`` one DescribeUserScramCredentials. With
   ``--data-dir`` the directory is locked as a broker locks it (a running broker's is
   refused, naming ``--bootstrap-server``) and its credential file changed in place, with
-  the broker's own checks (iterations 4096-16384, deleting a missing credential fails).
+  the broker's own checks (iterations 4096-16384, deleting a missing credential fails);
+  with ``--zookeeper`` the same checks, and each change is the brokers' compare-and-set
+  write with its change notification (running brokers take it at once).
 - Without ``--password`` the password is read from stdin (first line), so it need not be on
   the command line. It is never printed.
 - ``--mechanism`` defaults to both SCRAM-SHA-256 and SCRAM-SHA-512.
@@ -47,8 +52,11 @@ from sparklog.broker.security.scram import (
     MIN_ITERATIONS,
     ScramCredential,
     ScramStore,
+    credentials_of,
 )
 from sparklog.client.admin import REQUEST_TIMEOUT_S, kafka_error
+from sparklog.cluster.security_store import SecurityStore, open_security_store
+from sparklog.cluster.session import ClusterError
 from sparklog.commands._client import USAGE, ToolError, client_config, client_parent, tool
 from sparklog.storage.dir_lock import DataDirError, lock_data_dir
 
@@ -63,6 +71,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parent = client_parent(required=False)
     parent.add_argument("--data-dir", type=Path,
                         help="a stopped broker's data directory (instead of a broker)")
+    parent.add_argument("--zookeeper", metavar="CONNECT",
+                        help="a cluster's zookeeper.connect (instead of a broker)")
     add = actions.add_parser("add", parents=[parent], help="create or update a SCRAM user")
     add.add_argument("name")
     add.add_argument("--password", help="the password (default: read from stdin)")
@@ -89,7 +99,7 @@ def add_user(args: argparse.Namespace) -> int:
         if not MIN_ITERATIONS <= args.iterations <= MAX_ITERATIONS:
             raise ToolError(f"--iterations {args.iterations} is outside "
                             f"{MIN_ITERATIONS}-{MAX_ITERATIONS}")
-        with _store(args.data_dir) as store:
+        with _store(args) as store:
             for mechanism in args.mechanism or sorted(MECHANISMS):
                 store.upsert(args.name, mechanism, ScramCredential.from_password(
                     mechanism, password, args.iterations))
@@ -103,7 +113,7 @@ def add_user(args: argparse.Namespace) -> int:
 
 def delete_user(args: argparse.Namespace) -> int:
     if _offline(args):
-        with _store(args.data_dir) as store:
+        with _store(args) as store:
             for mechanism in args.mechanism or sorted(MECHANISMS):
                 if not store.delete(args.name, mechanism):
                     raise ToolError(f"user {args.name!r} has no {mechanism} credentials")
@@ -128,7 +138,7 @@ def _alter(args: argparse.Namespace, alterations: list[UserScramCredentialAltera
 
 def list_users(args: argparse.Namespace) -> int:
     if _offline(args):
-        with _store(args.data_dir) as store:
+        with _store(args) as store:
             found = store.users()
         for name in args.names or list(found):
             if name not in found:
@@ -160,21 +170,55 @@ def _raise_for(user: str, error: BaseException | None) -> None:
 
 
 def _offline(args: argparse.Namespace) -> bool:
-    """Whether to work on a data directory (``--data-dir``) rather than through a broker."""
-    if (args.data_dir is None) == (args.bootstrap is None):
-        raise ToolError("give either --bootstrap-server (a running broker) or --data-dir (a "
-                        "stopped broker's data directory)", USAGE)
-    return args.data_dir is not None
+    """Whether to work on a data directory (``--data-dir``) or a cluster's ZooKeeper
+    (``--zookeeper``) rather than through a broker."""
+    if [args.bootstrap, args.data_dir, args.zookeeper].count(None) != 2:
+        raise ToolError("give one of --bootstrap-server (a running broker), --data-dir (a "
+                        "stopped broker's data directory) or --zookeeper (a cluster's "
+                        "zookeeper.connect)", USAGE)
+    return args.bootstrap is None
+
+
+class _ZooKeeperUsers:
+    """``ScramStore``'s methods over a cluster's ZooKeeper."""
+
+    def __init__(self, store: SecurityStore) -> None:
+        self.store = store
+
+    def upsert(self, user: str, mechanism: str, credential: ScramCredential) -> None:
+        self.store.alter_user(user, lambda config: {**config, mechanism: credential.to_kafka()})
+
+    def delete(self, user: str, mechanism: str) -> bool:
+        found = []
+
+        def change(config: dict[str, str]) -> dict[str, str]:
+            found.append(config.pop(mechanism, None) is not None)
+            return config
+
+        self.store.alter_user(user, change)
+        return found[-1]
+
+    def users(self) -> dict[str, dict[str, ScramCredential]]:
+        return {user: found for user, config in sorted(self.store.users().items())
+                if (found := credentials_of(user, config))}
 
 
 @contextmanager
-def _store(data_dir: Path) -> Iterator[ScramStore]:
-    """The SCRAM credentials of a stopped broker's data directory, locked meanwhile."""
+def _store(args: argparse.Namespace) -> Iterator[ScramStore | _ZooKeeperUsers]:
+    """The SCRAM credentials of a stopped broker's data directory (locked meanwhile) or of
+    a cluster's ZooKeeper."""
+    if args.zookeeper is not None:
+        try:
+            with open_security_store(args.zookeeper) as store:
+                yield _ZooKeeperUsers(store)
+        except ClusterError as exc:
+            raise ToolError(f"{exc} (--zookeeper)") from None
+        return
     try:
-        lock = lock_data_dir(data_dir)
+        lock = lock_data_dir(args.data_dir)
     except DataDirError as exc:
         raise ToolError(f"{exc} (for a running broker, use --bootstrap-server)") from None
     try:
-        yield ScramStore(data_dir)
+        yield ScramStore(args.data_dir)
     finally:
         lock.release()

@@ -4,6 +4,9 @@ Invariants:
 - The codec reads and writes any (key, version) kio has a schema for, and the old versions
   listed below; any other raises ``UnsupportedVersionError``. Which of them the broker
   serves is the handlers' decision (``sparklog.broker.registry``), checked before decoding.
+- A tagged field the request's schema does not know is ignored, as Kafka ignores it
+  (``tagged_fields``: only a body kio refused is walked again, so known requests cost
+  nothing more).
 - Bytes left over after a request body are ignored, never rejected (librdkafka sends 3
   extra bytes with Metadata v9+ "all topics"). A body that does not decode raises
   ``InvalidRequestError`` and nothing else; so does a null (length -1) array where the schema
@@ -63,6 +66,7 @@ from kio.static.protocol import RequestPayload, ResponsePayload
 
 from sparklog.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
 from sparklog.protocol.framing import RequestHeader, skip_tagged_fields
+from sparklog.protocol.tagged_fields import without_unknown_tags
 from sparklog.protocol.versions import request_header_version, response_header_version
 
 Writer = Callable[[IO[bytes], Any], None]
@@ -78,9 +82,13 @@ def decode_request(header: RequestHeader, frame: bytes, body_offset: int) -> Req
     """Decode the request body that starts at ``body_offset``; trailing bytes are ignored."""
     read = _request_reader(header.api_key, header.api_version)
     try:
-        request, _ = read(frame, body_offset)
-    except (DecodeError, ValueError, KeyError) as exc:
-        # kio raises ValueError for some bad values, KeyError for a tagged field it lacks
+        try:
+            request, _ = read(frame, body_offset)
+        except KeyError:  # kio's answer to a tag it lacks; Kafka skips unknown tags
+            cls = _schema(load_request_schema, header.api_key, header.api_version)
+            request, _ = read(without_unknown_tags(cls, frame, body_offset), 0)
+    except (DecodeError, ValueError, KeyError, IndexError) as exc:
+        # kio raises ValueError for some bad values
         raise InvalidRequestError(f"api {header.api_key} v{header.api_version}: {exc}") from exc
     null = _null_array(request)
     if null is not None:

@@ -10,7 +10,9 @@ Invariants (Kafka's ``AclAuthorizer`` / ``StandardAuthorizer`` rules):
   an ALLOW of READ, WRITE, DELETE or ALTER implies DESCRIBE and one of ALTER_CONFIGS implies
   DESCRIBE_CONFIGS. When no binding at all matches the resource, the answer is
   ``allow.everyone.if.no.acl.found``.
-- Bindings live in ``acls.json`` in the data directory, replaced atomically on change.
+- On a single node bindings live in ``acls.json`` in the data directory, replaced
+  atomically on change; on a cluster (``Authorizer(None, ...)``) the authorizer holds this
+  broker's view of ZooKeeper's ACLs, one resource pattern at a time (``replace``).
 """
 
 from __future__ import annotations
@@ -167,13 +169,13 @@ class AclFilter:
 class Authorizer:
     """The decisions and the stored bindings (see the module invariants)."""
 
-    def __init__(self, data_dir: Path, super_users: Iterable[str],
+    def __init__(self, data_dir: Path | None, super_users: Iterable[str],
                  allow_if_no_acl: bool) -> None:
-        self.path = data_dir / STORE_FILE
+        self.path = data_dir / STORE_FILE if data_dir is not None else None
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
         self._acls: list[AclBinding] = []
-        if self.path.exists():
+        if self.path is not None and self.path.exists():
             self._acls = [AclBinding(ResourceType[a["resource_type"]], a["resource_name"],
                                      PatternType[a["pattern_type"]], a["principal"], a["host"],
                                      Operation[a["operation"]], Permission[a["permission"]])
@@ -222,6 +224,14 @@ class Authorizer:
     def acls(self, acl_filter: AclFilter) -> list[AclBinding]:
         return [a for a in self._acls if acl_filter.matches(a)]
 
+    def replace(self, resource_type: ResourceType, pattern_type: PatternType, name: str,
+                bindings: Iterable[AclBinding]) -> None:
+        """The bindings of one resource pattern are now ``bindings`` (a cluster's view)."""
+        self._acls = [a for a in self._acls if (a.resource_type, a.pattern_type,
+                                                a.resource_name) != (resource_type,
+                                                                     pattern_type, name)]
+        self._acls.extend(dict.fromkeys(bindings))
+
     def add(self, bindings: Iterable[AclBinding]) -> None:
         new = [b for b in bindings if b not in self._acls]
         if new:
@@ -236,6 +246,7 @@ class Authorizer:
         return gone
 
     def _save(self) -> None:
+        assert self.path is not None, "a cluster's ACLs are written to ZooKeeper"
         data = [{k: v.name if isinstance(v, IntEnum) else v for k, v in asdict(a).items()}
                 for a in self._acls]
         write_atomically(self.path, json.dumps(data, indent=1).encode())

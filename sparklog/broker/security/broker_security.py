@@ -2,8 +2,11 @@
 the checks handlers make against the current request's principal.
 
 Invariants:
-- Everything here lives in the data directory and is touched from the event loop thread
-  only, like the rest of ``Broker``.
+- On a single node everything here lives in the data directory; on a cluster
+  (``join_cluster``) in ZooKeeper, and the stores are this broker's view of it
+  (``cluster_store``). Either way it is touched from the event loop thread only, like the
+  rest of ``Broker``, and changed only through ``set_credential``, ``add_acls`` and
+  ``remove_acls``, which write where the record is.
 - Without an authorizer (``authorizer.class.name`` empty, Kafka's default) every check
   allows and costs one attribute test; the authorized-operations fields then list every
   operation of the resource type, as Kafka's.
@@ -13,21 +16,32 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparklog.broker.registry import CLIENT_HOST
 from sparklog.broker.security.acls import (
     AUTHORIZER_CLASSES,
     CLUSTER_NAME,
     SUPPORTED,
+    AclBinding,
+    AclFilter,
     Authorizer,
     Operation,
     ResourceType,
 )
-from sparklog.broker.security.scram import ScramStore
+from sparklog.broker.security.cluster_store import ClusterSecurityStore
+from sparklog.broker.security.scram import ScramCredential, ScramStore
 from sparklog.broker.security.session import principal
 from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+log = logging.getLogger(__name__)
 
 REFUSED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
            ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
@@ -53,11 +67,56 @@ class BrokerSecurity:
     def __init__(self, props: Mapping[str, str], data_dir: Path) -> None:
         self.scram = ScramStore(data_dir)
         self.authorizer: Authorizer | None = None
+        self.cluster: ClusterSecurityStore | None = None
+        self._super_users = [u.strip() for u in props.get("super.users", "").split(";")
+                             if u.strip()]
+        self._allow = props.get("allow.everyone.if.no.acl.found", "false").strip() == "true"
         if props.get("authorizer.class.name", "").strip():
-            super_users = [u.strip() for u in props.get("super.users", "").split(";")
-                           if u.strip()]
-            allow = props.get("allow.everyone.if.no.acl.found", "false").strip() == "true"
-            self.authorizer = Authorizer(data_dir, super_users, allow)
+            self.authorizer = Authorizer(data_dir, self._super_users, self._allow)
+
+    async def join_cluster(self, zk: KazooClient) -> None:
+        """Serve the cluster's users and ACLs (ZooKeeper's) instead of the data directory's,
+        loaded before this returns."""
+        loop = asyncio.get_running_loop()
+        for single_node in (self.scram.path, getattr(self.authorizer, "path", None)):
+            if single_node is not None and single_node.exists():
+                log.warning("%s is a single node's and is not read in a cluster, whose "
+                            "users and ACLs are ZooKeeper's (add them again through a "
+                            "broker, or sparklog users add --zookeeper)", single_node)
+        self.scram = ScramStore(None)
+        if self.authorizer is not None:
+            self.authorizer = Authorizer(None, self._super_users, self._allow)
+        self.cluster = ClusterSecurityStore(self, zk, loop)
+        # the loaded views reach the loop (call_soon_threadsafe) before this resumes
+        await loop.run_in_executor(None, self.cluster.start)
+
+    def leave_cluster(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+
+    async def set_credential(self, user: str, mechanism: str,
+                             credential: ScramCredential | None) -> None:
+        """Upsert (None: delete) one SCRAM credential where credentials are kept."""
+        if self.cluster is not None:
+            await self.cluster.set_credential(user, mechanism, credential)
+        elif credential is None:
+            self.scram.delete(user, mechanism)
+        else:
+            self.scram.upsert(user, mechanism, credential)
+
+    async def add_acls(self, bindings: Iterable[AclBinding]) -> None:
+        assert self.authorizer is not None
+        if self.cluster is not None:
+            await self.cluster.add_acls(bindings)
+        else:
+            self.authorizer.add(bindings)
+
+    async def remove_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
+        """The bindings ``acl_filter`` matched, now removed."""
+        assert self.authorizer is not None
+        if self.cluster is not None:
+            return await self.cluster.remove_acls(acl_filter, self.authorizer.acls(acl_filter))
+        return self.authorizer.remove(acl_filter)
 
     def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         """Whether the current request's principal may ``operation`` the resource."""

@@ -38,3 +38,9 @@ def principal() -> str:
     """The principal of the connection the current request came in on."""
     session = SESSION.get()
     return ANONYMOUS if session is None else session.principal
+
+
+def listener_name() -> str | None:
+    """The listener the current request came in on (None outside a connection)."""
+    session = SESSION.get()
+    return None if session is None else session.listener.name

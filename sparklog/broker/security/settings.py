@@ -40,6 +40,8 @@ SECURITY_DEFAULTS: dict[str, str] = {
     "sasl.enabled.mechanisms": ",".join(MECHANISMS),
     "sasl.jaas.config": "",
     "sasl.mechanism.inter.broker.protocol": "GSSAPI",
+    "inter.broker.listener.name": "",
+    "security.inter.broker.protocol": "",
     "connection.failed.authentication.delay.ms": "100",
     "authorizer.class.name": "",
     "super.users": "",

@@ -1,5 +1,8 @@
-"""TLS for the SSL and SASL_SSL listeners: the server's ``ssl.SSLContext`` and the principal
-a client certificate names.
+"""TLS for the SSL and SASL_SSL listeners: the server's ``ssl.SSLContext``, the principal
+a client certificate names, and the client context this broker connects to other brokers'
+listener with (``client_context``: the listener's truststore to check them, its keystore as
+the client certificate, host names checked unless
+``ssl.endpoint.identification.algorithm`` is empty).
 
 Invariants:
 - Only TLS 1.2 and newer are accepted, whatever ``ssl.enabled.protocols`` says (a value
@@ -72,6 +75,32 @@ def server_context(props: Mapping[str, str], listener: str) -> ssl.SSLContext:
     elif auth != "none":
         raise fail("ssl.truststore.location", f"is not set: ssl.client.auth={auth} needs the "
                                               "CA certificates client certificates chain to")
+    return context
+
+
+def client_context(props: Mapping[str, str], listener: str) -> ssl.SSLContext:
+    """The context to connect to other brokers' ``listener`` (see the module docstring)."""
+
+    def setting(key: str) -> str:
+        return listener_setting(props, listener, key)
+
+    truststore = setting("ssl.truststore.location") or None
+    try:
+        context = ssl.create_default_context(cafile=truststore)
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidConfigError(f"listener {listener}: ssl.truststore.location {truststore}: "
+                                 f"cannot load CA certificates ({_reason(exc)})") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = bool(setting("ssl.endpoint.identification.algorithm"))
+    keystore = setting("ssl.keystore.location")
+    if keystore:
+        password = setting("ssl.key.password") or setting("ssl.keystore.password") or None
+        try:
+            context.load_cert_chain(keystore, password=password)
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidConfigError(f"listener {listener}: ssl.keystore.location {keystore}: "
+                                     f"cannot load the key and certificate "
+                                     f"({_reason(exc)})") from None
     return context
 
 

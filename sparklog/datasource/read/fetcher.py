@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from sparklog.client.errors import KafkaClientError, error_name
+from sparklog.client.errors import KafkaClientError
 from sparklog.client.kafka import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, KafkaClient
 from sparklog.datasource.read.arrow_records import (
     first_batch_size,
@@ -30,7 +30,7 @@ from sparklog.datasource.read.arrow_records import (
 from sparklog.datasource.read.data_loss import report_data_loss
 from sparklog.datasource.read.offsets import TopicPartition
 from sparklog.datasource.read.planning import KafkaInputPartition
-from sparklog.errors import ErrorCode
+from sparklog.errors import ErrorCode, error_name
 from sparklog.record.transactions import committed_only
 
 

@@ -1,0 +1,308 @@
+"""SCRAM credentials and ACLs of a cluster in ZooKeeper, in Kafka's ZooKeeper-era layout.
+
+Paths and JSON (Kafka 2.x's, so ``zkCli`` and Kafka's tools read them as a Kafka cluster's):
+- ``/config/users/<user, URL-encoded>``: ``{"version":1,"config":{"SCRAM-SHA-256":
+  "salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>", ...}}``; each change adds
+  ``/config/changes/config_change_<seq>`` = ``{"version":2,"entity_path":"users/<user>"}``.
+- ``/kafka-acl/<ResourceType>/<name>`` (LITERAL) and
+  ``/kafka-acl-extended/prefixed/<ResourceType>/<name>`` (PREFIXED): ``{"version":1,"acls":
+  [{"principal":..,"permissionType":..,"operation":..,"host":..}]}``; each change adds
+  ``/kafka-acl-changes/acl_changes_<seq>`` = ``<ResourceType>:<name>`` (LITERAL) or
+  ``/kafka-acl-extended-changes/acl_changes_<seq>`` = ``{"version":1,"resourceType":..,
+  "name":..,"patternType":"PREFIXED"}``.
+
+Invariants:
+- This module speaks plain strings and dicts (resource type names such as ``Topic``, ACL
+  entries as Kafka's JSON objects); the broker maps them to its own types.
+- A write is a read-modify-write: the new content and its change notification go in one
+  ZooKeeper transaction that compares-and-sets the znode version it read (or creates the
+  znode); a conflict (someone wrote first) reads again and retries. A change that changes
+  nothing writes nothing. Keys of a user's config other than SCRAM's (quotas) are kept.
+- ``start`` loads every user and ACL (the listener hears each), then watches the three
+  notification paths: each new notification (sequence above the last one handled) makes
+  the listener hear the current content of the entity it names, read again (so a replayed
+  or coalesced notification is harmless). After a lost session, everything is loaded again.
+  Notifications older than ``NOTIFICATION_EXPIRY_MS`` (Kafka's 15 minutes) are deleted by
+  whoever reads them (a broker reads the ones it already handled at most once a minute).
+- The listener's callbacks run on kazoo's threads and must not block.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from sparklog.cluster.session import ClusterError, split_connect
+
+log = logging.getLogger(__name__)
+
+USERS = "/config/users"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+ACL_CHANGE_PREFIX = "acl_changes_"
+LITERAL_ACLS = "/kafka-acl"
+PREFIXED_ACLS = "/kafka-acl-extended/prefixed"
+LITERAL_CHANGES = "/kafka-acl-changes"
+EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_ROOTS = {"LITERAL": LITERAL_ACLS, "PREFIXED": PREFIXED_ACLS}
+NOTIFICATION_EXPIRY_MS = 15 * 60 * 1000
+PURGE_INTERVAL_MS = 60 * 1000
+"""How often a broker looks for expired notifications among those it already handled."""
+
+AclResource = tuple[str, str, str]
+"""(pattern type LITERAL or PREFIXED, Kafka's resource type name such as ``Topic``, name)."""
+AclEntry = dict[str, str]
+"""One ACL as Kafka's JSON holds it: principal, permissionType, operation, host."""
+
+
+class SecurityListener(Protocol):
+    def user(self, name: str, config: dict[str, str]) -> None: ...
+    def acls(self, resource: AclResource, entries: list[AclEntry]) -> None: ...
+
+
+def _dump(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def sanitize(user: str) -> str:
+    """A user name as Kafka writes it in a znode path (URL encoding, ``*`` as %2A)."""
+    return urllib.parse.quote(user, safe="-_.")
+
+
+def user_path(user: str) -> str:
+    return f"{USERS}/{sanitize(user)}"
+
+
+def acl_path(resource: AclResource) -> str:
+    pattern, kind, name = resource
+    return f"{ACL_ROOTS[pattern]}/{kind}/{name}"
+
+
+def _encode_notification(resource: AclResource) -> tuple[str, bytes]:
+    pattern, kind, name = resource
+    if pattern == "LITERAL":
+        return f"{LITERAL_CHANGES}/{ACL_CHANGE_PREFIX}", f"{kind}:{name}".encode()
+    return f"{EXTENDED_CHANGES}/{ACL_CHANGE_PREFIX}", _dump(
+        {"version": 1, "resourceType": kind, "name": name, "patternType": pattern})
+
+
+def _decode_notification(path: str, data: bytes) -> AclResource:
+    if path == LITERAL_CHANGES:
+        kind, _, name = data.decode().partition(":")
+        return "LITERAL", kind, name
+    value = json.loads(data)
+    return str(value["patternType"]).upper(), value["resourceType"], value["name"]
+
+
+def _config(data: bytes) -> dict[str, str]:
+    """The ``config`` of an entity's znode (``/config/users/<user>``)."""
+    return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
+
+
+def _sequence(child: str) -> int:
+    digits = child.rpartition("_")[2]
+    return int(digits) if digits.isdigit() else -1
+
+
+@contextmanager
+def open_security_store(connect: str, timeout_s: float = 30) -> Iterator[SecurityStore]:
+    """A store on its own ZooKeeper session (``zookeeper.connect``'s form, chroot included),
+    for tools that change users without a broker (as ``kafka-configs.sh --zookeeper``): it
+    reads and writes, and hears nothing. ``ClusterError`` when ZooKeeper is out of reach."""
+    hosts, chroot = split_connect(connect)
+    zk = KazooClient(hosts=hosts)
+    try:
+        zk.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        raise ClusterError(f"cannot reach ZooKeeper at {hosts} within {timeout_s:.0f} s"
+                           ) from None
+    try:
+        if chroot:
+            zk.ensure_path(chroot)
+            zk.chroot = chroot
+        zk.ensure_path(USERS)
+        zk.ensure_path(CONFIG_CHANGES)
+        yield SecurityStore(zk, None)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+class SecurityStore:
+    """Users and ACLs in ZooKeeper over ``zk`` (a started client, chroot applied); with no
+    ``listener`` it only reads and writes (``start`` is for brokers)."""
+
+    def __init__(self, zk: KazooClient, listener: SecurityListener | None) -> None:
+        self.zk = zk
+        self.listener = listener
+        self._seen: dict[str, int] = {}
+        self._purged_at: dict[str, float] = {}
+        self._closed = False
+        self._lost = False
+
+    # -- reading -------------------------------------------------------------------------
+    def users(self) -> dict[str, dict[str, str]]:
+        """Every user's config, read now (blocking)."""
+        found = {}
+        for child in self.zk.get_children(USERS):
+            try:
+                data = self.zk.get(f"{USERS}/{child}")[0]
+            except NoNodeError:
+                continue
+            found[urllib.parse.unquote(child)] = _config(data)
+        return found
+
+    def start(self) -> None:
+        assert self.listener is not None, "a store that hears nothing cannot watch"
+        for path in (USERS, CONFIG_CHANGES, LITERAL_CHANGES, EXTENDED_CHANGES,
+                     *(f"{root}/{kind}" for root in ACL_ROOTS.values()
+                       for kind in ("Topic", "Group", "Cluster", "TransactionalId"))):
+            self.zk.ensure_path(path)
+        for path in (CONFIG_CHANGES, LITERAL_CHANGES, EXTENDED_CHANGES):
+            self._seen[path] = max(map(_sequence, self.zk.get_children(path)), default=-1)
+        self._load()
+        self.zk.add_listener(self._on_session)
+        for path in (CONFIG_CHANGES, LITERAL_CHANGES, EXTENDED_CHANGES):
+            self._watch(path)
+
+    def close(self) -> None:
+        self._closed = True
+
+    def _load(self) -> None:
+        for user in self.zk.get_children(USERS):
+            self._read_user(urllib.parse.unquote(user))
+        for pattern, root in ACL_ROOTS.items():
+            for kind in self.zk.get_children(root):
+                for name in self.zk.get_children(f"{root}/{kind}"):
+                    self._read_acls((pattern, kind, name))
+
+    def _on_session(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._lost = True
+        elif state == KazooState.CONNECTED and self._lost and not self._closed:
+            self._lost = False
+            self.zk.handler.spawn(self._reload)
+
+    def _reload(self) -> None:
+        try:
+            self._load()
+        except Exception:
+            log.exception("reloading users and ACLs from ZooKeeper failed")
+
+    def _read_user(self, user: str) -> None:
+        try:
+            config = _config(self.zk.get(user_path(user))[0])
+        except NoNodeError:
+            config = {}
+        assert self.listener is not None
+        self.listener.user(user, config)
+
+    def _read_acls(self, resource: AclResource) -> None:
+        try:
+            entries = json.loads(self.zk.get(acl_path(resource))[0]).get("acls", [])
+        except NoNodeError:
+            entries = []
+        assert self.listener is not None
+        self.listener.acls(resource, entries)
+
+    def _watch(self, path: str) -> None:
+        def changed(children: list[str]) -> bool:
+            if self._closed:
+                return False
+            try:
+                self._on_notifications(path, children)
+            except Exception:
+                if not self._closed:  # a closing session's reads fail: nothing to report
+                    log.exception("handling the change notifications of %s failed", path)
+            return True
+
+        self.zk.ChildrenWatch(path, changed)
+
+    def _on_notifications(self, path: str, children: list[str]) -> None:
+        now = time.time() * 1000
+        purge = now - self._purged_at.get(path, 0) > PURGE_INTERVAL_MS
+        if purge:
+            self._purged_at[path] = now
+        for child in sorted(children, key=_sequence):
+            sequence = _sequence(child)
+            if sequence <= self._seen[path] and not purge:
+                continue
+            try:
+                data, stat = self.zk.get(f"{path}/{child}")
+            except NoNodeError:
+                continue
+            if sequence > self._seen[path]:
+                self._seen[path] = sequence
+                self._handle(path, data)
+            if now - stat.ctime > NOTIFICATION_EXPIRY_MS:
+                try:
+                    self.zk.delete(f"{path}/{child}")
+                except NoNodeError:
+                    pass
+
+    def _handle(self, path: str, data: bytes) -> None:
+        if path == CONFIG_CHANGES:
+            entity = str(json.loads(data).get("entity_path", ""))
+            kind, _, name = entity.partition("/")
+            if kind == "users" and name:
+                self._read_user(urllib.parse.unquote(name))
+        else:
+            self._read_acls(_decode_notification(path, data))
+
+    # -- writing (blocking: call from a worker thread) -----------------------------------
+    def alter_user(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]
+                   ) -> dict[str, str]:
+        """Apply ``change`` to the user's config (compare-and-set, retried); the new config."""
+        notification = _dump({"version": 2, "entity_path": f"users/{sanitize(user)}"})
+        return self._alter(user_path(user), lambda raw: json.loads(raw).get("config", {}),
+                           change, lambda config: _dump({"version": 1, "config": config}),
+                           f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", notification,
+                           delete_when_empty=False)
+
+    def alter_acls(self, resource: AclResource,
+                   change: Callable[[list[AclEntry]], list[AclEntry]]) -> list[AclEntry]:
+        """Apply ``change`` to the resource's ACLs (compare-and-set, retried; the znode goes
+        when none is left); the new ACLs."""
+        notify_at, notification = _encode_notification(resource)
+        return self._alter(acl_path(resource), lambda raw: json.loads(raw).get("acls", []),
+                           change, lambda acls: _dump({"version": 1, "acls": acls}),
+                           notify_at, notification, delete_when_empty=True)
+
+    def _alter(self, path: str, decode: Callable[[bytes], Any], change: Callable[[Any], Any],
+               encode: Callable[[Any], bytes], notify_at: str, notification: bytes,
+               delete_when_empty: bool) -> Any:
+        while True:
+            try:
+                raw, stat = self.zk.get(path)
+                old, version = decode(raw), stat.version
+            except NoNodeError:
+                old, version = decode(b"{}"), None
+            new = change(json.loads(json.dumps(old)))
+            if new == old:
+                return new
+            if version is None:
+                self.zk.ensure_path(path.rpartition("/")[0])
+            transaction = self.zk.transaction()
+            if version is None:
+                transaction.create(path, encode(new))
+            elif delete_when_empty and not new:
+                transaction.delete(path, version)
+            else:
+                transaction.set_data(path, encode(new), version)
+            transaction.create(notify_at, notification, sequence=True)
+            results = transaction.commit()
+            failures = [r for r in results if isinstance(r, Exception)]
+            if not failures:
+                return new
+            if not any(isinstance(f, (BadVersionError, NodeExistsError, NoNodeError,
+                                      NotEmptyError)) for f in failures):
+                raise failures[0]
