@@ -31,7 +31,13 @@ import time
 from typing import Protocol
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sparklog.cluster.controller import Controller, ControllerConfig
@@ -237,7 +243,7 @@ class ClusterSession:
                                                      self.zk.get(broker_path(int(child)))[0])
             except NoNodeError:
                 continue
-            except ConnectionLoss:
+            except (ConnectionLoss, ConnectionClosedError):
                 if self._closed:  # closing while a registration went: nothing to report
                     return False
                 raise
