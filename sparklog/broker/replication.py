@@ -138,7 +138,7 @@ class ReplicaManager:
         self.session = ClusterSession(connect, config.get_int("zookeeper.session.timeout.ms"),
                                       me, self, controller, self.broker.logs.cluster_id)
         await self._loop.run_in_executor(None, self.session.start)
-        # a ZooKeeper round trip once per block of ids (1000), on the loop: a few ms
+        # a ZooKeeper round trip once per block of ids (1000), in the executor
         self.broker.producer_ids.allocate_block = self.session.allocate_producer_ids
         self._isr_task = asyncio.create_task(self._shrink_isr_forever())
         log.info("broker %d joined the cluster at %s", self.broker_id, connect)

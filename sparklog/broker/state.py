@@ -10,7 +10,8 @@ Invariants:
   and handlers ask it first.
 - Producer ids are handed out from blocks whose end is persisted before any id of the block
   is used, so ids are never reused across restarts; in a cluster the blocks come from
-  ZooKeeper's ``/latest_producer_id_block`` (compare-and-set), unique across brokers.
+  ZooKeeper's ``/latest_producer_id_block`` (compare-and-set), unique across brokers, fetched
+  in the default executor (never on the event loop), one fetch at a time.
 - ``notify_append`` wakes every fetch waiting on that partition; waiting fetches register
   futures and never poll.
 - The group coordinator is started (``__consumer_offsets`` replayed) before the first
@@ -68,15 +69,22 @@ class ProducerIdManager:
         self.path = data_dir / PRODUCER_ID_FILE
         self._next = int(self.path.read_text()) if self.path.exists() else 0
         self._block_end = self._next
+        self._refill = asyncio.Lock()
         # in a cluster: takes the next block from ZooKeeper, (start, end), unique cluster-wide
+        # (a blocking call: run in the default executor)
         self.allocate_block: Callable[[int], tuple[int, int]] | None = None
 
-    def next_id(self) -> int:
-        if self._next >= self._block_end and self.allocate_block is not None:
-            self._next, self._block_end = self.allocate_block(PRODUCER_ID_BLOCK)
-        elif self._next >= self._block_end:
-            self._block_end = self._next + PRODUCER_ID_BLOCK
-            write_atomically(self.path, str(self._block_end).encode())
+    async def next_id(self) -> int:
+        while self._next >= self._block_end:
+            async with self._refill:
+                if self._next < self._block_end:
+                    break  # another caller refilled meanwhile
+                if self.allocate_block is not None:
+                    self._next, self._block_end = await asyncio.get_running_loop(
+                    ).run_in_executor(None, self.allocate_block, PRODUCER_ID_BLOCK)
+                else:
+                    self._block_end = self._next + PRODUCER_ID_BLOCK
+                    write_atomically(self.path, str(self._block_end).encode())
         pid = self._next
         self._next += 1
         return pid

@@ -104,7 +104,8 @@ class ProducerIdAndEpoch:
 
 class TransactionCoordinator:
     def __init__(self, config: TxnConfig, topic: InternalTopic,
-                 next_producer_id: Callable[[], int], partition_count: Callable[[str], int],
+                 next_producer_id: Callable[[], Awaitable[int]],
+                 partition_count: Callable[[str], int],
                  offsets_partition: Callable[[str], TopicPartition],
                  write_markers: MarkerWriter, clock: Callable[[], int]) -> None:
         self.config = config
@@ -231,8 +232,11 @@ class TransactionCoordinator:
         meta = self.transactions.get(transactional_id)
         try:
             if meta is None:
-                new = TransactionMetadata(transactional_id, self._next_producer_id(), 0,
-                                          timeout_ms, S.EMPTY, now)
+                producer_id = await self._next_producer_id()
+                if transactional_id in self.transactions:  # another request was quicker
+                    return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+                new = TransactionMetadata(transactional_id, producer_id, 0, timeout_ms,
+                                          S.EMPTY, now)
                 self._commit(new)
                 return ProducerIdAndEpoch(ErrorCode.NONE, new.producer_id, new.producer_epoch)
             if meta.state in COMPLETING or transactional_id in self._completing:
@@ -240,7 +244,7 @@ class TransactionCoordinator:
             if meta.state is S.ONGOING:
                 await self._fence_and_abort(meta, "a new producer initialised the id")
                 return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
-            new = self._bumped(meta, now)
+            new = await self._bumped(meta, now)
             new.timeout_ms = timeout_ms
             new.transition(S.EMPTY, now)
             new.partitions = set()
@@ -251,17 +255,17 @@ class TransactionCoordinator:
                  new.producer_id, new.producer_epoch)
         return ProducerIdAndEpoch(ErrorCode.NONE, new.producer_id, new.producer_epoch)
 
-    def _bumped(self, meta: TransactionMetadata, now: int) -> TransactionMetadata:
+    async def _bumped(self, meta: TransactionMetadata, now: int) -> TransactionMetadata:
         """A copy with the next epoch, or a new producer id once the epochs are used up."""
         if meta.producer_epoch >= MAX_EPOCH - 1:
-            return replace(meta, producer_id=self._next_producer_id(), producer_epoch=0,
+            return replace(meta, producer_id=await self._next_producer_id(), producer_epoch=0,
                            last_update_ms=now, partitions=set(meta.partitions))
         return replace(meta, producer_epoch=meta.producer_epoch + 1, last_update_ms=now,
                        partitions=set(meta.partitions))
 
     async def _fence_and_abort(self, meta: TransactionMetadata, reason: str) -> None:
         """Abort an open transaction under a bumped epoch (its producer is fenced)."""
-        new = self._bumped(meta, self._now_ms())
+        new = await self._bumped(meta, self._now_ms())
         new.transition(S.PREPARE_ABORT, self._now_ms())
         self._commit(new)
         log.info("transactional id %s: aborting its transaction (%s), epoch now %d",
