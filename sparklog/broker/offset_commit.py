@@ -55,11 +55,18 @@ async def offset_commit(broker: Broker, header: RequestHeader,
     errors = broker.coordinator.commit(request.group_id, request.member_id,
                                        getattr(request, "group_instance_id", None), generation,
                                        offsets) if offsets else {}
-    if broker.cluster is not None and ErrorCode.NONE in errors.values():
-        code = await broker.cluster.offsets_replicated(request.group_id,
-                                                       COMMIT_REPLICATION_TIMEOUT_S)
-        errors = {tp: code if e == ErrorCode.NONE else e for tp, e in errors.items()}
+    errors = await replicated(broker, request.group_id, errors)
     return commit_response(Build(header), request.topics, {**errors, **refused}, "OffsetCommit")
+
+
+async def replicated(broker: Broker, group_id: str, errors: dict[TopicPartition, ErrorCode]
+                     ) -> dict[TopicPartition, ErrorCode]:
+    """``errors`` of a commit once, in a cluster, the ISR has what it stored (the partitions
+    stored then answer the replication's error instead of NONE)."""
+    if broker.cluster is None or ErrorCode.NONE not in errors.values():
+        return errors
+    code = await broker.cluster.offsets_replicated(group_id, COMMIT_REPLICATION_TIMEOUT_S)
+    return {tp: code if e == ErrorCode.NONE else e for tp, e in errors.items()}
 
 
 def authorized_offsets(broker: Broker, group_id: str,

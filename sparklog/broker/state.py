@@ -14,8 +14,13 @@ Invariants:
   in the default executor (never on the event loop), one fetch at a time.
 - ``notify_append`` wakes every fetch waiting on that partition; waiting fetches register
   futures and never poll.
-- The group coordinator is started (``__consumer_offsets`` replayed) before the first
-  request is served, and stopped before the logs close.
+- The group and transaction coordinators are started before the first request is served
+  (a single node replays every partition of ``__consumer_offsets`` and
+  ``__transaction_state`` then; in a cluster each partition is loaded when this broker
+  becomes its leader), and stopped before the logs close.
+- The transaction coordinator's markers are written here directly on a single node, and
+  through the cluster's ``MarkerChannel`` (to every partition's leader) in a cluster; its
+  writes to ``__transaction_state`` wait for the ISR there (``TXN_REPLICATION_TIMEOUT_S``).
 - ``host`` and ``port`` (what Metadata and FindCoordinator name) are the advertised address
   of the listener the current request came in on (``ADVERTISED``, set per connection by the
   server), as in Kafka; outside a request, the first listener's.
@@ -55,6 +60,9 @@ log = logging.getLogger(__name__)
 LEADER_EPOCH = 0
 PRODUCER_ID_BLOCK = 1000
 PRODUCER_ID_FILE = "producer-id-block"
+TXN_REPLICATION_TIMEOUT_S = 5.0
+"""How long a write to ``__transaction_state`` may wait for the ISR (then the request is
+answered COORDINATOR_NOT_AVAILABLE and retried by the client)."""
 
 TopicPartition = tuple[str, int]
 
@@ -118,11 +126,13 @@ class Broker:
             TxnConfig.from_props(config.props),
             LogTopic(self.logs, TRANSACTION_TOPIC,
                      config.get_int("transaction.state.log.num.partitions"),
-                     {"segment.bytes": config.get_int("transaction.state.log.segment.bytes")},
+                     {"segment.bytes": config.get_int("transaction.state.log.segment.bytes"),
+                      "min.insync.replicas": config.get_int("transaction.state.log.min.isr")},
                      self.partition_leader_epoch, self.notify_append),
-            self.producer_ids.next_id, self.partition_count,
+            self._txn_state_replicated, self.producer_ids.next_id, self.partition_count,
             lambda group: (OFFSETS_TOPIC, self.coordinator.store.partition_for(group)),
-            local_marker_writer(self), self.now_ms)
+            self._write_markers, self.now_ms)
+        self._local_markers = local_marker_writer(self)
 
     @property
     def host(self) -> str:
@@ -216,11 +226,25 @@ class Broker:
         """The epoch this node leads its partitions in (a single node: always the first)."""
         return LEADER_EPOCH
 
+    # -- the transaction coordinator's writes ----------------------------------------------
+    async def _txn_state_replicated(self, partition: int) -> ErrorCode:
+        if self.cluster is None:
+            return ErrorCode.NONE
+        return await self.cluster.internal_replicated(TRANSACTION_TOPIC, partition,
+                                                      TXN_REPLICATION_TIMEOUT_S)
+
+    async def _write_markers(self, partitions: list[TopicPartition], producer_id: int,
+                             producer_epoch: int, commit: bool, coordinator_epoch: int) -> None:
+        write = self._local_markers if self.cluster is None else self.cluster.markers.write
+        await write(partitions, producer_id, producer_epoch, commit, coordinator_epoch)
+
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
-        """Load what must be in memory before serving (on the event loop)."""
-        self.coordinator.start()
-        self.txn_coordinator.start()
+        """Load what must be in memory before serving (on the event loop); in a cluster the
+        coordinators load their partitions as this broker comes to lead them."""
+        single_node = self.config.zookeeper_connect is None
+        self.coordinator.start(load_all=single_node)
+        self.txn_coordinator.start(load_all=single_node)
 
     def close(self) -> None:
         self.txn_coordinator.stop()
