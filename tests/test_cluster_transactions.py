@@ -6,8 +6,9 @@ What a user relies on: a transaction over partitions led by different brokers co
 produce commits the group's offsets (kept by another broker than the transaction's
 coordinator) with the output; when the coordinator's broker is SIGKILLed after the commit
 was requested, the new coordinator (the new leader of ``__transaction_state``) finishes it,
-no read_committed consumer ever sees part of it, and the producer carries on with its next
-transaction there.
+and when the leader of one of its partitions is SIGKILLed as the markers reach it, the
+coordinator writes that marker to the partition's new leader: either way no read_committed
+consumer ever sees part of the transaction, and the producer carries on with its next one.
 """
 
 from __future__ import annotations
@@ -192,14 +193,19 @@ def commit_retrying(producer: Producer) -> None:
                 raise
 
 
-def test_the_new_coordinator_finishes_a_commit_of_a_killed_one(
-        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
-    moving = Cluster(zookeeper, tmp_path, "moving", config=CONFIG)
-    # __transaction_state-0's preferred leader is broker 0: it stops (to be killed) once the
-    # PrepareCommit of a transaction is in the ISR, before any marker is written
+@pytest.mark.parametrize(("victim", "point"), [
+    # __transaction_state-0's preferred leader, broker 0, coordinates: it stops once the
+    # PrepareCommit of the transaction is in the ISR, before any marker is written
+    (0, "txn_end_prepared:after"),
+    # broker 1 leads payments-1: it stops when the coordinator's markers reach it
+    (1, "txn_markers_received:leader"),
+])
+def test_a_commit_survives_the_kill_of_a_broker_it_needs(
+        zookeeper: ZooKeeperServer, tmp_path: Path, victim: int, point: str) -> None:
+    moving = Cluster(zookeeper, tmp_path, f"kill-{victim}", config=CONFIG)
     reached = tmp_path / "reached"
-    moving.brokers[0].env = {"SPARKLOG_FAULT_POINT": "txn_end_prepared:after",
-                             "SPARKLOG_FAULT_MARKER": str(reached)}
+    moving.brokers[victim].env = {"SPARKLOG_FAULT_POINT": point,
+                                  "SPARKLOG_FAULT_MARKER": str(reached)}
     moving.start()
     try:
         spread_topic(moving, "payments")
@@ -209,12 +215,12 @@ def test_the_new_coordinator_finishes_a_commit_of_a_killed_one(
         first = produce_everywhere(producer, "payments", "first")
         committing = threading.Thread(target=commit_retrying, args=(producer,))
         committing.start()
-        wait_until(reached.exists, message="the coordinator to write PrepareCommit")
-        assert watcher.seen == []  # no marker yet: nothing is stable
-        moving.brokers[0].kill()
+        wait_until(reached.exists, message=f"broker {victim} to reach {point}")
+        moving.brokers[victim].kill()
         committing.join(TIMEOUT * 3)
         assert not committing.is_alive(), "the commit did not finish"
-        assert moving.partition(TXN_STATE).leader in (1, 2)
+        # the coordinator is (now) a live broker, the one that finished the commit
+        assert moving.partition(TXN_STATE).leader not in (-1, victim)
         second = produce_everywhere(producer, "payments", "second")
         producer.commit_transaction(TIMEOUT)
         wait_until(lambda: len(watcher.seen) >= len(first + second),

@@ -12,7 +12,9 @@ translates):
   OffsetCommit); they count once the COMMIT marker lands there.
 - WriteTxnMarkers (what a coordinator sends a partition leader) appends each marker and
   answers per partition (in a cluster only for partitions this broker leads, once the high
-  watermark passed the marker: ``markers.write_marker``); DescribeTransactions answers per
+  watermark passed the marker: ``markers.write_marker``; ``fault_point("txn_markers_received",
+  "leader")`` precedes the writing, so a crash test can kill a leader there);
+  DescribeTransactions answers per
   id (TRANSACTIONAL_ID_NOT_FOUND for an unknown one); ListTransactions filters by state
   names (unknown ones are echoed in ``unknown_state_filters``), producer ids, and (v1) the
   minimum time open.
@@ -41,6 +43,7 @@ from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.coordinator.txn_metadata import TransactionState
 from sparklog.errors import ErrorCode
+from sparklog.faults import fault_point
 from sparklog.protocol.entities import Build, instant_ms
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
@@ -143,6 +146,7 @@ async def write_txn_markers(broker: Broker, header: RequestHeader,
                             request: WriteTxnMarkersRequest) -> Any:
     build = Build(header)
     allowed = broker.security.allows_cluster(Operation.CLUSTER_ACTION)
+    fault_point("txn_markers_received", "leader")
 
     async def written(marker: Any, topic: str, partition: int) -> ErrorCode:
         if not allowed:
