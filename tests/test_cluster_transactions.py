@@ -4,11 +4,12 @@ confluent-kafka transactional producer and read_committed consumers.
 What a user relies on: a transaction over partitions led by different brokers commits
 (read_committed sees all of it) or aborts (sees none of it) as a whole; consume-transform-
 produce commits the group's offsets (kept by another broker than the transaction's
-coordinator) with the output; when the coordinator's broker is SIGKILLed after the commit
-was requested, the new coordinator (the new leader of ``__transaction_state``) finishes it,
-and when the leader of one of its partitions is SIGKILLed as the markers reach it, the
-coordinator writes that marker to the partition's new leader: either way no read_committed
-consumer ever sees part of the transaction, and the producer carries on with its next one.
+coordinator) with the output; transactions committed at once all complete; when the
+coordinator's broker is SIGKILLed after the commit was requested, the new coordinator (the
+new leader of ``__transaction_state``) finishes it, and when the leader of one of its
+partitions is SIGKILLed as the markers reach it, the coordinator writes that marker to the
+partition's new leader: either way no read_committed consumer ever sees part of the
+transaction, and the producer carries on with its next one.
 """
 
 from __future__ import annotations
@@ -154,6 +155,32 @@ def test_consume_transform_produce_across_brokers(cluster: Cluster) -> None:
         assert [t.offset for t in found] == [4] * PARTITIONS
     finally:
         reader.close()
+
+
+def test_concurrent_commits_share_the_coordinator_and_the_leaders(cluster: Cluster) -> None:
+    spread_topic(cluster, "ledger")
+    producers = [transactional_producer(cluster, f"ledger-{n}") for n in range(4)]
+    ready = threading.Barrier(len(producers))
+    written: list[bytes] = []
+    failures: list[BaseException] = []
+
+    def commit(n: int, producer: Producer) -> None:
+        try:
+            values = produce_everywhere(producer, "ledger", f"w{n}")
+            ready.wait(TIMEOUT)  # every transaction's markers wanted at once
+            producer.commit_transaction(TIMEOUT)
+            written.extend(values)
+        except BaseException as exc:  # reported below, in the test's thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=commit, args=(n, p)) for n, p in enumerate(producers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT * 2)
+    assert failures == []
+    assert len(written) == 4 * 4 * PARTITIONS
+    assert read_all(cluster, "ledger", "read_committed") == sorted(written)
 
 
 class CommittedReader:

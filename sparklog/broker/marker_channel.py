@@ -146,6 +146,7 @@ class MarkerChannel:
 
     async def _request(self, broker_id: int, batch: list[_Marker]) -> list[Answer]:
         body = {"markers": [marker.entry() for marker in batch]}
+        log.debug("WriteTxnMarkers to broker %d: %d transaction(s)", broker_id, len(batch))
         try:
             info, connection = await self._connection(broker_id)
             response = await self._answer(broker_id, info, connection.request(
