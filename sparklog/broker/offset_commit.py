@@ -9,7 +9,9 @@ Behaviour (the checks themselves are ``GroupCoordinator.commit`` and ``fetch_off
   zombie instance). Every partition of a request is answered; those that pass the checks
   are appended in one batch, so they are stored together or not at all. In a cluster the
   answer waits until the partition's ISR has the batch (REQUEST_TIMED_OUT after
-  ``COMMIT_REPLICATION_TIMEOUT_S``, NOT_COORDINATOR if leadership moved meanwhile).
+  ``COMMIT_REPLICATION_TIMEOUT_S``, NOT_COORDINATOR if leadership moved meanwhile,
+  COORDINATOR_NOT_AVAILABLE if the ISR is below ``min.insync.replicas``, as Kafka's acks=all
+  append of a commit answers); TxnOffsetCommit waits the same way.
 - OffsetFetch returns offset -1 and empty metadata for a partition without a committed
   offset (also for unknown groups and topics). From v2 ``topics`` null means every partition
   the group committed, and errors that concern the whole request are top-level (with no
