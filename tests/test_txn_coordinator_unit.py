@@ -6,7 +6,9 @@ What a user relies on: a coordinator that loses its partition while writing mark
 (its caller is told NOT_COORDINATOR) and the next one, in a higher coordinator epoch,
 finishes the transaction from the replicated PrepareCommit; a state change the ISR did not
 take is not applied (COORDINATOR_NOT_AVAILABLE, the client retries) and the id's other
-requests wait (CONCURRENT_TRANSACTIONS) while one is being replicated.
+requests wait (CONCURRENT_TRANSACTIONS) while one is being replicated; a new producer of an
+id with an open transaction is answered once the abort is decided, not once its markers
+are written.
 """
 
 from __future__ import annotations
@@ -147,6 +149,28 @@ def test_requests_of_an_id_wait_while_its_change_is_replicated() -> None:
         assert await ending == E.NONE
         assert txn.transactions[TID].state is S.COMPLETE_COMMIT
         assert inputs.markers == [(ORDERS, True, 0)]
+        txn.stop()
+
+    run(test)
+
+
+def test_a_new_producer_is_answered_before_the_fenced_transactions_markers() -> None:
+    async def test() -> None:
+        inputs = Inputs()
+        txn = coordinator(MemoryTopic(1, "__transaction_state"), inputs)
+        txn.start()
+        pid, epoch = await open_transaction(txn)
+        # a dead leader would hold the markers: the new producer is not kept waiting
+        assert (await txn.init_producer_id(TID, 60000)).error == E.CONCURRENT_TRANSACTIONS
+        await inputs.markers_wanted.wait()
+        assert inputs.markers == [(ORDERS, False, 0)]
+        assert txn.transactions[TID].state is S.PREPARE_ABORT
+        assert (await txn.init_producer_id(TID, 60000)).error == E.CONCURRENT_TRANSACTIONS
+        assert await txn.end_txn(TID, pid, epoch, commit=True) == E.PRODUCER_FENCED
+        inputs.markers_may_finish.set()
+        await txn.settle()
+        again = await txn.init_producer_id(TID, 60000)
+        assert (again.error, again.producer_id, again.producer_epoch) == (E.NONE, pid, epoch + 2)
         txn.stop()
 
     run(test)

@@ -4,9 +4,10 @@ the two-phase end of each transaction.
 Behaviour (Kafka's ``TransactionCoordinator``):
 - InitProducerId with a transactional id gives a producer id (a new one the first time) and
   a bumped epoch, which fences every older producer of that id. An open transaction of the
-  id is aborted first, under a fencing epoch: that call answers CONCURRENT_TRANSACTIONS and
-  the client's retry gets the next epoch. A timeout above ``transaction.max.timeout.ms`` is
-  INVALID_TRANSACTION_TIMEOUT.
+  id is aborted first, under a fencing epoch: that call answers CONCURRENT_TRANSACTIONS once
+  PrepareAbort is replicated (its markers are written meanwhile, as in Kafka) and the
+  client's retries get the next epoch once the abort is complete. A timeout above
+  ``transaction.max.timeout.ms`` is INVALID_TRANSACTION_TIMEOUT.
 - AddPartitionsToTxn / AddOffsetsToTxn add partitions (a group's ``__consumer_offsets``
   partition for the latter) and open the transaction. EndTxn writes PrepareCommit or
   PrepareAbort, then the markers (``write_markers``: COMMIT/ABORT control batches in every
@@ -295,10 +296,15 @@ class TransactionCoordinator:
                 return ProducerIdAndEpoch(ErrorCode.NONE, new.producer_id, new.producer_epoch)
             if meta.state in COMPLETING or self._busy(transactional_id):
                 return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
-            if meta.state is S.ONGOING:
-                await self._fence_and_abort(meta, "a new producer initialised the id")
+            if meta.state is S.ONGOING:  # answered once the abort is decided, as Kafka does
+                fenced = await self._fence(transactional_id, "a new producer initialised it")
+                if fenced is not None:
+                    self._spawn(self._complete(fenced))
                 return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
             new = await self._bumped(meta, now)
+            if self.transactions.get(transactional_id) is not meta \
+                    or self._busy(transactional_id):
+                return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
             new.timeout_ms = timeout_ms
             new.transition(S.EMPTY, now)
             new.partitions = set()
@@ -317,14 +323,27 @@ class TransactionCoordinator:
         return replace(meta, producer_epoch=meta.producer_epoch + 1, last_update_ms=now,
                        partitions=set(meta.partitions))
 
-    async def _fence_and_abort(self, meta: TransactionMetadata, reason: str) -> None:
-        """Abort an open transaction under a bumped epoch (its producer is fenced)."""
+    async def _fence(self, transactional_id: str, reason: str) -> TransactionMetadata | None:
+        """Decide to abort the id's open transaction under a bumped epoch (its producer is
+        fenced): PrepareAbort written and replicated. None when, by the time this runs, the
+        id has no open transaction (or another change of it is under way)."""
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.state is not S.ONGOING or self._busy(transactional_id):
+            return None
         new = await self._bumped(meta, self._now_ms())
+        if self.transactions.get(transactional_id) is not meta or self._busy(transactional_id):
+            return None
         new.transition(S.PREPARE_ABORT, self._now_ms())
         await self._commit(new)
         log.info("transactional id %s: aborting its transaction (%s), epoch now %d",
-                 meta.transactional_id, reason, new.producer_epoch)
-        await self._complete(new)
+                 transactional_id, reason, new.producer_epoch)
+        return new
+
+    async def _fence_and_abort(self, transactional_id: str, reason: str) -> None:
+        """Abort the id's open transaction under a bumped epoch, markers and all."""
+        fenced = await self._fence(transactional_id, reason)
+        if fenced is not None:
+            await self._complete(fenced)
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn ----------------------------------------------
     def _producer_error(self, transactional_id: str, producer_id: int,
@@ -453,7 +472,7 @@ class TransactionCoordinator:
             if (meta.state is S.ONGOING and not self._busy(meta.transactional_id)
                     and now - meta.start_ms > meta.timeout_ms):
                 self._spawn(self._fence_and_abort(
-                    meta, f"open longer than its timeout of {meta.timeout_ms} ms"))
+                    meta.transactional_id, f"open longer than its timeout of {meta.timeout_ms} ms"))
 
     def expire_ids(self) -> None:
         """Remove ids whose last transaction finished ``transactional.id.expiration.ms`` ago."""
@@ -505,7 +524,7 @@ class TransactionCoordinator:
         if meta.state is not S.ONGOING or self._busy(transactional_id):
             return ErrorCode.INVALID_TXN_STATE
         try:
-            await self._fence_and_abort(meta, "aborted by an administrator")
+            await self._fence_and_abort(transactional_id, "aborted by an administrator")
         except KafkaError as exc:
             return exc.code
         return ErrorCode.NONE
