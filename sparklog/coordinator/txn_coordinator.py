@@ -214,7 +214,8 @@ class TransactionCoordinator:
             completing = self._completing.get(tid)
             if completing is not None:
                 completing.cancel()
-        log.info("transaction coordinator unloaded %s-%d", TRANSACTION_TOPIC, partition)
+        if self.active:  # leadership moved (a stop unloads every partition quietly)
+            log.info("transaction coordinator unloaded %s-%d", TRANSACTION_TOPIC, partition)
 
     async def settle(self) -> None:
         """Wait for the transactions ``load`` is finishing (a broker waits before serving,
