@@ -3,7 +3,9 @@
 What a user trying replication relies on: ``up`` starts a ZooKeeper and N brokers that
 outlive the command and prints the bootstrap list; ``topics create --replication-factor``
 and ``topics describe`` show Leader, Replicas and Isr; a dead broker shows in ``status``
-(exit 1) and in ``describe --under-replicated-partitions``; ``down`` stops everything.
+(exit 1) and in ``describe --under-replicated-partitions``; ``down`` stops everything; on a
+one-broker cluster, consumer groups and transactions work (the internal topics'
+replication factors fit the brokers).
 ``up`` runs as a process of its own (the cluster must outlive it), the other tools
 in-process through ``sparklog.cli.main``; the cluster's processes are real.
 """
@@ -18,7 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from broker_fixtures import wait_until
+from broker_fixtures import TIMEOUT, wait_until
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sparklog.cli import main
 
@@ -76,3 +79,41 @@ def test_cluster_up_describe_status_down(tmp_path: Path,
         wait_until(lambda pid=entry["pid"]: not Path(f"/proc/{pid}").exists(),
                    message=f"process {entry['pid']} gone")
     assert run(capsys, "cluster", "status", "--data-dir", data)[0] == 1
+
+
+def test_groups_and_transactions_on_a_one_broker_cluster(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(tmp_path / "single")
+    up = subprocess.run([sys.executable, "-m", "sparklog.cli", "cluster", "up", "--brokers",
+                         "1", "--data-dir", data], capture_output=True, text=True, timeout=300)
+    assert up.returncode == 0, up.stderr
+    bootstrap = up.stdout.splitlines()[-1]
+    try:
+        # the internal topics' replication factors fit the one broker: a transactional
+        # producer (with offsets sent to its transaction) finds its coordinators
+        assert run(capsys, "topics", "create", "--topic", "orders",
+                   "--bootstrap", bootstrap)[0] == 0
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "billing",
+                             "isolation.level": "read_committed",
+                             "auto.offset.reset": "earliest", "log_level": 3})
+        try:
+            producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "one",
+                                 "log_level": 3})
+            producer.init_transactions(TIMEOUT)
+            producer.begin_transaction()
+            producer.produce("orders", b"paid")
+            producer.send_offsets_to_transaction([TopicPartition("orders", 0, 1)],
+                                                 consumer.consumer_group_metadata(), TIMEOUT)
+            producer.commit_transaction(TIMEOUT)
+            (committed,) = consumer.committed([TopicPartition("orders", 0)], TIMEOUT)
+            assert committed.offset == 1
+            consumer.assign([TopicPartition("orders", 0, 0)])
+            message = None
+            while message is None:
+                message = consumer.poll(TIMEOUT)
+            assert message.value() == b"paid"
+        finally:
+            consumer.close()
+    finally:
+        code, _, err = run(capsys, "cluster", "down", "--data-dir", data)
+    assert code == 0, err

@@ -6,7 +6,9 @@ Behaviour (the group logic itself is ``sparklog.coordinator``; this module trans
 - FindCoordinator: this node coordinates every group (key type 0) and every transactional
   id (key type 1); another key type is INVALID_REQUEST, a stopped coordinator
   COORDINATOR_NOT_AVAILABLE. In a cluster a group's coordinator is the leader of its
-  ``__consumer_offsets`` partition (COORDINATOR_NOT_AVAILABLE while there is none). The
+  ``__consumer_offsets`` partition, a transactional id's the leader of its
+  ``__transaction_state`` partition (COORDINATOR_NOT_AVAILABLE while there is none; the
+  topic is created on the first such request). The
   API must be advertised in any case: librdkafka only enables LZ4 when it is.
 - JoinGroup: v0 has no rebalance timeout (the session timeout serves as both); from v4 a
   dynamic member (no ``group.instance.id``, v5+) joining with an empty member id gets
@@ -35,6 +37,7 @@ from sparklog.broker.security.broker_security import REFUSED
 from sparklog.broker.security.session import listener_name
 from sparklog.broker.state import Broker
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
+from sparklog.coordinator.txn_records import TRANSACTION_TOPIC
 from sparklog.errors import ErrorCode
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
@@ -85,12 +88,15 @@ async def find_coordinator(broker: Broker, header: RequestHeader,
         else ResourceType.TRANSACTIONAL_ID
     if not broker.security.authorize(Operation.DESCRIBE, resource, request.key):
         return error(REFUSED[resource], f"not authorized to describe {request.key}")
-    if broker.cluster is not None and key_type == CoordinatorType.GROUP:
-        found = await broker.cluster.group_coordinator(request.key)
+    if broker.cluster is not None:
+        group = key_type == CoordinatorType.GROUP
+        found = await (broker.cluster.group_coordinator(request.key) if group
+                       else broker.cluster.txn_coordinator(request.key))
         endpoint = None if found is None else found.endpoint(listener_name())
         if found is None or endpoint is None:
             return error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                         f"no live leader of the {OFFSETS_TOPIC} partition of this group yet")
+                         f"no live leader of the {OFFSETS_TOPIC if group else TRANSACTION_TOPIC}"
+                         " partition of this key yet")
         return build.response(error_code=ErrorCode.NONE, error_message=None,
                               node_id=found.broker_id, host=endpoint.host, port=endpoint.port)
     return build.response(error_code=ErrorCode.NONE, error_message=None,

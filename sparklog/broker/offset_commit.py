@@ -9,7 +9,9 @@ Behaviour (the checks themselves are ``GroupCoordinator.commit`` and ``fetch_off
   zombie instance). Every partition of a request is answered; those that pass the checks
   are appended in one batch, so they are stored together or not at all. In a cluster the
   answer waits until the partition's ISR has the batch (REQUEST_TIMED_OUT after
-  ``COMMIT_REPLICATION_TIMEOUT_S``, NOT_COORDINATOR if leadership moved meanwhile).
+  ``COMMIT_REPLICATION_TIMEOUT_S``, NOT_COORDINATOR if leadership moved meanwhile,
+  COORDINATOR_NOT_AVAILABLE if the ISR is below ``min.insync.replicas``, as Kafka's acks=all
+  append of a commit answers); TxnOffsetCommit waits the same way.
 - OffsetFetch returns offset -1 and empty metadata for a partition without a committed
   offset (also for unknown groups and topics). From v2 ``topics`` null means every partition
   the group committed, and errors that concern the whole request are top-level (with no
@@ -55,11 +57,18 @@ async def offset_commit(broker: Broker, header: RequestHeader,
     errors = broker.coordinator.commit(request.group_id, request.member_id,
                                        getattr(request, "group_instance_id", None), generation,
                                        offsets) if offsets else {}
-    if broker.cluster is not None and ErrorCode.NONE in errors.values():
-        code = await broker.cluster.offsets_replicated(request.group_id,
-                                                       COMMIT_REPLICATION_TIMEOUT_S)
-        errors = {tp: code if e == ErrorCode.NONE else e for tp, e in errors.items()}
+    errors = await replicated(broker, request.group_id, errors)
     return commit_response(Build(header), request.topics, {**errors, **refused}, "OffsetCommit")
+
+
+async def replicated(broker: Broker, group_id: str, errors: dict[TopicPartition, ErrorCode]
+                     ) -> dict[TopicPartition, ErrorCode]:
+    """``errors`` of a commit once, in a cluster, the ISR has what it stored (the partitions
+    stored then answer the replication's error instead of NONE)."""
+    if broker.cluster is None or ErrorCode.NONE not in errors.values():
+        return errors
+    code = await broker.cluster.offsets_replicated(group_id, COMMIT_REPLICATION_TIMEOUT_S)
+    return {tp: code if e == ErrorCode.NONE else e for tp, e in errors.items()}
 
 
 def authorized_offsets(broker: Broker, group_id: str,

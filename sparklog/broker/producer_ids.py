@@ -39,7 +39,8 @@ async def init_producer_id(broker: Broker, header: RequestHeader,
             return build.response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                   producer_id=-1, producer_epoch=-1)
         return build.response(error_code=ErrorCode.NONE,
-                              producer_id=broker.producer_ids.next_id(), producer_epoch=0)
+                              producer_id=await broker.producer_ids.next_id(),
+                              producer_epoch=0)
     if not security.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                               request.transactional_id):
         return build.response(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,

@@ -30,11 +30,16 @@ Invariants:
 - ``stop`` is a controlled shutdown (``controlled.shutdown.enable``): the broker
   deregisters, the controller moves its leaderships to other ISR members (the state znodes
   say so), and only then does it leave.
-- ``__consumer_offsets`` is a replicated topic (``offsets.topic.replication.factor``,
-  created on the first FindCoordinator once enough brokers live): the group coordinator
-  serves the groups of the partitions this broker leads (loaded on becoming leader,
-  unloaded on losing it), FindCoordinator names the leader of a group's partition, and an
-  offset commit is answered once the ISR has it.
+- ``__consumer_offsets`` and ``__transaction_state`` are replicated topics
+  (``offsets.topic.replication.factor``; ``transaction.state.log.replication.factor`` and
+  ``.min.isr``), each created on the first FindCoordinator of its kind once enough brokers
+  live: the group and transaction coordinators serve the groups and transactional ids of
+  the partitions this broker leads (loaded on becoming leader, the leader epoch being the
+  transaction coordinator's epoch, unloaded on losing it), FindCoordinator names the
+  leader of the key's partition, and a coordinator's write is answered once the ISR has it.
+- Transaction markers are appended by the partition's leader as acks=all appends
+  (``append_marker``): min.insync.replicas applies, and the call returns once the high
+  watermark passed the marker.
 - SCRAM credentials and ACLs are the cluster's, in ZooKeeper (``BrokerSecurity.join_cluster``,
   loaded before the broker registers as started), not the data directory's.
 - Each broker keeps a local log for every partition of every topic (empty where it holds no
@@ -51,13 +56,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.inter_broker import InterBrokerSecurity
+from sparklog.broker.marker_channel import MarkerChannel
 from sparklog.broker.replica_fetcher import follow
 from sparklog.cluster.assignment import assign_replicas
 from sparklog.cluster.controller import ControllerConfig
 from sparklog.cluster.layout import NO_LEADER, BrokerInfo, Endpoint, PartitionState
 from sparklog.cluster.session import ClusterSession
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
+from sparklog.coordinator.txn_records import TRANSACTION_TOPIC
 from sparklog.errors import ErrorCode, KafkaError
+from sparklog.record.control import ControlType
 from sparklog.storage.config import LogConfig
 from sparklog.storage.leader_epochs import LeaderEpochCache
 from sparklog.storage.log import AppendInfo, PartitionLog
@@ -127,6 +135,7 @@ class ReplicaManager:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._isr_task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Future[None]] = set()
+        self.markers = MarkerChannel(self)  # the transaction coordinator's markers
 
     # -- life ----------------------------------------------------------------------------
     async def start(self, endpoints: tuple[Endpoint, ...]) -> None:
@@ -135,8 +144,6 @@ class ReplicaManager:
         connect = config.zookeeper_connect
         assert connect is not None
         self._loop = asyncio.get_running_loop()
-        for partition in sorted(self.broker.coordinator.loaded):  # loaded again when led
-            self.broker.coordinator.unload(partition)
         me = BrokerInfo(self.broker_id, endpoints, config.get("broker.rack") or None)
         rebalance = config.get_bool("auto.leader.rebalance.enable")
         controller = ControllerConfig(
@@ -146,7 +153,7 @@ class ReplicaManager:
                                       me, self, controller, self.broker.logs.cluster_id)
         await self._loop.run_in_executor(None, self.session.start)
         await self.broker.security.join_cluster(self.session.zk)
-        # a ZooKeeper round trip once per block of ids (1000), on the loop: a few ms
+        # a ZooKeeper round trip once per block of ids (1000), in the executor
         self.broker.producer_ids.allocate_block = self.session.allocate_producer_ids
         self._isr_task = asyncio.create_task(self._shrink_isr_forever())
         log.info("broker %d joined the cluster at %s", self.broker_id, connect)
@@ -169,6 +176,7 @@ class ReplicaManager:
             self._stop_fetcher(replica)
             self._release(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.broker.security.leave_cluster()
+        self.markers.close()
         if self.session is not None and self._loop is not None:
             await self._loop.run_in_executor(None, self.session.close)
 
@@ -256,12 +264,17 @@ class ReplicaManager:
                  list(replica.isr))
         if replica.topic == OFFSETS_TOPIC:
             self.broker.coordinator.load(replica.partition)
+        elif replica.topic == TRANSACTION_TOPIC:
+            self.broker.txn_coordinator.load(replica.partition, replica.leader_epoch)
 
     def _become_follower(self, replica: Replica) -> None:
         self._stop_fetcher(replica)
         self._release(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if replica.topic == OFFSETS_TOPIC and replica.partition in self.broker.coordinator.loaded:
             self.broker.coordinator.unload(replica.partition)
+        txn = self.broker.txn_coordinator
+        if replica.topic == TRANSACTION_TOPIC and replica.partition in txn.loaded:
+            txn.unload(replica.partition)
         if replica.leader != NO_LEADER and self.broker_id in replica.replicas:
             log.info("%s: following broker %d in epoch %d", replica.name, replica.leader,
                      replica.leader_epoch)
@@ -384,14 +397,29 @@ class ReplicaManager:
                       timeout_ms: int) -> AppendInfo:
         replica = self.leader_replica(topic, partition)
         partition_log = self.log(replica)
-        min_isr = int(partition_log.config.get("min.insync.replicas"))
+        return await self._append(replica, lambda: partition_log.append(
+            records, now_ms=now, leader_epoch=replica.leader_epoch), acks, timeout_ms)
+
+    async def append_marker(self, topic: str, partition: int, kind: ControlType,
+                            producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                            now: int, timeout_ms: int) -> AppendInfo:
+        """WriteTxnMarkers on the leader: the marker appended as acks=all (Kafka's too)."""
+        replica = self.leader_replica(topic, partition)
+        partition_log = self.log(replica)
+        return await self._append(replica, lambda: partition_log.append_marker(
+            kind, producer_id, producer_epoch, coordinator_epoch, now_ms=now,
+            leader_epoch=replica.leader_epoch), -1, timeout_ms)
+
+    async def _append(self, replica: Replica, append: Callable[[], AppendInfo], acks: int,
+                      timeout_ms: int) -> AppendInfo:
+        min_isr = self._min_isr(replica)
         if acks == -1 and len(replica.isr) < min_isr:
             raise KafkaError(f"{replica.name}: {len(replica.isr)} in-sync replicas, "
                              f"min.insync.replicas is {min_isr}",
                              ErrorCode.NOT_ENOUGH_REPLICAS)
-        info = partition_log.append(records, now_ms=now, leader_epoch=replica.leader_epoch)
+        info = append()
         if not info.duplicate:
-            self.broker.notify_append((topic, partition))
+            self.broker.notify_append((replica.topic, replica.partition))
         if acks != -1:
             self._advance_high_watermark(replica)
             return info
@@ -401,6 +429,9 @@ class ReplicaManager:
         if code != ErrorCode.NONE:
             raise KafkaError(f"{replica.name}: acks=all not satisfied", code)
         return info
+
+    def _min_isr(self, replica: Replica) -> int:
+        return int(self.log(replica).config.get("min.insync.replicas"))
 
     async def wait_replicated(self, replica: Replica, offset: int, timeout_s: float
                               ) -> ErrorCode:
@@ -419,34 +450,59 @@ class ReplicaManager:
         except TimeoutError:
             return ErrorCode.REQUEST_TIMED_OUT
 
-    # -- the group coordinator's partitions ------------------------------------------------
+    # -- the coordinators' partitions ------------------------------------------------------
     async def group_coordinator(self, group: str) -> BrokerInfo | None:
         """The live broker leading ``group``'s ``__consumer_offsets`` partition; None while
         there is none (the topic is created here on first use, as Kafka does)."""
-        if OFFSETS_TOPIC not in self.assignments:
-            config = self.broker.config
+        config, store = self.broker.config, self.broker.coordinator.store
+        return await self._coordinator(
+            OFFSETS_TOPIC, store.partition_for(group), store.partitions,
+            config.get_int("offsets.topic.replication.factor"),
+            {"segment.bytes": config.get("offsets.topic.segment.bytes")})
+
+    async def txn_coordinator(self, transactional_id: str) -> BrokerInfo | None:
+        """The live broker leading ``transactional_id``'s ``__transaction_state`` partition;
+        None while there is none (the topic is created here on first use)."""
+        config, txn = self.broker.config, self.broker.txn_coordinator
+        return await self._coordinator(
+            TRANSACTION_TOPIC, txn.partition_of(transactional_id), txn.topic.partitions,
+            config.get_int("transaction.state.log.replication.factor"),
+            {"segment.bytes": config.get("transaction.state.log.segment.bytes"),
+             "min.insync.replicas": config.get("transaction.state.log.min.isr")})
+
+    async def _coordinator(self, topic: str, partition: int, partitions: int,
+                           replication_factor: int, config: dict[str, str]
+                           ) -> BrokerInfo | None:
+        if topic not in self.assignments:
             try:
-                await self.create_topic(
-                    OFFSETS_TOPIC, self.broker.coordinator.store.partitions,
-                    config.get_int("offsets.topic.replication.factor"),
-                    {"cleanup.policy": "compact",
-                     "segment.bytes": config.get("offsets.topic.segment.bytes")})
+                await self.create_topic(topic, partitions, replication_factor,
+                                        {"cleanup.policy": "compact", **config})
             except KafkaError as exc:  # too few brokers yet, or another broker created it
-                log.info("%s not created: %s", OFFSETS_TOPIC, exc)
+                log.info("%s not created: %s", topic, exc)
             return None
-        replica = self.partitions.get(
-            (OFFSETS_TOPIC, self.broker.coordinator.store.partition_for(group)))
+        replica = self.partitions.get((topic, partition))
         return None if replica is None else self.live.get(replica.leader)
 
     async def offsets_replicated(self, group: str, timeout_s: float) -> ErrorCode:
         """After a commit to ``group``'s partition: wait until the ISR has it (a committed
         offset must survive the coordinator's death); errors in a coordinator's terms."""
-        replica = self.partitions.get(
-            (OFFSETS_TOPIC, self.broker.coordinator.store.partition_for(group)))
+        code = await self.internal_replicated(
+            OFFSETS_TOPIC, self.broker.coordinator.store.partition_for(group), timeout_s)
+        return {ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE
+                }.get(code, code)
+
+    async def internal_replicated(self, topic: str, partition: int, timeout_s: float
+                                  ) -> ErrorCode:
+        """Wait until the ISR has everything this leader appended to ``topic-partition``
+        (as acks=all: NOT_ENOUGH_REPLICAS_AFTER_APPEND below ``min.insync.replicas``)."""
+        replica = self.partitions.get((topic, partition))
         if replica is None:
-            return ErrorCode.NOT_COORDINATOR
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         code = await self.wait_replicated(replica, self.log(replica).log_end_offset, timeout_s)
-        return ErrorCode.NOT_COORDINATOR if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else code
+        if code == ErrorCode.NONE and len(replica.isr) < self._min_isr(replica):
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return code
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            config: dict[str, str], timeout_s: float = 0) -> None:

@@ -10,11 +10,17 @@ Invariants:
   and handlers ask it first.
 - Producer ids are handed out from blocks whose end is persisted before any id of the block
   is used, so ids are never reused across restarts; in a cluster the blocks come from
-  ZooKeeper's ``/latest_producer_id_block`` (compare-and-set), unique across brokers.
+  ZooKeeper's ``/latest_producer_id_block`` (compare-and-set), unique across brokers, fetched
+  in the default executor (never on the event loop), one fetch at a time.
 - ``notify_append`` wakes every fetch waiting on that partition; waiting fetches register
   futures and never poll.
-- The group coordinator is started (``__consumer_offsets`` replayed) before the first
-  request is served, and stopped before the logs close.
+- The group and transaction coordinators are started before the first request is served
+  (a single node replays every partition of ``__consumer_offsets`` and
+  ``__transaction_state`` then; in a cluster each partition is loaded when this broker
+  becomes its leader), and stopped before the logs close.
+- The transaction coordinator's markers are written here directly on a single node, and
+  through the cluster's ``MarkerChannel`` (to every partition's leader) in a cluster; its
+  writes to ``__transaction_state`` wait for the ISR there (``TXN_REPLICATION_TIMEOUT_S``).
 - ``host`` and ``port`` (what Metadata and FindCoordinator name) are the advertised address
   of the listener the current request came in on (``ADVERTISED``, set per connection by the
   server), as in Kafka; outside a request, the first listener's.
@@ -54,6 +60,9 @@ log = logging.getLogger(__name__)
 LEADER_EPOCH = 0
 PRODUCER_ID_BLOCK = 1000
 PRODUCER_ID_FILE = "producer-id-block"
+TXN_REPLICATION_TIMEOUT_S = 5.0
+"""How long a write to ``__transaction_state`` may wait for the ISR (then the request is
+answered COORDINATOR_NOT_AVAILABLE and retried by the client)."""
 
 TopicPartition = tuple[str, int]
 
@@ -68,15 +77,22 @@ class ProducerIdManager:
         self.path = data_dir / PRODUCER_ID_FILE
         self._next = int(self.path.read_text()) if self.path.exists() else 0
         self._block_end = self._next
+        self._refill = asyncio.Lock()
         # in a cluster: takes the next block from ZooKeeper, (start, end), unique cluster-wide
+        # (a blocking call: run in the default executor)
         self.allocate_block: Callable[[int], tuple[int, int]] | None = None
 
-    def next_id(self) -> int:
-        if self._next >= self._block_end and self.allocate_block is not None:
-            self._next, self._block_end = self.allocate_block(PRODUCER_ID_BLOCK)
-        elif self._next >= self._block_end:
-            self._block_end = self._next + PRODUCER_ID_BLOCK
-            write_atomically(self.path, str(self._block_end).encode())
+    async def next_id(self) -> int:
+        while self._next >= self._block_end:
+            async with self._refill:
+                if self._next < self._block_end:
+                    break  # another caller refilled meanwhile
+                if self.allocate_block is not None:
+                    self._next, self._block_end = await asyncio.get_running_loop(
+                    ).run_in_executor(None, self.allocate_block, PRODUCER_ID_BLOCK)
+                else:
+                    self._block_end = self._next + PRODUCER_ID_BLOCK
+                    write_atomically(self.path, str(self._block_end).encode())
         pid = self._next
         self._next += 1
         return pid
@@ -110,11 +126,13 @@ class Broker:
             TxnConfig.from_props(config.props),
             LogTopic(self.logs, TRANSACTION_TOPIC,
                      config.get_int("transaction.state.log.num.partitions"),
-                     {"segment.bytes": config.get_int("transaction.state.log.segment.bytes")},
+                     {"segment.bytes": config.get_int("transaction.state.log.segment.bytes"),
+                      "min.insync.replicas": config.get_int("transaction.state.log.min.isr")},
                      self.partition_leader_epoch, self.notify_append),
-            self.producer_ids.next_id, self.partition_count,
+            self._txn_state_replicated, self.producer_ids.next_id, self.partition_count,
             lambda group: (OFFSETS_TOPIC, self.coordinator.store.partition_for(group)),
-            local_marker_writer(self), self.now_ms)
+            self._write_markers, self.now_ms)
+        self._local_markers = local_marker_writer(self)
 
     @property
     def host(self) -> str:
@@ -208,11 +226,25 @@ class Broker:
         """The epoch this node leads its partitions in (a single node: always the first)."""
         return LEADER_EPOCH
 
+    # -- the transaction coordinator's writes ----------------------------------------------
+    async def _txn_state_replicated(self, partition: int) -> ErrorCode:
+        if self.cluster is None:
+            return ErrorCode.NONE
+        return await self.cluster.internal_replicated(TRANSACTION_TOPIC, partition,
+                                                      TXN_REPLICATION_TIMEOUT_S)
+
+    async def _write_markers(self, partitions: list[TopicPartition], producer_id: int,
+                             producer_epoch: int, commit: bool, coordinator_epoch: int) -> None:
+        write = self._local_markers if self.cluster is None else self.cluster.markers.write
+        await write(partitions, producer_id, producer_epoch, commit, coordinator_epoch)
+
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
-        """Load what must be in memory before serving (on the event loop)."""
-        self.coordinator.start()
-        self.txn_coordinator.start()
+        """Load what must be in memory before serving (on the event loop); in a cluster the
+        coordinators load their partitions as this broker comes to lead them."""
+        single_node = self.config.zookeeper_connect is None
+        self.coordinator.start(load_all=single_node)
+        self.txn_coordinator.start(load_all=single_node)
 
     def close(self) -> None:
         self.txn_coordinator.stop()

@@ -8,11 +8,16 @@ translates):
   that predate that error (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn before v2), which
   get INVALID_PRODUCER_EPOCH, as Kafka answers them (KIP-588).
 - TxnOffsetCommit stores the offsets in the producer's transaction on the group's
-  ``__consumer_offsets`` partition; they count once the COMMIT marker lands there.
+  ``__consumer_offsets`` partition (in a cluster answered once the ISR has them, as
+  OffsetCommit); they count once the COMMIT marker lands there.
 - WriteTxnMarkers (what a coordinator sends a partition leader) appends each marker and
-  answers per partition; DescribeTransactions answers per id (TRANSACTIONAL_ID_NOT_FOUND
-  for an unknown one); ListTransactions filters by state names (unknown ones are echoed in
-  ``unknown_state_filters``), producer ids, and (v1) the minimum time open.
+  answers per partition (in a cluster only for partitions this broker leads, once the high
+  watermark passed the marker: ``markers.write_marker``; ``fault_point("txn_markers_received",
+  "leader")`` precedes the writing, so a crash test can kill a leader there);
+  DescribeTransactions answers per
+  id (TRANSACTIONAL_ID_NOT_FOUND for an unknown one); ListTransactions filters by state
+  names (unknown ones are echoed in ``unknown_state_filters``), producer ids, and (v1) the
+  minimum time open.
 - With an authorizer, as Kafka's: WRITE on the TRANSACTIONAL_ID for AddPartitionsToTxn,
   AddOffsetsToTxn, EndTxn and TxnOffsetCommit (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), plus
   WRITE on each TOPIC added, READ on the GROUP of added or committed offsets and READ on their
@@ -22,16 +27,23 @@ translates):
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.markers import write_marker
-from sparklog.broker.offset_commit import authorized_offsets, commit_response, requested_offsets
+from sparklog.broker.offset_commit import (
+    authorized_offsets,
+    commit_response,
+    replicated,
+    requested_offsets,
+)
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.coordinator.txn_metadata import TransactionState
 from sparklog.errors import ErrorCode
+from sparklog.faults import fault_point
 from sparklog.protocol.entities import Build, instant_ms
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
@@ -81,7 +93,7 @@ async def add_partitions_to_txn(broker: Broker, header: RequestHeader,
     build = Build(header)
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
     refused = _refused_writes(broker, request.v3_and_below_transactional_id, wanted)
-    errors = refused or broker.txn_coordinator.add_partitions(
+    errors = refused or await broker.txn_coordinator.add_partitions(
         request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
         request.v3_and_below_producer_epoch, wanted)
     return build.response(results_by_topic_v3_and_below=tuple(
@@ -100,8 +112,8 @@ async def add_offsets_to_txn(broker: Broker, header: RequestHeader,
         return Build(header).response(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not security.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
         return Build(header).response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    error = broker.txn_coordinator.add_offsets(request.transactional_id, request.producer_id,
-                                               request.producer_epoch, request.group_id)
+    error = await broker.txn_coordinator.add_offsets(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
     return Build(header).response(error_code=fenced_as(header, error))
 
 
@@ -125,7 +137,7 @@ async def txn_offset_commit(broker: Broker, header: RequestHeader,
         offsets, refused = authorized_offsets(broker, request.group_id, requested)
     errors = broker.coordinator.txn_commit(request.group_id, request.producer_id,
                                            request.producer_epoch, offsets) if offsets else {}
-    errors = {**errors, **refused}
+    errors = {**await replicated(broker, request.group_id, errors), **refused}
     return commit_response(Build(header), request.topics, errors, "TxnOffsetCommit")
 
 
@@ -134,20 +146,27 @@ async def write_txn_markers(broker: Broker, header: RequestHeader,
                             request: WriteTxnMarkersRequest) -> Any:
     build = Build(header)
     allowed = broker.security.allows_cluster(Operation.CLUSTER_ACTION)
-    results = []
-    for marker in request.markers:
-        topics = tuple(
+    fault_point("txn_markers_received", "leader")
+
+    async def written(marker: Any, topic: str, partition: int) -> ErrorCode:
+        if not allowed:
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return await write_marker(broker, (topic, partition), marker.producer_id,
+                                  marker.producer_epoch, marker.transaction_result,
+                                  marker.coordinator_epoch)
+
+    wanted = [(m, t.name, p) for m in request.markers for t in m.topics
+              for p in t.partition_indexes]
+    codes = dict(zip(((id(m), t, p) for m, t, p in wanted),
+                     await asyncio.gather(*(written(*w) for w in wanted)), strict=True))
+    return build.response(markers=tuple(
+        build("WritableTxnMarkerResult", producer_id=marker.producer_id, topics=tuple(
             build("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(
                 build("WritableTxnMarkerPartitionResult", partition_index=p,
-                      error_code=write_marker(broker, (t.name, p), marker.producer_id,
-                                              marker.producer_epoch, marker.transaction_result,
-                                              marker.coordinator_epoch) if allowed
-                      else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                      error_code=codes[(id(marker), t.name, p)])
                 for p in t.partition_indexes))
-            for t in marker.topics)
-        results.append(build("WritableTxnMarkerResult", producer_id=marker.producer_id,
-                             topics=topics))
-    return build.response(markers=tuple(results))
+            for t in marker.topics))
+        for marker in request.markers))
 
 
 @handles(ApiKey.DESCRIBE_TRANSACTIONS, versions=(0, 0))

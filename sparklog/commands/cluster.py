@@ -5,9 +5,12 @@ Invariants:
 - ``up --brokers N --data-dir D`` starts a throwaway ZooKeeper (Debian's package, data in
   ``D/zookeeper``) and brokers ``0..N-1`` (``D/broker-<id>``, logs beside), each in a
   session of its own so they outlive the command, with ``zookeeper.connect`` under the
-  chroot ``/sparklog``, ``default.replication.factor`` min(N, 3) and ``broker.rack`` from
-  ``--racks``; it records what it started in ``D/cluster.json`` and prints the bootstrap
-  list as its last stdout line. A failure stops whatever it had started.
+  chroot ``/sparklog``, ``default.replication.factor``, ``offsets.topic.replication.factor``
+  and ``transaction.state.log.replication.factor`` min(N, 3) (so groups and transactions
+  work on one or two brokers too), ``transaction.state.log.min.isr`` min(N, 2) and
+  ``broker.rack`` from ``--racks`` (``--set`` overrides any of them); it records what it
+  started in ``D/cluster.json`` and prints the bootstrap list as its last stdout line. A
+  failure stops whatever it had started.
 - ``D`` holding a running cluster is refused by ``up``; ``down`` stops the brokers
   (SIGTERM: controlled shutdowns) then ZooKeeper, waits for each to exit, and removes
   ``cluster.json`` (the data stays, and ``up`` starts the same cluster again).
@@ -107,8 +110,12 @@ def _up(args: argparse.Namespace) -> int:
     started: list[BrokerProcess] = []
     try:
         for i in range(args.brokers):
+            factor = str(min(args.brokers, 3))
             config = {"broker.id": str(i), "zookeeper.connect": zookeeper.connect + CHROOT,
-                      "default.replication.factor": str(min(args.brokers, 3)),
+                      "default.replication.factor": factor,
+                      "offsets.topic.replication.factor": factor,
+                      "transaction.state.log.replication.factor": factor,
+                      "transaction.state.log.min.isr": str(min(args.brokers, 2)),
                       **dict(item.split("=", 1) for item in args.set)}
             if racks:
                 config["broker.rack"] = racks[i]

@@ -42,8 +42,9 @@ Invariants:
   assignment and fresh session timers, so live consumers carry on without a rebalance),
   ``unload`` forgets its groups (parked requests answered NOT_COORDINATOR); a request for a
   group of a partition not loaded is answered NOT_COORDINATOR, so a client looks the
-  coordinator up again. ``start`` loads every partition (a single node leads them all);
-  ``stop`` unloads them; afterwards every API answers COORDINATOR_NOT_AVAILABLE.
+  coordinator up again. ``start`` loads every partition on a single node (which leads them
+  all; in a cluster none: they are loaded as this broker comes to lead them); ``stop``
+  unloads them; afterwards every API answers COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
@@ -161,10 +162,12 @@ class GroupCoordinator:
         self._expiration: asyncio.TimerHandle | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self) -> None:
-        """Load every ``__consumer_offsets`` partition; needs the running loop."""
+    def start(self, *, load_all: bool = True) -> None:
+        """Start serving; a single node loads every ``__consumer_offsets`` partition (in a
+        cluster, partitions are loaded as this broker becomes their leader). Needs the
+        running loop."""
         self._loop = asyncio.get_running_loop()
-        for partition in range(self.store.partitions):
+        for partition in range(self.store.partitions if load_all else 0):
             self.load(partition)
         self.active = True
         self._expiration = self._loop.call_later(self.config.retention_check_ms / 1000,

@@ -9,9 +9,10 @@ Invariants:
 - ``append_records`` writes the records of one change as ONE batch to one partition: they
   are stored together or not at all; it returns only once the topic took the batch, so a
   caller that changes its memory after it never acknowledges what is not in the log. A
-  refusal raises ``KafkaError`` with the code a coordinator answers (Kafka's mapping: a
-  missing partition is COORDINATOR_NOT_AVAILABLE, a lost leadership or a storage error
-  NOT_COORDINATOR, others as the caller's ``errors`` say, else UNKNOWN_SERVER_ERROR).
+  refusal raises ``KafkaError`` with the code a coordinator answers (``coordinator_error``,
+  Kafka's mapping: a missing partition, too few in-sync replicas or a replication timeout
+  is COORDINATOR_NOT_AVAILABLE, a lost leadership or a storage error NOT_COORDINATOR,
+  others as the caller's ``errors`` say, else UNKNOWN_SERVER_ERROR).
 - ``replay`` yields a partition's records in offset order, skipping records without a key
   (a None value is a tombstone), each with its producer id when its batch is
   transactional, and the transaction markers of control batches, so a coordinator that
@@ -69,9 +70,17 @@ class InternalTopic(Protocol):
 _APPEND_ERRORS = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
     ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
 }
+
+
+def coordinator_error(code: ErrorCode,
+                      errors: Mapping[ErrorCode, ErrorCode] | None = None) -> ErrorCode:
+    """What a coordinator answers when writing its topic failed with ``code``."""
+    return {**_APPEND_ERRORS, **(errors or {})}.get(code, ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
 def append_records(topic: InternalTopic, partition: int, records: Sequence[Record],
@@ -86,8 +95,7 @@ def append_records(topic: InternalTopic, partition: int, records: Sequence[Recor
         topic.append(partition, batch, now_ms)
     except (KafkaError, OSError) as exc:
         if isinstance(exc, KafkaError):
-            code = {**_APPEND_ERRORS, **(errors or {})}.get(exc.code,
-                                                            ErrorCode.UNKNOWN_SERVER_ERROR)
+            code = coordinator_error(exc.code, errors)
         else:
             code = ErrorCode.NOT_COORDINATOR
         log.error("cannot append to %s-%d: %s", topic.name, partition, exc)

@@ -4,9 +4,10 @@ the two-phase end of each transaction.
 Behaviour (Kafka's ``TransactionCoordinator``):
 - InitProducerId with a transactional id gives a producer id (a new one the first time) and
   a bumped epoch, which fences every older producer of that id. An open transaction of the
-  id is aborted first, under a fencing epoch: that call answers CONCURRENT_TRANSACTIONS and
-  the client's retry gets the next epoch. A timeout above ``transaction.max.timeout.ms`` is
-  INVALID_TRANSACTION_TIMEOUT.
+  id is aborted first, under a fencing epoch: that call answers CONCURRENT_TRANSACTIONS once
+  PrepareAbort is replicated (its markers are written meanwhile, as in Kafka) and the
+  client's retries get the next epoch once the abort is complete. A timeout above
+  ``transaction.max.timeout.ms`` is INVALID_TRANSACTION_TIMEOUT.
 - AddPartitionsToTxn / AddOffsetsToTxn add partitions (a group's ``__consumer_offsets``
   partition for the latter) and open the transaction. EndTxn writes PrepareCommit or
   PrepareAbort, then the markers (``write_markers``: COMMIT/ABORT control batches in every
@@ -20,14 +21,25 @@ Behaviour (Kafka's ``TransactionCoordinator``):
   for ``transactional.id.expiration.ms`` are removed (tombstoned).
 
 Invariants:
-- Every state change is appended to ``__transaction_state`` before it is applied in memory
-  or answered, PrepareCommit/PrepareAbort before any marker: after a crash (or when the
-  coordinator moves), ``load`` replays the partition and finishes every transaction found
-  in PrepareCommit or PrepareAbort, so a transaction ends exactly as recorded.
-- Its inputs are narrow (settings, its ``InternalTopic``, a producer-id allocator, a
-  partition-count lookup, the group's offsets partition, a marker writer, a clock); it never
-  touches storage or the broker, and serves only ids of the partitions it has loaded
-  (NOT_COORDINATOR otherwise).
+- Every state change is appended to ``__transaction_state`` and replicated (``replicated``:
+  in a cluster, until the ISR has it) before it is applied in memory or answered,
+  PrepareCommit/PrepareAbort before any marker; while a change is being written, other
+  requests of its id are answered CONCURRENT_TRANSACTIONS. A write the ISR did not take in
+  time changes nothing in memory (answered COORDINATOR_NOT_AVAILABLE, as Kafka does).
+- After a crash, or when the coordinator moves (``load`` on becoming the leader of a
+  ``__transaction_state`` partition, with its leader epoch as the coordinator epoch),
+  ``load`` replays the partition and finishes every transaction found in PrepareCommit or
+  PrepareAbort, so a transaction ends exactly as recorded. ``unload`` forgets the ids of a
+  partition and cancels their marker writing (the next coordinator finishes them); their
+  requests are answered NOT_COORDINATOR from then on.
+- A transaction is recorded CompleteCommit/CompleteAbort only once the marker writer
+  returned, i.e. every marker is written (in a cluster: by each partition's leader, past
+  its high watermark); a refused CompleteCommit/CompleteAbort write is retried while this
+  coordinator still holds the id, so no id stays prepared after its markers are written.
+- Its inputs are narrow (settings, its ``InternalTopic``, a replication wait, a producer-id
+  allocator, a partition-count lookup, the group's offsets partition, a marker writer, a
+  clock); it never touches storage or the broker, and serves only ids of the partitions it
+  has loaded (NOT_COORDINATOR otherwise).
 - All of it runs on the broker's event loop; ``fault_point`` names the steps of a commit a
   crash test can stop the process at.
 """
@@ -40,7 +52,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from sparklog.coordinator.group_records import partition_for
-from sparklog.coordinator.internal_topic import InternalTopic, Record, append_records, replay
+from sparklog.coordinator.internal_topic import (
+    InternalTopic,
+    Record,
+    append_records,
+    coordinator_error,
+    replay,
+)
 from sparklog.coordinator.txn_metadata import (
     COMPLETING,
     FINISHED,
@@ -62,9 +80,14 @@ from sparklog.faults import fault_point
 log = logging.getLogger(__name__)
 
 S = TransactionState
+COMPLETE_RETRY_BACKOFF_S = 0.5
 MarkerWriter = Callable[[list[TopicPartition], int, int, bool, int], Awaitable[None]]
 """``(partitions, producer id, producer epoch, commit, coordinator epoch)``: write the
-markers; raises only if a marker could not be written in a partition that still exists."""
+markers; returns once every marker is written (retrying what a leader refused or what
+could not reach it); cancelled when the coordinator unloads the id's partition."""
+Replicated = Callable[[int], Awaitable[ErrorCode]]
+"""``(partition)``: wait until what was appended to that ``__transaction_state`` partition
+is replicated; NONE, or the error (Kafka's codes) that kept it from the ISR."""
 
 @dataclass(frozen=True, slots=True)
 class TxnConfig:
@@ -103,12 +126,14 @@ class ProducerIdAndEpoch:
 
 
 class TransactionCoordinator:
-    def __init__(self, config: TxnConfig, topic: InternalTopic,
-                 next_producer_id: Callable[[], int], partition_count: Callable[[str], int],
+    def __init__(self, config: TxnConfig, topic: InternalTopic, replicated: Replicated,
+                 next_producer_id: Callable[[], Awaitable[int]],
+                 partition_count: Callable[[str], int],
                  offsets_partition: Callable[[str], TopicPartition],
                  write_markers: MarkerWriter, clock: Callable[[], int]) -> None:
         self.config = config
         self.topic = topic
+        self._replicated = replicated
         self._next_producer_id = next_producer_id
         self._partition_count = partition_count
         self._offsets_partition = offsets_partition
@@ -117,14 +142,17 @@ class TransactionCoordinator:
         self.transactions: dict[str, TransactionMetadata] = {}
         self.loaded: dict[int, int] = {}  # partition -> coordinator epoch
         self.active = False
-        self._completing: set[str] = set()
+        self._completing: dict[str, asyncio.Task[None]] = {}  # markers being written
+        self._writing: set[str] = set()  # a state change waiting for the ISR
         self._timers: list[asyncio.TimerHandle] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self) -> None:
-        """Load every ``__transaction_state`` partition; needs the running loop."""
-        for partition in range(self.topic.partitions):
+    def start(self, *, load_all: bool = True) -> None:
+        """Start serving; a single node loads every ``__transaction_state`` partition (in a
+        cluster, partitions are loaded as this broker becomes their leader). Needs the
+        running loop."""
+        for partition in range(self.topic.partitions if load_all else 0):
             self.load(partition, coordinator_epoch=0)
         self.active = True
         self._schedule(self.config.abort_check_ms, self.abort_timed_out)
@@ -134,7 +162,7 @@ class TransactionCoordinator:
         self.active = False
         for timer in self._timers:
             timer.cancel()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._completing.values()]:
             task.cancel()
         for partition in list(self.loaded):
             self.unload(partition)
@@ -178,9 +206,16 @@ class TransactionCoordinator:
                 self._spawn(self._complete(meta))
 
     def unload(self, partition: int) -> None:
+        """Stop coordinating the ids of ``partition``; markers still being written for them
+        are left to the next coordinator (their writing is cancelled)."""
         self.loaded.pop(partition, None)
-        for tid in [t for t in self.transactions if self._partition_of(t) == partition]:
+        for tid in [t for t in self.transactions if self.partition_of(t) == partition]:
             del self.transactions[tid]
+            completing = self._completing.get(tid)
+            if completing is not None:
+                completing.cancel()
+        if self.active:  # leadership moved (a stop unloads every partition quietly)
+            log.info("transaction coordinator unloaded %s-%d", TRANSACTION_TOPIC, partition)
 
     async def settle(self) -> None:
         """Wait for the transactions ``load`` is finishing (a broker waits before serving,
@@ -191,17 +226,27 @@ class TransactionCoordinator:
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._spawned_done)
 
-    def _partition_of(self, transactional_id: str) -> int:
+    def _spawned_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("transaction coordinator: %s", task.exception())
+
+    def partition_of(self, transactional_id: str) -> int:
+        """The ``__transaction_state`` partition of ``transactional_id``."""
         return partition_for(transactional_id, self.topic.partitions)
+
+    def _busy(self, transactional_id: str) -> bool:
+        """A state change or the markers of ``transactional_id`` are being written."""
+        return transactional_id in self._completing or transactional_id in self._writing
 
     def _check(self, transactional_id: str | None) -> ErrorCode | None:
         if not transactional_id:
             return ErrorCode.INVALID_REQUEST
         if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if self._partition_of(transactional_id) not in self.loaded:
+        if self.partition_of(transactional_id) not in self.loaded:
             return ErrorCode.NOT_COORDINATOR
         return None
 
@@ -211,13 +256,25 @@ class TransactionCoordinator:
                                               txn_value(meta.record()))])
 
     def _append(self, transactional_id: str, records: list[Record]) -> None:
-        append_records(self.topic, self._partition_of(transactional_id), records,
+        append_records(self.topic, self.partition_of(transactional_id), records,
                        self._now_ms())
 
-    def _commit(self, new: TransactionMetadata) -> None:
-        """Store ``new`` (a changed copy of the live state), then make it the live state."""
+    async def _commit(self, new: TransactionMetadata) -> None:
+        """Store ``new`` (a changed copy of the live state) and wait for the ISR to have it,
+        then make it the live state; KafkaError (with the code to answer) otherwise."""
+        tid = new.transactional_id
         self._store(new)
-        self.transactions[new.transactional_id] = new
+        self._writing.add(tid)
+        try:
+            code = await self._replicated(self.partition_of(tid))
+        finally:
+            self._writing.discard(tid)
+        if code != ErrorCode.NONE:
+            raise KafkaError(f"{TRANSACTION_TOPIC} write of {tid} not replicated: {code.name}",
+                             coordinator_error(code))
+        if self.partition_of(tid) not in self.loaded:
+            raise KafkaError(f"no longer the coordinator of {tid}", ErrorCode.NOT_COORDINATOR)
+        self.transactions[tid] = new
 
     # -- InitProducerId -------------------------------------------------------------------
     async def init_producer_id(self, transactional_id: str,
@@ -231,42 +288,63 @@ class TransactionCoordinator:
         meta = self.transactions.get(transactional_id)
         try:
             if meta is None:
-                new = TransactionMetadata(transactional_id, self._next_producer_id(), 0,
-                                          timeout_ms, S.EMPTY, now)
-                self._commit(new)
+                producer_id = await self._next_producer_id()
+                if transactional_id in self.transactions or self._busy(transactional_id):
+                    return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+                new = TransactionMetadata(transactional_id, producer_id, 0, timeout_ms,
+                                          S.EMPTY, now)
+                await self._commit(new)
                 return ProducerIdAndEpoch(ErrorCode.NONE, new.producer_id, new.producer_epoch)
-            if meta.state in COMPLETING or transactional_id in self._completing:
+            if meta.state in COMPLETING or self._busy(transactional_id):
                 return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
-            if meta.state is S.ONGOING:
-                await self._fence_and_abort(meta, "a new producer initialised the id")
+            if meta.state is S.ONGOING:  # answered once the abort is decided, as Kafka does
+                fenced = await self._fence(transactional_id, "a new producer initialised it")
+                if fenced is not None:
+                    self._spawn(self._complete(fenced))
                 return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
-            new = self._bumped(meta, now)
+            new = await self._bumped(meta, now)
+            if self.transactions.get(transactional_id) is not meta \
+                    or self._busy(transactional_id):
+                return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
             new.timeout_ms = timeout_ms
             new.transition(S.EMPTY, now)
             new.partitions = set()
-            self._commit(new)
+            await self._commit(new)
         except KafkaError as exc:
             return ProducerIdAndEpoch(exc.code)
         log.info("transactional id %s: producer %d epoch %d", transactional_id,
                  new.producer_id, new.producer_epoch)
         return ProducerIdAndEpoch(ErrorCode.NONE, new.producer_id, new.producer_epoch)
 
-    def _bumped(self, meta: TransactionMetadata, now: int) -> TransactionMetadata:
+    async def _bumped(self, meta: TransactionMetadata, now: int) -> TransactionMetadata:
         """A copy with the next epoch, or a new producer id once the epochs are used up."""
         if meta.producer_epoch >= MAX_EPOCH - 1:
-            return replace(meta, producer_id=self._next_producer_id(), producer_epoch=0,
+            return replace(meta, producer_id=await self._next_producer_id(), producer_epoch=0,
                            last_update_ms=now, partitions=set(meta.partitions))
         return replace(meta, producer_epoch=meta.producer_epoch + 1, last_update_ms=now,
                        partitions=set(meta.partitions))
 
-    async def _fence_and_abort(self, meta: TransactionMetadata, reason: str) -> None:
-        """Abort an open transaction under a bumped epoch (its producer is fenced)."""
-        new = self._bumped(meta, self._now_ms())
+    async def _fence(self, transactional_id: str, reason: str) -> TransactionMetadata | None:
+        """Decide to abort the id's open transaction under a bumped epoch (its producer is
+        fenced): PrepareAbort written and replicated. None when, by the time this runs, the
+        id has no open transaction (or another change of it is under way)."""
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.state is not S.ONGOING or self._busy(transactional_id):
+            return None
+        new = await self._bumped(meta, self._now_ms())
+        if self.transactions.get(transactional_id) is not meta or self._busy(transactional_id):
+            return None
         new.transition(S.PREPARE_ABORT, self._now_ms())
-        self._commit(new)
+        await self._commit(new)
         log.info("transactional id %s: aborting its transaction (%s), epoch now %d",
-                 meta.transactional_id, reason, new.producer_epoch)
-        await self._complete(new)
+                 transactional_id, reason, new.producer_epoch)
+        return new
+
+    async def _fence_and_abort(self, transactional_id: str, reason: str) -> None:
+        """Abort the id's open transaction under a bumped epoch, markers and all."""
+        fenced = await self._fence(transactional_id, reason)
+        if fenced is not None:
+            await self._complete(fenced)
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn ----------------------------------------------
     def _producer_error(self, transactional_id: str, producer_id: int,
@@ -280,11 +358,11 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if meta.producer_epoch != producer_epoch:
             return ErrorCode.PRODUCER_FENCED
-        if meta.state in COMPLETING or transactional_id in self._completing:
+        if meta.state in COMPLETING or self._busy(transactional_id):
             return ErrorCode.CONCURRENT_TRANSACTIONS
         return None
 
-    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                        partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         wanted = list(dict.fromkeys(partitions))
         error = self._producer_error(transactional_id, producer_id, producer_epoch)
@@ -300,17 +378,18 @@ class TransactionCoordinator:
         new = replace(meta, partitions=meta.partitions | set(wanted))
         new.transition(S.ONGOING, self._now_ms())
         try:
-            self._commit(new)
+            await self._commit(new)
         except KafkaError as exc:
             return dict.fromkeys(wanted, exc.code)
         return dict.fromkeys(wanted, ErrorCode.NONE)
 
-    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                     group_id: str) -> ErrorCode:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         tp = self._offsets_partition(group_id)
-        return self.add_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
+        return (await self.add_partitions(transactional_id, producer_id, producer_epoch,
+                                          [tp]))[tp]
 
     # -- EndTxn ---------------------------------------------------------------------------
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -325,9 +404,9 @@ class TransactionCoordinator:
             return error
         assert meta is not None
         done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-        if meta.state is done and transactional_id not in self._completing:
+        if meta.state is done and not self._busy(transactional_id):
             return ErrorCode.NONE  # a retry of an EndTxn that completed
-        if meta.state in COMPLETING or transactional_id in self._completing:
+        if meta.state in COMPLETING or self._busy(transactional_id):
             return ErrorCode.CONCURRENT_TRANSACTIONS
         if meta.state is not S.ONGOING:
             return ErrorCode.INVALID_TXN_STATE
@@ -335,7 +414,7 @@ class TransactionCoordinator:
         new.transition(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, self._now_ms())
         fault_point("txn_end_prepared", "before")
         try:
-            self._commit(new)
+            await self._commit(new)
         except KafkaError as exc:
             return exc.code
         fault_point("txn_end_prepared", "after")
@@ -346,38 +425,61 @@ class TransactionCoordinator:
         return ErrorCode.NONE
 
     async def _complete(self, meta: TransactionMetadata) -> None:
-        """Write the markers of a prepared transaction, then record it complete."""
+        """Write the markers of a prepared transaction, then record it complete. The work
+        runs as a task of its own: a caller that goes away does not stop it, an ``unload``
+        does (NOT_COORDINATOR for the caller: the next coordinator finishes it)."""
+        tid = meta.transactional_id
+        task = asyncio.ensure_future(self._finish(meta))
+        self._completing[tid] = task
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._completing.get(tid) is finished:
+                del self._completing[tid]
+            if not finished.cancelled() and finished.exception() is not None:
+                log.warning("transactional id %s not completed: %s", tid, finished.exception())
+
+        task.add_done_callback(done)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # the caller was cancelled, not the work
+            raise KafkaError(f"the coordinator of {tid} moved while its markers were written",
+                             ErrorCode.NOT_COORDINATOR) from None
+
+    async def _finish(self, meta: TransactionMetadata) -> None:
         tid = meta.transactional_id
         commit = meta.state is S.PREPARE_COMMIT
-        self._completing.add(tid)
-        try:
-            await self._write_markers(sorted(meta.partitions), meta.producer_id,
-                                      meta.producer_epoch, commit,
-                                      self.loaded.get(self._partition_of(tid), 0))
-            fault_point("txn_markers_written", "all")
-            if self.transactions.get(tid) is not meta:
-                return  # unloaded meanwhile: the next coordinator finishes it
+        await self._write_markers(sorted(meta.partitions), meta.producer_id,
+                                  meta.producer_epoch, commit,
+                                  self.loaded.get(self.partition_of(tid), 0))
+        fault_point("txn_markers_written", "all")
+        while self.transactions.get(tid) is meta:  # else unloaded: the next one finishes it
             new = replace(meta, partitions=set())
             new.transition(S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, self._now_ms())
-            self._commit(new)
-        finally:
-            self._completing.discard(tid)
+            try:
+                await self._commit(new)
+                return
+            except KafkaError as exc:  # the markers are written: record it once possible
+                log.warning("transactional id %s: %s not recorded (%s), retrying", tid,
+                            new.state.display, exc)
+                await asyncio.sleep(COMPLETE_RETRY_BACKOFF_S)
 
     # -- timeouts and expiration ----------------------------------------------------------
     def abort_timed_out(self) -> None:
         """Abort (under a fencing epoch) every transaction open longer than its timeout."""
         now = self._now_ms()
         for meta in list(self.transactions.values()):
-            if (meta.state is S.ONGOING and meta.transactional_id not in self._completing
+            if (meta.state is S.ONGOING and not self._busy(meta.transactional_id)
                     and now - meta.start_ms > meta.timeout_ms):
                 self._spawn(self._fence_and_abort(
-                    meta, f"open longer than its timeout of {meta.timeout_ms} ms"))
+                    meta.transactional_id, f"open longer than its timeout of {meta.timeout_ms} ms"))
 
     def expire_ids(self) -> None:
         """Remove ids whose last transaction finished ``transactional.id.expiration.ms`` ago."""
         now = self._now_ms()
         for meta in list(self.transactions.values()):
-            if (meta.state in FINISHED and meta.transactional_id not in self._completing
+            if (meta.state in FINISHED and not self._busy(meta.transactional_id)
                     and now - meta.last_update_ms >= self.config.id_expiration_ms):
                 try:
                     self._append(meta.transactional_id, [(txn_key(meta.transactional_id), None)])
@@ -420,10 +522,10 @@ class TransactionCoordinator:
         if error != ErrorCode.NONE:
             return error
         assert meta is not None
-        if meta.state is not S.ONGOING or transactional_id in self._completing:
+        if meta.state is not S.ONGOING or self._busy(transactional_id):
             return ErrorCode.INVALID_TXN_STATE
         try:
-            await self._fence_and_abort(meta, "aborted by an administrator")
+            await self._fence_and_abort(transactional_id, "aborted by an administrator")
         except KafkaError as exc:
             return exc.code
         return ErrorCode.NONE
