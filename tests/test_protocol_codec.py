@@ -137,18 +137,24 @@ def test_version_table() -> None:
     assert ADVERTISED[ApiKey.CREATE_ACLS] == (1, 1)  # kio has no v0: Kafka 4 dropped it
     assert ADVERTISED[ApiKey.END_TXN] == (0, 2)
     assert ADVERTISED[ApiKey.WRITE_TXN_MARKERS] == (1, 1)  # kio has no v0: Kafka 4 dropped it
-    assert len(ADVERTISED) == 38
+    assert ADVERTISED[ApiKey.ELECT_LEADERS] == (0, 2)
+    assert len(ADVERTISED) == 39
     assert list(ADVERTISED) == sorted(ADVERTISED)
 
 
 # APIs that exist only as flexible versions (Kafka added them after KIP-482)
 FLEXIBLE_ONLY = {ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS,
                  ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
+# APIs served in older (non-flexible) versions and newer flexible ones: the first flexible one
+FLEXIBLE_SINCE = {ApiKey.ELECT_LEADERS: 2}
 
 
 def test_header_versions() -> None:
-    for key, (_, high) in ADVERTISED.items():
-        flexible = key in FLEXIBLE_ONLY
+    for key, (low, high) in ADVERTISED.items():
+        flexible = key in FLEXIBLE_ONLY or key in FLEXIBLE_SINCE
+        if key in FLEXIBLE_SINCE:
+            assert low < FLEXIBLE_SINCE[key] <= high
+            assert not is_flexible(key, FLEXIBLE_SINCE[key] - 1)
         assert is_flexible(key, high) is flexible
         assert request_header_version(key, high) == (2 if flexible else 1)
         assert response_header_version(key, high) == (1 if flexible else 0)
@@ -263,10 +269,12 @@ def all_advertised() -> Iterator[tuple[int, int]]:
 @pytest.mark.parametrize(("api_key", "version"), list(all_advertised()))
 def test_every_advertised_version_has_a_codec(api_key: int, version: int) -> None:
     """Each served version decodes a request encoded by an independent encoder
-    (kafka-python's), and has a non-flexible response class of its API."""
+    (kafka-python's), and has a response class of its API, flexible from the version
+    Kafka's schema says."""
     cls = response_class(api_key, version)
     assert cls.__api_key__ == api_key
-    assert cls.__flexible__ is (api_key in FLEXIBLE_ONLY)
+    assert cls.__flexible__ is (api_key in FLEXIBLE_ONLY
+                                or version >= FLEXIBLE_SINCE.get(api_key, version + 1))
     header, request = decode(kp_frame(kp_request(api_key)(version=version)))
     assert (header.api_key, header.api_version) == (api_key, version)
     assert request.__api_key__ == api_key

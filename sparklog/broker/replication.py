@@ -36,6 +36,10 @@ Invariants:
   offset commit is answered once the ISR has it.
 - Each broker keeps a local log for every partition of every topic (empty where it holds no
   replica), created when the topic's assignment appears.
+- ElectLeaders is answered by the controller only (``elect_leaders``: None elsewhere, for
+  NOT_CONTROLLER), after the election, once this broker's own view shows each new leader
+  (REQUEST_TIMED_OUT for one that did not show within the request's timeout), as Kafka's
+  controller broker answers it.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.replica_fetcher import follow
 from sparklog.cluster.assignment import assign_replicas
-from sparklog.cluster.controller import ControllerConfig
+from sparklog.cluster.controller import ControllerConfig, FencedError
 from sparklog.cluster.layout import NO_LEADER, BrokerInfo, PartitionState
 from sparklog.cluster.session import ClusterSession
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
@@ -455,3 +459,31 @@ class ReplicaManager:
                 (r := self.partitions.get((name, p))) is not None and r.leader != NO_LEADER
                 for p in range(partitions)):
             await asyncio.sleep(0.05)
+
+    # -- ElectLeaders ----------------------------------------------------------------------
+    async def elect_leaders(self, partitions: list[TopicPartition] | None, election: int,
+                            timeout_s: float) -> dict[TopicPartition, ErrorCode] | None:
+        """Run the election when this broker is the controller (None otherwise) and answer
+        each partition's code once this broker sees its new leader (module invariants)."""
+        controller = self.session.controller if self.session is not None else None
+        if controller is None or not controller.active:
+            return None
+        assert self._loop is not None
+        try:
+            outcomes = await self._loop.run_in_executor(None, controller.elect_leaders,
+                                                        partitions, election)
+        except FencedError:
+            return None
+        elected = {tp: s.leader_epoch for tp, s in outcomes.items()
+                   if isinstance(s, PartitionState)}
+
+        def shown(tp: TopicPartition) -> bool:
+            replica = self.partitions.get(tp)
+            return replica is not None and replica.leader_epoch >= elected[tp]
+
+        deadline = self._loop.time() + timeout_s
+        while not all(shown(tp) for tp in elected) and self._loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        return {tp: outcome if isinstance(outcome, ErrorCode) else
+                ErrorCode.NONE if shown(tp) else ErrorCode.REQUEST_TIMED_OUT
+                for tp, outcome in outcomes.items()}

@@ -1,0 +1,169 @@
+"""Cluster administration on a real cluster (one ZooKeeper per module, three broker
+processes per test, each test its own chroot), through real clients and the tools.
+
+What an operator relies on: with ``auto.leader.rebalance.enable=false`` a preferred leader
+that died and came back stays a follower until ``sparklog elect-leaders`` (ElectLeaders)
+hands it leadership again, in a new leader epoch, with every record kept and producers
+carrying on; an offline partition gets a leader through an UNCLEAN election only, and the
+API says why an election did not happen (ELECTION_NOT_NEEDED,
+PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION);
+a broker that is not the controller answers NOT_CONTROLLER so clients go to the controller.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from broker_fixtures import (
+    BackgroundProducer,
+    Cluster,
+    RawConnection,
+    admin,
+    consume_confluent,
+    create_topic,
+    kp_request,
+    kp_response,
+    numbered,
+    produce_confluent,
+    running_cluster,
+    wait_until,
+    zk_client,
+    zookeeper,
+)
+from confluent_kafka import ElectionType, KafkaError
+from confluent_kafka import TopicPartition as CkTopicPartition
+
+from sparklog.cli import main
+from sparklog.cluster.layout import CONTROLLER, PartitionState, state_path
+from sparklog.cluster.zookeeper_server import ZooKeeperServer
+from sparklog.errors import ErrorCode
+from sparklog.protocol.versions import ApiKey
+
+__all__ = ["zookeeper"]  # fixtures, imported for pytest
+
+NO_REBALANCE = {"auto.leader.rebalance.enable": "false"}
+
+
+@pytest.fixture
+def cluster(zookeeper: ZooKeeperServer, tmp_path: Path,
+            request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    with running_cluster(zookeeper, tmp_path, request.node.name, NO_REBALANCE) as running:
+        yield running
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def leader_epoch(cluster: Cluster, topic: str, partition: int = 0) -> int:
+    with zk_client(cluster) as zk:
+        data, stat = zk.get(state_path(topic, partition))
+    return PartitionState.decode(data, stat.version).leader_epoch
+
+
+def elect(cluster: Cluster, election: ElectionType, *partitions: tuple[str, int]
+          ) -> dict[tuple[str, int], int]:
+    """confluent-kafka's elect_leaders: each partition's error code (0 for elected)."""
+    client = admin(cluster.bootstrap)
+    results = client.elect_leaders(election, [CkTopicPartition(t, p) for t, p in partitions]
+                                   ).result()
+    return {(tp.topic, tp.partition): 0 if error is None else error.code()
+            for tp, error in results.items()}
+
+
+def test_elect_leaders_brings_the_preferred_leader_back(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    background = BackgroundProducer(cluster.bootstrap, "payments", replication_factor=3).start()
+    preferred = cluster.wait_for_isr("payments", {0, 1, 2}).replicas[0]
+    cluster.brokers[preferred].kill()
+    wait_until(lambda: cluster.partition("payments").leader not in (-1, preferred),
+               message="another leader")
+    background.wait_for_progress(100)
+    cluster.brokers[preferred].start()
+    cluster.wait_for_isr("payments", {0, 1, 2})
+    assert cluster.partition("payments").leader != preferred  # no automatic rebalance
+    before = leader_epoch(cluster, "payments")
+
+    code, out, err = run(capsys, "elect-leaders", "--bootstrap-server", cluster.bootstrap,
+                         "--election-type", "preferred", "--topic", "payments",
+                         "--partition", "0")
+    assert code == 0, err
+    assert out == "Successfully completed leader election (PREFERRED) for partitions " \
+                  "payments-0\n"
+    assert cluster.partition("payments").leader == preferred
+    assert leader_epoch(cluster, "payments") > before
+    background.wait_for_progress(100)  # producers carry on with the new leader
+
+    every = ("elect-leaders", "--bootstrap-server", cluster.bootstrap, "--election-type",
+             "PREFERRED", "--all-topic-partitions")
+    code, out, _ = run(capsys, *every)  # __consumer_offsets-0 may lead elsewhere too
+    assert code == 0 and "payments" not in out
+    assert run(capsys, *every)[:2] == (0, "")  # nothing needed an election: none listed
+    path = Path(cluster.brokers[0].data_dir).parent / "election.json"
+    path.write_text(json.dumps({"partitions": [{"topic": "payments", "partition": 0}]}))
+    code, out, _ = run(capsys, "elect-leaders", "--bootstrap-server", cluster.bootstrap,
+                       "--election-type", "PREFERRED", "--path-to-json-file", str(path))
+    assert code == 0
+    assert out == "Valid replica already elected for partitions payments-0\n"
+    assert background.stop_and_verify() > 200  # not one acknowledged record lost or doubled
+
+
+def test_unclean_election_of_an_offline_partition(cluster: Cluster) -> None:
+    create_topic(cluster.bootstrap, "fragile", replication_factor=3)
+    produce_confluent(cluster.bootstrap, "fragile", numbered(3), acks="all")
+    last = cluster.wait_for_isr("fragile", {0, 1, 2}).leader
+    others = [i for i in range(3) if i != last]
+    for i in others:
+        cluster.brokers[i].kill()
+    cluster.wait_for_isr("fragile", {last})
+    cluster.brokers[last].kill()  # nobody in sync is left
+    cluster.brokers[others[0]].start()
+    wait_until(lambda: len(cluster.metadata().brokers) == 1, message="one live broker")
+    assert cluster.partition("fragile").leader == -1  # unclean.leader.election.enable=false
+    assert elect(cluster, ElectionType.PREFERRED, ("fragile", 0), ("nowhere", 0)) == {
+        ("fragile", 0): KafkaError.PREFERRED_LEADER_NOT_AVAILABLE,
+        ("nowhere", 0): KafkaError.UNKNOWN_TOPIC_OR_PART}
+    assert elect(cluster, ElectionType.UNCLEAN, ("fragile", 0)) == {("fragile", 0): 0}
+    assert cluster.partition("fragile").leader == others[0]
+    assert elect(cluster, ElectionType.UNCLEAN, ("fragile", 0)) == {
+        ("fragile", 0): KafkaError.ELECTION_NOT_NEEDED}  # its leader lives
+    assert [r.value for r in consume_confluent(cluster.bootstrap, "fragile", 3)] == \
+        [r.value for r in numbered(3)]  # acks=all reached every replica: nothing lost here
+    for i in (last, others[1]):
+        cluster.brokers[i].start()
+    cluster.wait_for_isr("fragile", {0, 1, 2})
+
+
+def test_only_the_controller_answers(cluster: Cluster,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    create_topic(cluster.bootstrap, "audit", replication_factor=3)
+    cluster.wait_for_isr("audit", {0, 1, 2})
+    with zk_client(cluster) as zk:
+        controller = json.loads(zk.get(CONTROLLER)[0])["brokerid"]
+    request_class, response_class = kp_request(ApiKey.ELECT_LEADERS), \
+        kp_response(ApiKey.ELECT_LEADERS)
+    request = request_class(version=1, election_type=0, timeout_ms=10_000, topic_partitions=[
+        request_class.TopicPartitions(topic="audit", partitions=[0])])
+    for broker_id, broker in enumerate(cluster.brokers):
+        with RawConnection(broker.bootstrap) as conn:
+            answer = conn.call(request, response_class)
+        (result,) = answer.replica_election_results
+        (partition,) = result.partition_result
+        expected = ErrorCode.ELECTION_NOT_NEEDED if broker_id == controller else \
+            ErrorCode.NOT_CONTROLLER
+        assert partition.error_code == expected
+        assert answer.error_code == (0 if broker_id == controller else ErrorCode.NOT_CONTROLLER)
+    with pytest.raises(SystemExit) as usage:
+        run(capsys, "elect-leaders", "--bootstrap-server", cluster.bootstrap,
+            "--election-type", "sideways", "--all-topic-partitions")
+    assert usage.value.code == 2 and "'sideways' is not PREFERRED or UNCLEAN" in \
+        capsys.readouterr().err
+    code, _, err = run(capsys, "elect-leaders", "--bootstrap-server", cluster.bootstrap,
+                       "--election-type", "preferred", "--topic", "audit")
+    assert code == 2 and "--partition" in err
