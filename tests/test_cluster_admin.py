@@ -7,7 +7,8 @@ hands it leadership again, in a new leader epoch, with every record kept and pro
 carrying on; an offline partition gets a leader through an UNCLEAN election only, and the
 API says why an election did not happen (ELECTION_NOT_NEEDED,
 PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION);
-a broker that is not the controller answers NOT_CONTROLLER so clients go to the controller.
+a broker that is not the controller answers NOT_CONTROLLER so clients go to the controller;
+``sparklog log-dirs`` shows each broker's replicas (only those it holds) and their sizes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from broker_fixtures import (
     BackgroundProducer,
     Cluster,
     RawConnection,
+    Rec,
     admin,
     consume_confluent,
     create_topic,
@@ -167,3 +169,35 @@ def test_only_the_controller_answers(cluster: Cluster,
     code, _, err = run(capsys, "elect-leaders", "--bootstrap-server", cluster.bootstrap,
                        "--election-type", "preferred", "--topic", "audit")
     assert code == 2 and "--partition" in err
+
+
+def test_log_dirs_list_the_replicas_each_broker_holds(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    create_topic(cluster.bootstrap, "spread", partitions=3, replication_factor=2)
+    produce_confluent(cluster.bootstrap, "spread",
+                      [Rec(None, b"v" * 300, partition=p) for p in range(3)] * 2, acks="all")
+    replicas = {p: set(m.replicas)
+                for p, m in cluster.metadata("spread").topics["spread"].partitions.items()}
+
+    def described(*flags: str) -> dict[int, dict[str, int]]:
+        """broker -> {partition name: size} of ``sparklog log-dirs --describe``."""
+        code, out, err = run(capsys, "log-dirs", "--describe", "--bootstrap-server",
+                             cluster.bootstrap, "--topic-list", "spread", *flags)
+        assert code == 0, err
+        document = json.loads(out.splitlines()[2])
+        return {b["broker"]: {p["partition"]: p["size"] for d in b["logDirs"]
+                              for p in d["partitions"]} for b in document["brokers"]}
+
+    def replicated() -> bool:
+        sizes = described()
+        return all(len({sizes[b][f"spread-{p}"] for b in holders}) == 1
+                   for p, holders in replicas.items())
+
+    wait_until(replicated, message="every replica of the same size")
+    sizes = described()
+    assert sorted(sizes) == [0, 1, 2]
+    for broker_id, held in sizes.items():  # only the partitions it is a replica of
+        assert set(held) == {f"spread-{p}" for p, holders in replicas.items()
+                             if broker_id in holders}
+        assert all(size > 600 for size in held.values())
+    assert sorted(described("--broker-list", "0,1")) == [0, 1]

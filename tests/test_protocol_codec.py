@@ -138,7 +138,8 @@ def test_version_table() -> None:
     assert ADVERTISED[ApiKey.END_TXN] == (0, 2)
     assert ADVERTISED[ApiKey.WRITE_TXN_MARKERS] == (1, 1)  # kio has no v0: Kafka 4 dropped it
     assert ADVERTISED[ApiKey.ELECT_LEADERS] == (0, 2)
-    assert len(ADVERTISED) == 39
+    assert ADVERTISED[ApiKey.DESCRIBE_LOG_DIRS] == (1, 5)  # kio has no v0: Kafka 4 dropped it
+    assert len(ADVERTISED) == 40
     assert list(ADVERTISED) == sorted(ADVERTISED)
 
 
@@ -146,7 +147,7 @@ def test_version_table() -> None:
 FLEXIBLE_ONLY = {ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS,
                  ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
 # APIs served in older (non-flexible) versions and newer flexible ones: the first flexible one
-FLEXIBLE_SINCE = {ApiKey.ELECT_LEADERS: 2}
+FLEXIBLE_SINCE = {ApiKey.ELECT_LEADERS: 2, ApiKey.DESCRIBE_LOG_DIRS: 2}
 
 
 def test_header_versions() -> None:

@@ -3,7 +3,7 @@ commit, topic create/delete and config changes are refused without the ACL (Kafk
 codes) and allowed with it; prefixed patterns; deny over allow; super users;
 ``allow.everyone.if.no.acl.found``; Metadata lists only describable topics with Kafka's
 authorized-operations bit fields; the mutual TLS principal; ``sparklog acls``; ElectLeaders
-needs ALTER on the CLUSTER."""
+needs ALTER on the CLUSTER, DescribeLogDirs DESCRIBE."""
 
 from __future__ import annotations
 
@@ -328,8 +328,19 @@ def test_an_unknown_authorizer_class_is_a_config_error() -> None:
 
 def test_cluster_operations_need_their_cluster_acls(secured: EmbeddedBroker,
                                                     certificates: Path) -> None:
-    """ElectLeaders needs ALTER on the CLUSTER, as Kafka checks it."""
+    """ElectLeaders needs ALTER on the CLUSTER, DescribeLogDirs DESCRIBE on it, as Kafka
+    checks them."""
     topic = _topic(secured, certificates, "elect")
+
+    def log_dirs(user: str) -> tuple[int, int]:
+        """DescribeLogDirs v3 as ``user``: (top-level error, directories answered)."""
+        request = kp_request(ApiKey.DESCRIBE_LOG_DIRS)(version=3, topics=None)
+        with sasl_raw(_sasl(secured), user) as conn:
+            answer = conn.call(request, kp_response(ApiKey.DESCRIBE_LOG_DIRS))
+        return answer.error_code, len(answer.results)
+
+    assert log_dirs("alice") == (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, 0)
+    assert log_dirs("admin") == (0, 1)
 
     def elect_error(user: str) -> int:
         admin = _admin(secured, certificates, user)
@@ -346,5 +357,6 @@ def test_cluster_operations_need_their_cluster_acls(secured: EmbeddedBroker,
     acls(secured, certificates, "add", *grant)
     try:
         assert elect_error("alice") == KafkaError.ELECTION_NOT_NEEDED
+        assert log_dirs("alice") == (0, 1)  # ALTER implies DESCRIBE, as in Kafka
     finally:
         acls(secured, certificates, "remove", *grant, "--force")
