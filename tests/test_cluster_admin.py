@@ -8,12 +8,15 @@ carrying on; an offline partition gets a leader through an UNCLEAN election only
 API says why an election did not happen (ELECTION_NOT_NEEDED,
 PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION);
 a broker that is not the controller answers NOT_CONTROLLER so clients go to the controller;
-``sparklog log-dirs`` shows each broker's replicas (only those it holds) and their sizes.
+``sparklog log-dirs`` shows each broker's replicas (only those it holds) and their sizes;
+a topic config altered through any broker is described and enforced by every broker, also
+by one that was down while it changed.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +33,7 @@ from broker_fixtures import (
     kp_response,
     numbered,
     produce_confluent,
+    raw_produce,
     running_cluster,
     wait_until,
     zk_client,
@@ -38,11 +42,13 @@ from broker_fixtures import (
 from confluent_kafka import ElectionType, KafkaError
 from confluent_kafka import TopicPartition as CkTopicPartition
 
+from sparklog.broker.process import BrokerProcess
 from sparklog.cli import main
-from sparklog.cluster.layout import CONTROLLER, PartitionState, state_path
+from sparklog.cluster.layout import CONTROLLER, PartitionState, config_path, state_path
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
 from sparklog.errors import ErrorCode
 from sparklog.protocol.versions import ApiKey
+from sparklog.record.records import build_batch
 
 __all__ = ["zookeeper"]  # fixtures, imported for pytest
 
@@ -201,3 +207,61 @@ def test_log_dirs_list_the_replicas_each_broker_holds(
                              if broker_id in holders}
         assert all(size > 600 for size in held.values())
     assert sorted(described("--broker-list", "0,1")) == [0, 1]
+
+
+def described_configs(broker: BrokerProcess, topic: str, *keys: str) -> dict[str, str]:
+    """DescribeConfigs of ``topic`` asked of ``broker`` itself (not any broker)."""
+    request_class = kp_request(ApiKey.DESCRIBE_CONFIGS)
+    request = request_class(version=1, resources=[request_class.DescribeConfigsResource(
+        resource_type=2, resource_name=topic, configuration_keys=list(keys))])
+    with RawConnection(broker.bootstrap) as conn:
+        answer = conn.call(request, kp_response(ApiKey.DESCRIBE_CONFIGS))
+    (result,) = answer.results
+    assert result.error_code == 0
+    return {c.name: c.value for c in result.configs}
+
+
+def test_topic_configs_change_on_every_broker(cluster: Cluster,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    create_topic(cluster.bootstrap, "ledger", replication_factor=3,
+                 config={"retention.ms": "86400000"})
+    leader = cluster.wait_for_isr("ledger", {0, 1, 2}).leader
+    keys = ("min.insync.replicas", "retention.ms", "cleanup.policy")
+
+    def everywhere(expected: dict[str, str], brokers: list[int]) -> None:
+        wait_until(lambda: all(described_configs(cluster.brokers[b], "ledger", *keys)
+                               == expected for b in brokers),
+                   message=f"every broker describing {expected}")
+
+    everywhere({"min.insync.replicas": "2", "retention.ms": "86400000",
+                "cleanup.policy": "delete"}, [0, 1, 2])
+    follower = (leader + 1) % 3
+    code, _, err = run(capsys, "configs", "--bootstrap-server",
+                       cluster.brokers[follower].bootstrap, "--entity-type", "topics",
+                       "--entity-name", "ledger", "--alter", "--add-config",
+                       "min.insync.replicas=3,cleanup.policy=[compact,delete]")
+    assert code == 0, err
+    changed = {"min.insync.replicas": "3", "retention.ms": "86400000",
+               "cleanup.policy": "compact,delete"}
+    everywhere(changed, [0, 1, 2])
+    with zk_client(cluster) as zk:
+        assert json.loads(zk.get(config_path("ledger"))[0])["config"] == {
+            "retention.ms": "86400000", "min.insync.replicas": "3",
+            "cleanup.policy": "compact,delete"}
+        notices = [json.loads(zk.get(f"/config/changes/{c}")[0])
+                   for c in zk.get_children("/config/changes")]
+        assert {"version": 2, "entity_path": "topics/ledger"} in notices
+
+    # the leader enforces the new min.insync.replicas: two in-sync replicas are too few
+    cluster.brokers[follower].kill()
+    cluster.wait_for_isr("ledger", {0, 1, 2} - {follower})
+    batch = build_batch([(b"k", b"v", (), int(time.time() * 1000))])
+    with RawConnection(cluster.brokers[leader].bootstrap) as conn:
+        assert raw_produce(conn, "ledger", 0, batch).error_code == \
+            ErrorCode.NOT_ENOUGH_REPLICAS
+    # a broker away during a change gets it when it comes back
+    assert run(capsys, "configs", "--bootstrap-server", cluster.bootstrap, "--entity-type",
+               "topics", "--entity-name", "ledger", "--alter", "--delete-config",
+               "min.insync.replicas")[0] == 0
+    cluster.brokers[follower].start()
+    everywhere({**changed, "min.insync.replicas": "2"}, [0, 1, 2])

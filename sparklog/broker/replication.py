@@ -36,6 +36,10 @@ Invariants:
   offset commit is answered once the ISR has it.
 - Each broker keeps a local log for every partition of every topic (empty where it holds no
   replica), created when the topic's assignment appears.
+- A topic's config is ZooKeeper's (``/config/topics/<t>``): ``set_topic_config`` writes it
+  there (with Kafka's change notification), and every broker applies what ZooKeeper holds
+  to its local logs when a notification names the topic and whenever the topic's
+  assignment is read (at start-up too), so every broker serves the same config.
 - ElectLeaders is answered by the controller only (``elect_leaders``: None elsewhere, for
   NOT_CONTROLLER), after the election, once this broker's own view shows each new leader
   (REQUEST_TIMED_OUT for one that did not show within the request's timeout), as Kafka's
@@ -189,6 +193,9 @@ class ReplicaManager:
               config: dict[str, str]) -> None:
         self._soon(self._set_topic, name, assignment, config)
 
+    def topic_config(self, name: str, config: dict[str, str]) -> None:
+        self._soon(self._set_topic_config, name, config)
+
     def partition_state(self, topic: str, partition: int, state: PartitionState | None) -> None:
         if state is not None:
             self._soon(self._apply_state, topic, partition, state)
@@ -204,10 +211,29 @@ class ReplicaManager:
         local = logs.topics.get(name)
         if local is None:
             logs.create_topic(name, len(assignment), config)
-        elif local.partitions < len(assignment):
-            logs.create_partitions(name, len(assignment))
+        else:
+            self._set_topic_config(name, config)
+            if local.partitions < len(assignment):
+                logs.create_partitions(name, len(assignment))
         for partition, replicas in assignment.items():
             self._replica(name, partition).replicas = replicas
+
+    def _set_topic_config(self, name: str, config: dict[str, str]) -> None:
+        """Apply the topic config ZooKeeper holds to the local logs (when it differs)."""
+        local = self.broker.logs.topics.get(name)
+        if local is None or local.overrides_raw == config:
+            return
+        try:
+            self.broker.logs.set_topic_config(name, config)
+        except KafkaError as exc:  # written by a broker that validated it: should not happen
+            log.warning("topic %s: config %s from ZooKeeper not applied: %s", name, config, exc)
+
+    async def set_topic_config(self, name: str, config: dict[str, str]) -> None:
+        """Write the topic's config overrides (already validated) to ZooKeeper for every
+        broker, and apply them here at once."""
+        assert self._loop is not None and self.session is not None
+        await self._loop.run_in_executor(None, self.session.write_topic_config, name, config)
+        self._set_topic_config(name, config)
 
     def _replica(self, topic: str, partition: int) -> Replica:
         replica = self.partitions.get((topic, partition))
