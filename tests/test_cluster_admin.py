@@ -41,6 +41,7 @@ from broker_fixtures import (
 )
 from confluent_kafka import ElectionType, KafkaError
 from confluent_kafka import TopicPartition as CkTopicPartition
+from kafka import KafkaAdminClient
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.cli import main
@@ -167,6 +168,16 @@ def test_only_the_controller_answers(cluster: Cluster,
             ErrorCode.NOT_CONTROLLER
         assert partition.error_code == expected
         assert answer.error_code == (0 if broker_id == controller else ErrorCode.NOT_CONTROLLER)
+    # kafka-python sent to a broker that is not the controller finds the controller
+    elsewhere = next(b for i, b in enumerate(cluster.brokers) if i != controller)
+    client = KafkaAdminClient(bootstrap_servers=elsewhere.bootstrap)
+    try:
+        answer = client.elect_leaders(0, {"audit": [0]})
+    finally:
+        client.close()
+    assert [(r.topic, [(p.partition_id, p.error_code) for p in r.partition_result])
+            for r in answer.replica_election_results] == \
+        [("audit", [(0, ErrorCode.ELECTION_NOT_NEEDED)])]
     with pytest.raises(SystemExit) as usage:
         run(capsys, "elect-leaders", "--bootstrap-server", cluster.bootstrap,
             "--election-type", "sideways", "--all-topic-partitions")
