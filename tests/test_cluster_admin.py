@@ -86,6 +86,12 @@ def elect(cluster: Cluster, election: ElectionType, *partitions: tuple[str, int]
             for tp, error in results.items()}
 
 
+def run_configs(cluster: Cluster, *argv: str) -> int:
+    """``sparklog configs --entity-type topics ARGV`` against the cluster: the exit code."""
+    return main(["configs", "--bootstrap-server", cluster.bootstrap, "--entity-type",
+                 "topics", *argv])
+
+
 def test_elect_leaders_brings_the_preferred_leader_back(
         cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
     background = BackgroundProducer(cluster.bootstrap, "payments", replication_factor=3).start()
@@ -125,16 +131,21 @@ def test_elect_leaders_brings_the_preferred_leader_back(
 
 def test_unclean_election_of_an_offline_partition(cluster: Cluster) -> None:
     create_topic(cluster.bootstrap, "fragile", replication_factor=3)
+    create_topic(cluster.bootstrap, "lenient-later", replication_factor=3)
     produce_confluent(cluster.bootstrap, "fragile", numbered(3), acks="all")
     last = cluster.wait_for_isr("fragile", {0, 1, 2}).leader
     others = [i for i in range(3) if i != last]
     for i in others:
         cluster.brokers[i].kill()
     cluster.wait_for_isr("fragile", {last})
+    cluster.wait_for_isr("lenient-later", {last})
     cluster.brokers[last].kill()  # nobody in sync is left
     cluster.brokers[others[0]].start()
-    wait_until(lambda: len(cluster.metadata().brokers) == 1, message="one live broker")
-    assert cluster.partition("fragile").leader == -1  # unclean.leader.election.enable=false
+    wait_until(lambda: set(cluster.metadata().brokers) == {others[0]},
+               message="only the restarted broker alive")
+    for topic in ("fragile", "lenient-later"):  # unclean.leader.election.enable=false
+        wait_until(lambda topic=topic: cluster.partition(topic).leader == -1,
+                   message=f"{topic}-0 offline")
     assert elect(cluster, ElectionType.PREFERRED, ("fragile", 0), ("nowhere", 0)) == {
         ("fragile", 0): KafkaError.PREFERRED_LEADER_NOT_AVAILABLE,
         ("nowhere", 0): KafkaError.UNKNOWN_TOPIC_OR_PART}
@@ -144,9 +155,15 @@ def test_unclean_election_of_an_offline_partition(cluster: Cluster) -> None:
         ("fragile", 0): KafkaError.ELECTION_NOT_NEEDED}  # its leader lives
     assert [r.value for r in consume_confluent(cluster.bootstrap, "fragile", 3)] == \
         [r.value for r in numbered(3)]  # acks=all reached every replica: nothing lost here
+    # turning unclean.leader.election.enable on elects at once, as Kafka's controller does
+    assert run_configs(cluster, "--entity-name", "lenient-later", "--alter", "--add-config",
+                       "unclean.leader.election.enable=true") == 0
+    wait_until(lambda: cluster.partition("lenient-later").leader == others[0],
+               message="the unclean election the new config allows")
     for i in (last, others[1]):
         cluster.brokers[i].start()
     cluster.wait_for_isr("fragile", {0, 1, 2})
+    cluster.wait_for_isr("lenient-later", {0, 1, 2})
 
 
 def test_only_the_controller_answers(cluster: Cluster,

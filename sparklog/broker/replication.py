@@ -39,7 +39,9 @@ Invariants:
 - A topic's config is ZooKeeper's (``/config/topics/<t>``): ``set_topic_config`` writes it
   there (with Kafka's change notification), and every broker applies what ZooKeeper holds
   to its local logs when a notification names the topic and whenever the topic's
-  assignment is read (at start-up too), so every broker serves the same config.
+  assignment is read (at start-up too), so every broker serves the same config; the
+  controller's broker then asks it for a pass (a partition offline until unclean election
+  was enabled gets a leader at once, as in Kafka).
 - ElectLeaders is answered by the controller only (``elect_leaders``: None elsewhere, for
   NOT_CONTROLLER), after the election, once this broker's own view shows each new leader
   (REQUEST_TIMED_OUT for one that did not show within the request's timeout), as Kafka's
@@ -227,6 +229,10 @@ class ReplicaManager:
             self.broker.logs.set_topic_config(name, config)
         except KafkaError as exc:  # written by a broker that validated it: should not happen
             log.warning("topic %s: config %s from ZooKeeper not applied: %s", name, config, exc)
+            return
+        controller = self.session.controller if self.session is not None else None
+        if controller is not None and controller.active:
+            controller.wake()  # e.g. unclean.leader.election.enable now on: elect at once
 
     async def set_topic_config(self, name: str, config: dict[str, str]) -> None:
         """Write the topic's config overrides (already validated) to ZooKeeper for every

@@ -29,9 +29,9 @@ Invariants:
   UNCLEAN elects, for a partition whose leader is gone, the first live ISR member, else
   (only then) the first live replica (ELIGIBLE_LEADERS_NOT_AVAILABLE with none,
   ELECTION_NOT_NEEDED while the leader lives). Its writes are fenced like a pass's.
-- Reconciliation runs on the controller's own thread, one pass at a time (ZooKeeper watches
-  only queue a request for one); an ElectLeaders election runs on the caller's thread but
-  never at the same time as a pass (``_work``).
+- Reconciliation runs on the controller's own thread, one pass at a time (ZooKeeper watches,
+  and ``wake`` when a topic config changed, only queue a request for one); an ElectLeaders
+  election runs on the caller's thread but never at the same time as a pass (``_work``).
 """
 
 from __future__ import annotations
@@ -158,6 +158,12 @@ class Controller:
     @property
     def active(self) -> bool:
         return not self._stopped.is_set()
+
+    def wake(self) -> None:
+        """Ask for a pass: something the decisions read changed (a topic's
+        ``unclean.leader.election.enable``), as Kafka's controller re-elects when it is
+        turned on."""
+        self._requests.put(True)
 
     def _on_change(self, *_: object) -> bool:
         self._requests.put(True)
