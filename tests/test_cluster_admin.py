@@ -2,9 +2,10 @@
 processes per test, each test its own chroot), through real clients and the tools.
 
 What an operator relies on: with ``auto.leader.rebalance.enable=false`` a preferred leader
-that died and came back stays a follower until ``sparklog elect-leaders`` (ElectLeaders)
-hands it leadership again, in a new leader epoch, with every record kept and producers
-carrying on; an offline partition gets a leader through an UNCLEAN election only, and the
+that died and came back stays a follower until ``sparklog elect-leaders`` (ElectLeaders),
+or Kafka's ``/admin/preferred_replica_election`` znode, hands it leadership again, in a new
+leader epoch, with every record kept and producers carrying on; an offline partition gets
+a leader through an UNCLEAN election only (or once unclean election is enabled), and the
 API says why an election did not happen (ELECTION_NOT_NEEDED,
 PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION);
 a broker that is not the controller answers NOT_CONTROLLER so clients go to the controller;
@@ -45,7 +46,13 @@ from kafka import KafkaAdminClient
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.cli import main
-from sparklog.cluster.layout import CONTROLLER, PartitionState, config_path, state_path
+from sparklog.cluster.layout import (
+    CONTROLLER,
+    PREFERRED_REPLICA_ELECTION,
+    PartitionState,
+    config_path,
+    state_path,
+)
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
 from sparklog.errors import ErrorCode
 from sparklog.protocol.versions import ApiKey
@@ -94,15 +101,18 @@ def run_configs(cluster: Cluster, *argv: str) -> int:
 
 def test_elect_leaders_brings_the_preferred_leader_back(
         cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    create_topic(cluster.bootstrap, "orders", replication_factor=3)
     background = BackgroundProducer(cluster.bootstrap, "payments", replication_factor=3).start()
     preferred = cluster.wait_for_isr("payments", {0, 1, 2}).replicas[0]
+    assert cluster.wait_for_isr("orders", {0, 1, 2}).replicas[0] == preferred
     cluster.brokers[preferred].kill()
     wait_until(lambda: cluster.partition("payments").leader not in (-1, preferred),
                message="another leader")
     background.wait_for_progress(100)
     cluster.brokers[preferred].start()
-    cluster.wait_for_isr("payments", {0, 1, 2})
-    assert cluster.partition("payments").leader != preferred  # no automatic rebalance
+    for topic in ("payments", "orders"):
+        cluster.wait_for_isr(topic, {0, 1, 2})
+        assert cluster.partition(topic).leader != preferred  # no automatic rebalance
     before = leader_epoch(cluster, "payments")
 
     code, out, err = run(capsys, "elect-leaders", "--bootstrap-server", cluster.bootstrap,
@@ -116,6 +126,15 @@ def test_elect_leaders_brings_the_preferred_leader_back(
     wait_until(lambda: cluster.partition("payments").leader == preferred,
                message="the preferred leader in metadata")
     background.wait_for_progress(100)  # producers carry on with the new leader
+
+    # Kafka's ZooKeeper way, as an operator's zkCli writes it: the controller elects, deletes
+    with zk_client(cluster) as zk:
+        zk.create(PREFERRED_REPLICA_ELECTION, json.dumps(
+            {"version": 1, "partitions": [{"topic": "orders", "partition": 0}]}).encode())
+        wait_until(lambda: zk.exists(PREFERRED_REPLICA_ELECTION) is None,
+                   message="the election request deleted once done")
+    wait_until(lambda: cluster.partition("orders").leader == preferred,
+               message="orders-0 led by its preferred replica")
 
     every = ("elect-leaders", "--bootstrap-server", cluster.bootstrap, "--election-type",
              "PREFERRED", "--all-topic-partitions")

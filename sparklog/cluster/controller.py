@@ -29,6 +29,8 @@ Invariants:
   UNCLEAN elects, for a partition whose leader is gone, the first live ISR member, else
   (only then) the first live replica (ELIGIBLE_LEADERS_NOT_AVAILABLE with none,
   ELECTION_NOT_NEEDED while the leader lives). Its writes are fenced like a pass's.
+- A ``/admin/preferred_replica_election`` znode (Kafka's, written by operators' ZooKeeper
+  tools) runs a PREFERRED ``elect_leaders`` for the partitions it lists, then is deleted.
 - Reconciliation runs on the controller's own thread, one pass at a time (ZooKeeper watches,
   and ``wake`` when a topic config changed, only queue a request for one); an ElectLeaders
   election runs on the caller's thread but never at the same time as a pass (``_work``).
@@ -49,9 +51,11 @@ from sparklog.cluster.layout import (
     BROKER_IDS,
     CONTROLLER_EPOCH,
     NO_LEADER,
+    PREFERRED_REPLICA_ELECTION,
     TOPICS,
     PartitionState,
     decode_assignment,
+    decode_partitions,
     state_path,
     topic_path,
 )
@@ -150,6 +154,7 @@ class Controller:
         self._thread.start()
         self.zk.ChildrenWatch(BROKER_IDS, self._on_change)
         self.zk.ChildrenWatch(TOPICS, self._on_topics)
+        self.zk.DataWatch(PREFERRED_REPLICA_ELECTION, self._on_preferred_election)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -240,6 +245,32 @@ class Controller:
                         break
                 results[(topic, partition)] = outcome
         return results
+
+    def _on_preferred_election(self, data: bytes | None, _stat: object) -> bool:
+        if data is not None and self.active:
+            self.zk.handler.spawn(self._preferred_election, data)
+        return self.active
+
+    def _preferred_election(self, data: bytes) -> None:
+        """Kafka's ZooKeeper-triggered preferred election: elect, then delete the request."""
+        try:
+            partitions = decode_partitions(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("%s is not Kafka's partition list (%s): deleted",
+                        PREFERRED_REPLICA_ELECTION, exc)
+            partitions = []
+        try:
+            for (topic, partition), outcome in self.elect_leaders(partitions,
+                                                                  PREFERRED).items():
+                if isinstance(outcome, ErrorCode):
+                    log.info("preferred election of %s-%d: %s", topic, partition,
+                             outcome.name)
+            self.zk.delete(PREFERRED_REPLICA_ELECTION)
+        except NoNodeError:
+            pass
+        except FencedError:
+            log.warning("controller epoch %d was superseded: stepping down", self.epoch)
+            self.stop()
 
     def _read_state(self, topic: str, partition: int) -> PartitionState | None:
         try:
