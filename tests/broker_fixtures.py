@@ -859,6 +859,17 @@ class Cluster:
 
 
 @contextlib.contextmanager
+def running_cluster(zookeeper: ZooKeeperServer, tmp_path: Path, name: str,
+                    config: Mapping[str, str] | None = None) -> Iterator[Cluster]:
+    """A started ``Cluster`` under chroot ``/<name>``, stopped (and checked) afterwards."""
+    running = Cluster(zookeeper, tmp_path, name, config=config)
+    try:
+        yield running.start()
+    finally:
+        running.stop()
+
+
+@contextlib.contextmanager
 def zk_client(cluster: Cluster) -> Iterator[KazooClient]:
     """A ZooKeeper client under the cluster's chroot, to read what the brokers wrote."""
     client = KazooClient(hosts=cluster.connect)

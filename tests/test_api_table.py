@@ -73,9 +73,9 @@ def test_a_version_no_handler_serves_closes_the_connection(embedded: EmbeddedBro
 
 
 def test_an_api_without_a_handler_is_not_advertised_and_closes(embedded: EmbeddedBroker) -> None:
-    assert ApiKey.DESCRIBE_LOG_DIRS not in SERVED
+    assert ApiKey.ALTER_REPLICA_LOG_DIRS not in SERVED
     with RawConnection(embedded.bootstrap) as conn:
-        conn.send(request_frame(ApiKey.DESCRIBE_LOG_DIRS, 1, 1, b"\xff\xff\xff\xff"))
+        conn.send(request_frame(ApiKey.ALTER_REPLICA_LOG_DIRS, 1, 1, b"\xff\xff\xff\xff"))
         assert conn.read_until_closed() == b""
 
 

@@ -10,11 +10,13 @@ that a changed config applies to the live log at once; CreatePartitions (grow, v
 no shrinking); DeleteTopics (gone from metadata and disk; a re-created topic starts empty);
 DeleteRecords (low watermark moves, the records below it are unreadable: a Fetch there is
 OFFSET_OUT_OF_RANGE, consumers start at the new earliest offset); Metadata v12's topic ids
-(stable while a topic lives, new for a re-created one) and leader epochs.
+(stable while a topic lives, new for a re-created one) and leader epochs; DescribeLogDirs
+(the data directory, partition sizes) with kafka-python and ``sparklog log-dirs``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -57,6 +59,7 @@ from kafka.admin import ConfigResource as KpConfigResource
 from kafka.errors import KafkaError as KpKafkaError
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.cli import main as sparklog_main
 from sparklog.errors import ErrorCode
 from sparklog.record.records import build_batch
 
@@ -428,3 +431,41 @@ def test_delete_records(broker: BrokerProcess, topic: str, client: Admin) -> Non
     assert client.delete_records(topic, 0, 11)[0] == ErrorCode.OFFSET_OUT_OF_RANGE
     assert client.delete_records(topic, 0, 10) == (ErrorCode.NONE, 10)
     assert watermarks(broker.bootstrap, topic) == (10, 10)
+
+
+def test_describe_log_dirs(broker: BrokerProcess, topic: str,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    """DescribeLogDirs (kafka-python's describe_log_dirs, and ``sparklog log-dirs``): the
+    data directory, each partition's size in bytes (its segment files), no lag."""
+    create_topic(broker.bootstrap, topic, partitions=2)
+    produce_confluent(broker.bootstrap, topic, [Rec(None, b"x" * 500, partition=0)] * 3)
+    on_disk = sum(p.stat().st_size for p in (broker.data_dir / f"{topic}-0").glob("*.log"))
+    assert on_disk > 1500
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        (answer,) = client.describe_log_dirs(topic_partitions={topic: [0, 1, 7]})
+    finally:
+        client.close()
+    (log_dir,) = answer["log_dirs"]
+    assert log_dir["error_code"] == 0
+    assert log_dir["log_dir"] == str(broker.data_dir.resolve())
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    (found,) = log_dir["topics"]
+    assert found["name"] == topic
+    assert [(p["partition_index"], p["partition_size"], p["offset_lag"], p["is_future_key"])
+            for p in found["partitions"]] == [(0, on_disk, 0, False), (1, 0, 0, False)]
+
+    capsys.readouterr()
+    assert sparklog_main(["log-dirs", "--describe", "--bootstrap-server", broker.bootstrap,
+                          "--topic-list", topic]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["Querying brokers for log directories information",
+                         "Received log directory information from brokers 0"]
+    assert json.loads(lines[2]) == {"version": 1, "brokers": [{"broker": 0, "logDirs": [{
+        "logDir": str(broker.data_dir.resolve()), "error": None, "partitions": [
+            {"partition": f"{topic}-0", "size": on_disk, "offsetLag": 0, "isFuture": False},
+            {"partition": f"{topic}-1", "size": 0, "offsetLag": 0, "isFuture": False}]}]}]}
+    assert sparklog_main(["log-dirs", "--describe", "--bootstrap-server", broker.bootstrap,
+                          "--broker-list", "0,3"]) == 1
+    assert "The given brokers do not exist: 3. Current existent brokers: 0" in \
+        capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""The client tools (``sparklog topics``, ``produce``, ``consume``) against a real broker.
+"""The client tools (``sparklog topics``, ``produce``, ``consume``, ``elect-leaders``) against a
+real broker.
 
 One broker process serves the module; each test uses its own topics. The tools run in-process
 through ``sparklog.cli.main`` (stdout and stderr captured), except the signal test, which
@@ -257,3 +258,27 @@ def test_produce_stops_reading_on_sigterm_and_reports(tools: Tools,
         proc.kill()
         proc.communicate()
     assert (proc.returncode, out, err) == (0, "", "Sent 2 records to typed\n")
+
+
+def test_elect_leaders_on_a_single_node(tools: Tools, tmp_path: Path) -> None:
+    """A single node leads every partition as its preferred replica: nothing to elect; a
+    malformed selection is a usage error naming the flag, before anything is sent."""
+    tools.ok("topics", "create", "--topic", "elected", "--partitions", "2")
+    plan = tmp_path / "election.json"
+    plan.write_text('{"partitions": [{"topic": "elected", "partition": 0}, '
+                    '{"topic": "elected", "partition": 1}]}')
+    assert tools.ok("elect-leaders", "--election-type", "preferred", "--path-to-json-file",
+                    str(plan)) == "Valid replica already elected for partitions elected-0, " \
+                                  "elected-1\n"
+    code, out, _ = tools("elect-leaders", "--election-type", "unclean", "--topic", "nowhere",
+                         "--partition", "0")
+    assert code == 1 and out.startswith("Error completing leader election (UNCLEAN) for "
+                                        "partition: nowhere-0: ")
+    plan.write_text('{"partitions": [{"topic": "elected", "partition": 0}, '
+                    '{"topic": "elected", "partition": 0}]}')
+    code, _, err = tools("elect-leaders", "--election-type", "preferred",
+                         "--path-to-json-file", str(plan))
+    assert code == 2 and "duplicate partitions: elected-0" in err
+    code, _, err = tools("elect-leaders", "--election-type", "preferred", "--topic", "elected",
+                         "--partition", "0", "--all-topic-partitions")
+    assert code == 2 and "One and only one of" in err

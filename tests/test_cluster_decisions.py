@@ -5,7 +5,8 @@ many racks as the replication factor allows, preferred leaders go round the brok
 factor above the brokers is refused; a dead leader is replaced by the first live in-sync
 replica with a higher leader epoch, a partition without one goes offline (leader -1)
 unless unclean election is on, and dead followers leave the ISR; the preferred replica
-takes leadership back only once alive and in sync.
+takes leadership back only once alive and in sync; ElectLeaders' PREFERRED and UNCLEAN
+elections follow Kafka's rules and say why they did not happen.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparklog.cluster.assignment import assign_replicas
-from sparklog.cluster.controller import elect, prefer
+from sparklog.cluster.controller import PREFERRED, UNCLEAN, elect, prefer, requested_election
 from sparklog.cluster.layout import PartitionState
 from sparklog.errors import ErrorCode, KafkaError
 
@@ -74,3 +75,24 @@ def test_preferred_leader_election() -> None:
     behind = PartitionState(leader=2, leader_epoch=3, isr=(2, 3), controller_epoch=4)
     assert prefer((1, 2, 3), behind, {1, 2, 3}, 5) is None  # not in sync yet
     assert prefer((1, 2, 3), away, {2, 3}, 5) is None  # not alive
+
+
+def test_requested_elections() -> None:
+    """ElectLeaders' rules: PREFERRED only to the preferred replica alive and in sync,
+    UNCLEAN only for a partition whose leader is gone, an in-sync replica first."""
+    away = PartitionState(leader=2, leader_epoch=3, isr=(2, 3, 1), controller_epoch=4)
+    assert requested_election((1, 2, 3), away, {1, 2, 3}, PREFERRED, 5) == \
+        PartitionState(1, 4, (2, 3, 1), 5)
+    assert requested_election((2, 1, 3), away, {1, 2, 3}, PREFERRED, 5) == \
+        ErrorCode.ELECTION_NOT_NEEDED
+    assert requested_election((1, 2, 3), away, {2, 3}, PREFERRED, 5) == \
+        ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    assert requested_election((1, 2, 3), away, {1, 2, 3}, UNCLEAN, 5) == \
+        ErrorCode.ELECTION_NOT_NEEDED  # its leader lives
+    offline = PartitionState(leader=-1, leader_epoch=5, isr=(1,), controller_epoch=4)
+    assert requested_election((1, 2, 3), offline, {2, 3}, UNCLEAN, 5) == \
+        PartitionState(2, 6, (2,), 5)  # nobody in sync: any live replica
+    assert requested_election((3, 1, 2), offline, {1, 2}, UNCLEAN, 5) == \
+        PartitionState(1, 6, (1,), 5)  # the in-sync one first
+    assert requested_election((1, 2, 3), offline, set(), UNCLEAN, 5) == \
+        ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE

@@ -137,14 +137,17 @@ def test_version_table() -> None:
     assert ADVERTISED[ApiKey.CREATE_ACLS] == (1, 1)  # kio has no v0: Kafka 4 dropped it
     assert ADVERTISED[ApiKey.END_TXN] == (0, 2)
     assert ADVERTISED[ApiKey.WRITE_TXN_MARKERS] == (1, 1)  # kio has no v0: Kafka 4 dropped it
-    assert len(ADVERTISED) == 38
+    assert ADVERTISED[ApiKey.ELECT_LEADERS] == (0, 2)
+    assert ADVERTISED[ApiKey.DESCRIBE_LOG_DIRS] == (1, 5)  # kio has no v0: Kafka 4 dropped it
+    assert len(ADVERTISED) == 40
     assert list(ADVERTISED) == sorted(ADVERTISED)
 
 
 # APIs that exist only as flexible versions (Kafka added them after KIP-482)
 FIRST_FLEXIBLE = {ApiKey.WRITE_TXN_MARKERS: 0, ApiKey.DESCRIBE_TRANSACTIONS: 0,
                   ApiKey.LIST_TRANSACTIONS: 0, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
-                  ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0, ApiKey.METADATA: 9}
+                  ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0, ApiKey.METADATA: 9,
+                  ApiKey.ELECT_LEADERS: 2, ApiKey.DESCRIBE_LOG_DIRS: 2}
 """The first flexible version (tagged fields) of the APIs served in one."""
 
 
@@ -153,8 +156,10 @@ def flexible_served(api_key: int, version: int) -> bool:
 
 
 def test_header_versions() -> None:
-    for key, (_, high) in ADVERTISED.items():
+    for key, (low, high) in ADVERTISED.items():
         flexible = flexible_served(key, high)
+        if FIRST_FLEXIBLE.get(key, 0) > low:  # served in older versions and flexible ones
+            assert not is_flexible(key, FIRST_FLEXIBLE[key] - 1)
         assert is_flexible(key, high) is flexible
         assert request_header_version(key, high) == (2 if flexible else 1)
         assert response_header_version(key, high) == (1 if flexible else 0)

@@ -2,7 +2,8 @@
 commit, topic create/delete and config changes are refused without the ACL (Kafka's error
 codes) and allowed with it; prefixed patterns; deny over allow; super users;
 ``allow.everyone.if.no.acl.found``; Metadata lists only describable topics with Kafka's
-authorized-operations bit fields; the mutual TLS principal; ``sparklog acls``."""
+authorized-operations bit fields; the mutual TLS principal; ``sparklog acls``; ElectLeaders
+needs ALTER on the CLUSTER, DescribeLogDirs DESCRIBE."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from broker_fixtures import (
     unique_topic,
     wait_until,
 )
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -322,3 +324,39 @@ def test_acls_survive_a_restart(tmp_path: Path, certificates: Path) -> None:
 def test_an_unknown_authorizer_class_is_a_config_error() -> None:
     with pytest.raises(InvalidConfigError, match=r"authorizer\.class\.name"):
         EmbeddedBroker(Path("/nowhere"), {"authorizer.class.name": "com.example.Nope"})
+
+
+def test_cluster_operations_need_their_cluster_acls(secured: EmbeddedBroker,
+                                                    certificates: Path) -> None:
+    """ElectLeaders needs ALTER on the CLUSTER, DescribeLogDirs DESCRIBE on it, as Kafka
+    checks them."""
+    topic = _topic(secured, certificates, "elect")
+
+    def log_dirs(user: str) -> tuple[int, int]:
+        """DescribeLogDirs v3 as ``user``: (top-level error, directories answered)."""
+        request = kp_request(ApiKey.DESCRIBE_LOG_DIRS)(version=3, topics=None)
+        with sasl_raw(_sasl(secured), user) as conn:
+            answer = conn.call(request, kp_response(ApiKey.DESCRIBE_LOG_DIRS))
+        return answer.error_code, len(answer.results)
+
+    assert log_dirs("alice") == (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, 0)
+    assert log_dirs("admin") == (0, 1)
+
+    def elect_error(user: str) -> int:
+        admin = _admin(secured, certificates, user)
+        future = admin.elect_leaders(ElectionType.PREFERRED, [CkTopicPartition(topic, 0)])
+        try:
+            (error,) = future.result(TIMEOUT).values()
+        except KafkaException as exc:
+            return int(exc.args[0].code())
+        return int(error.code()) if error is not None else 0
+
+    assert elect_error("alice") == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert elect_error("admin") == KafkaError.ELECTION_NOT_NEEDED  # a single node leads
+    grant = ("--allow-principal", "User:alice", "--operation", "Alter", "--cluster")
+    acls(secured, certificates, "add", *grant)
+    try:
+        assert elect_error("alice") == KafkaError.ELECTION_NOT_NEEDED
+        assert log_dirs("alice") == (0, 1)  # ALTER implies DESCRIBE, as in Kafka
+    finally:
+        acls(secured, certificates, "remove", *grant, "--force")

@@ -17,6 +17,11 @@ Behaviour:
   applies SET, DELETE, APPEND and SUBTRACT (the last two on list configs such as
   ``cleanup.policy``). Bad keys or values are INVALID_CONFIG naming the key and what is
   allowed; ``validate_only`` changes nothing. Changes apply to the live logs at once.
+- In a cluster a topic's config lives in ZooKeeper: an alteration is validated here, then
+  written to ``/config/topics/<t>`` with a change notification
+  (``ReplicaManager.set_topic_config``), which every broker applies, so every broker
+  describes and enforces the same config (the one answering at once, the others when the
+  notification reaches them).
 """
 
 from __future__ import annotations
@@ -150,14 +155,26 @@ async def alter_configs(broker: Broker, header: RequestHeader,
                 overrides = _apply_incremental(topic.config, resource.configs)
             else:
                 overrides = {c.name: c.value for c in resource.configs if c.value is not None}
-            broker.logs.set_topic_config(topic.name, overrides,
-                                         validate_only=request.validate_only)
+            config = broker.logs.set_topic_config(topic.name, overrides, validate_only=True)
+            if not request.validate_only:
+                await _apply(broker, topic.name, overrides, config)
         except KafkaError as exc:
             code, message = exc.code, str(exc)
         responses.append(build("AlterConfigsResourceResponse", error_code=code,
                                error_message=message, resource_type=resource.resource_type,
                                resource_name=resource.resource_name))
     return build.response(responses=tuple(responses))
+
+
+async def _apply(broker: Broker, topic: str, overrides: dict[str, Any],
+                 config: LogConfig) -> None:
+    """Make validated overrides the topic's: on a single node in its logs, in a cluster in
+    ZooKeeper, whence every broker applies them."""
+    if broker.cluster is None:
+        broker.logs.set_topic_config(topic, overrides)
+    else:
+        await broker.cluster.set_topic_config(
+            topic, {k: render(v) for k, v in config.overrides.items()})
 
 
 def _apply_incremental(config: LogConfig, changes: Any) -> dict[str, Any]:

@@ -44,6 +44,16 @@ Invariants:
   loaded before the broker registers as started), not the data directory's.
 - Each broker keeps a local log for every partition of every topic (empty where it holds no
   replica), created when the topic's assignment appears.
+- A topic's config is ZooKeeper's (``/config/topics/<t>``): ``set_topic_config`` writes it
+  there (with Kafka's change notification), and every broker applies what ZooKeeper holds
+  to its local logs when a notification names the topic and whenever the topic's
+  assignment is read (at start-up too), so every broker serves the same config; the
+  controller's broker then asks it for a pass (a partition offline until unclean election
+  was enabled gets a leader at once, as in Kafka).
+- ElectLeaders is answered by the controller only (``elect_leaders``: None elsewhere, for
+  NOT_CONTROLLER), after the election, once this broker's own view shows each new leader
+  (REQUEST_TIMED_OUT for one that did not show within the request's timeout), as Kafka's
+  controller broker answers it.
 """
 
 from __future__ import annotations
@@ -59,7 +69,7 @@ from sparklog.broker.inter_broker import InterBrokerSecurity
 from sparklog.broker.marker_channel import MarkerChannel
 from sparklog.broker.replica_fetcher import follow
 from sparklog.cluster.assignment import assign_replicas
-from sparklog.cluster.controller import ControllerConfig
+from sparklog.cluster.controller import ControllerConfig, FencedError
 from sparklog.cluster.layout import NO_LEADER, BrokerInfo, Endpoint, PartitionState
 from sparklog.cluster.session import ClusterSession
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
@@ -202,6 +212,9 @@ class ReplicaManager:
               config: dict[str, str]) -> None:
         self._soon(self._set_topic, name, assignment, config)
 
+    def topic_config(self, name: str, config: dict[str, str]) -> None:
+        self._soon(self._set_topic_config, name, config)
+
     def partition_state(self, topic: str, partition: int, state: PartitionState | None) -> None:
         if state is not None:
             self._soon(self._apply_state, topic, partition, state)
@@ -217,10 +230,33 @@ class ReplicaManager:
         local = logs.topics.get(name)
         if local is None:
             logs.create_topic(name, len(assignment), config)
-        elif local.partitions < len(assignment):
-            logs.create_partitions(name, len(assignment))
+        else:
+            self._set_topic_config(name, config)
+            if local.partitions < len(assignment):
+                logs.create_partitions(name, len(assignment))
         for partition, replicas in assignment.items():
             self._replica(name, partition).replicas = replicas
+
+    def _set_topic_config(self, name: str, config: dict[str, str]) -> None:
+        """Apply the topic config ZooKeeper holds to the local logs (when it differs)."""
+        local = self.broker.logs.topics.get(name)
+        if local is None or local.overrides_raw == config:
+            return
+        try:
+            self.broker.logs.set_topic_config(name, config)
+        except KafkaError as exc:  # written by a broker that validated it: should not happen
+            log.warning("topic %s: config %s from ZooKeeper not applied: %s", name, config, exc)
+            return
+        controller = self.session.controller if self.session is not None else None
+        if controller is not None and controller.active:
+            controller.wake()  # e.g. unclean.leader.election.enable now on: elect at once
+
+    async def set_topic_config(self, name: str, config: dict[str, str]) -> None:
+        """Write the topic's config overrides (already validated) to ZooKeeper for every
+        broker, and apply them here at once."""
+        assert self._loop is not None and self.session is not None
+        await self._loop.run_in_executor(None, self.session.write_topic_config, name, config)
+        self._set_topic_config(name, config)
 
     def _replica(self, topic: str, partition: int) -> Replica:
         replica = self.partitions.get((topic, partition))
@@ -520,3 +556,31 @@ class ReplicaManager:
                 (r := self.partitions.get((name, p))) is not None and r.leader != NO_LEADER
                 for p in range(partitions)):
             await asyncio.sleep(0.05)
+
+    # -- ElectLeaders ----------------------------------------------------------------------
+    async def elect_leaders(self, partitions: list[TopicPartition] | None, election: int,
+                            timeout_s: float) -> dict[TopicPartition, ErrorCode] | None:
+        """Run the election when this broker is the controller (None otherwise) and answer
+        each partition's code once this broker sees its new leader (module invariants)."""
+        controller = self.session.controller if self.session is not None else None
+        if controller is None or not controller.active:
+            return None
+        assert self._loop is not None
+        try:
+            outcomes = await self._loop.run_in_executor(None, controller.elect_leaders,
+                                                        partitions, election)
+        except FencedError:
+            return None
+        elected = {tp: s.leader_epoch for tp, s in outcomes.items()
+                   if isinstance(s, PartitionState)}
+
+        def shown(tp: TopicPartition) -> bool:
+            replica = self.partitions.get(tp)
+            return replica is not None and replica.leader_epoch >= elected[tp]
+
+        deadline = self._loop.time() + timeout_s
+        while not all(shown(tp) for tp in elected) and self._loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        return {tp: outcome if isinstance(outcome, ErrorCode) else
+                ErrorCode.NONE if shown(tp) else ErrorCode.REQUEST_TIMED_OUT
+                for tp, outcome in outcomes.items()}

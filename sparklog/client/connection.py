@@ -3,8 +3,8 @@
 Requests and responses are kio (0.6) dataclasses built and read by ``sparklog.protocol``:
 Metadata v1-8, ListOffsets v1-5 and Fetch v4-11 (which Apache Kafka 3.x and 4.x accept) are
 required; the coordinator APIs the tools and the transactional sink use (FindCoordinator,
-InitProducerId, EndTxn, the transaction admin APIs, WriteTxnMarkers) are spoken when the
-broker offers them.
+InitProducerId, EndTxn, the transaction admin APIs, WriteTxnMarkers) and DescribeLogDirs
+are spoken when the broker offers them.
 
 Invariants:
 - The connection negotiates with ApiVersions when it opens: each API is spoken at the
@@ -40,14 +40,16 @@ RANGES = {ApiKey.FETCH: (4, 11), ApiKey.LIST_OFFSETS: (1, 5), ApiKey.METADATA: (
 """The versions this client can speak of the APIs it requires, per API."""
 OPTIONAL = {ApiKey.FIND_COORDINATOR: (1, 2), ApiKey.INIT_PRODUCER_ID: (0, 1),
             ApiKey.END_TXN: (0, 2), ApiKey.WRITE_TXN_MARKERS: (1, 1),
-            ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 1)}
+            ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 1),
+            ApiKey.DESCRIBE_LOG_DIRS: (1, 5)}
 """The versions it can speak of the APIs it uses where a broker offers them."""
 API_NAMES = {ApiKey.FETCH: "Fetch", ApiKey.LIST_OFFSETS: "ListOffsets",
              ApiKey.METADATA: "Metadata", ApiKey.FIND_COORDINATOR: "FindCoordinator",
              ApiKey.INIT_PRODUCER_ID: "InitProducerId", ApiKey.END_TXN: "EndTxn",
              ApiKey.WRITE_TXN_MARKERS: "WriteTxnMarkers",
              ApiKey.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
-             ApiKey.LIST_TRANSACTIONS: "ListTransactions"}
+             ApiKey.LIST_TRANSACTIONS: "ListTransactions",
+             ApiKey.DESCRIBE_LOG_DIRS: "DescribeLogDirs"}
 
 _SIZE = struct.Struct(">i")
 

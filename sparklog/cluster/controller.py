@@ -23,8 +23,17 @@ Invariants:
   hands leadership back to each partition's preferred (first assigned) replica that is
   alive and in sync (``prefer``), a higher leader epoch again. Kafka first weighs each
   broker's imbalance ratio; here any partition away from its preferred leader moves.
-- All work runs on the controller's own thread, one reconciliation at a time; ZooKeeper
-  watches only queue a request for one.
+- ``elect_leaders`` is the ElectLeaders API's election (``requested_election``): PREFERRED
+  moves leadership to the preferred replica when it is alive and in sync
+  (PREFERRED_LEADER_NOT_AVAILABLE otherwise, ELECTION_NOT_NEEDED when it leads already);
+  UNCLEAN elects, for a partition whose leader is gone, the first live ISR member, else
+  (only then) the first live replica (ELIGIBLE_LEADERS_NOT_AVAILABLE with none,
+  ELECTION_NOT_NEEDED while the leader lives). Its writes are fenced like a pass's.
+- A ``/admin/preferred_replica_election`` znode (Kafka's, written by operators' ZooKeeper
+  tools) runs a PREFERRED ``elect_leaders`` for the partitions it lists, then is deleted.
+- Reconciliation runs on the controller's own thread, one pass at a time (ZooKeeper watches,
+  and ``wake`` when a topic config changed, only queue a request for one); an ElectLeaders
+  election runs on the caller's thread but never at the same time as a pass (``_work``).
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -42,12 +51,15 @@ from sparklog.cluster.layout import (
     BROKER_IDS,
     CONTROLLER_EPOCH,
     NO_LEADER,
+    PREFERRED_REPLICA_ELECTION,
     TOPICS,
     PartitionState,
     decode_assignment,
+    decode_partitions,
     state_path,
     topic_path,
 )
+from sparklog.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +108,30 @@ def elect(replicas: Sequence[int], state: PartitionState | None, live: Collectio
     return PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr, controller_epoch)
 
 
+PREFERRED, UNCLEAN = 0, 1
+"""ElectLeaders' election types (Kafka's ``ElectionType``)."""
+
+TopicPartition = tuple[str, int]
+
+
+def requested_election(replicas: Sequence[int], state: PartitionState | None,
+                       live: Collection[int], election: int,
+                       controller_epoch: int) -> PartitionState | ErrorCode:
+    """An ElectLeaders election of one partition: its new state, or the error code answered
+    (module invariants)."""
+    if election == PREFERRED:
+        if state is not None and state.leader == replicas[0]:
+            return ErrorCode.ELECTION_NOT_NEEDED
+        new = None if state is None else prefer(replicas, state, live, controller_epoch)
+        return new if new is not None else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    if state is not None and state.leader != NO_LEADER and state.leader in live:
+        return ErrorCode.ELECTION_NOT_NEEDED
+    new = elect(replicas, state, live, True, controller_epoch)
+    if new is None or new.leader == NO_LEADER:
+        return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    return new
+
+
 class Controller:
     """The controller's work while this broker holds ``/controller`` with ``epoch`` (the
     ``/controller_epoch`` znode is at ``epoch_version``)."""
@@ -109,6 +145,7 @@ class Controller:
         self.config = config
         self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._stopped = threading.Event()
+        self._work = threading.Lock()  # a pass or an ElectLeaders election, one at a time
         self._watched: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
 
@@ -117,6 +154,7 @@ class Controller:
         self._thread.start()
         self.zk.ChildrenWatch(BROKER_IDS, self._on_change)
         self.zk.ChildrenWatch(TOPICS, self._on_topics)
+        self.zk.DataWatch(PREFERRED_REPLICA_ELECTION, self._on_preferred_election)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -125,6 +163,12 @@ class Controller:
     @property
     def active(self) -> bool:
         return not self._stopped.is_set()
+
+    def wake(self) -> None:
+        """Ask for a pass: something the decisions read changed (a topic's
+        ``unclean.leader.election.enable``), as Kafka's controller re-elects when it is
+        turned on."""
+        self._requests.put(True)
 
     def _on_change(self, *_: object) -> bool:
         self._requests.put(True)
@@ -159,35 +203,101 @@ class Controller:
     def reconcile(self, preferred: bool = False) -> None:
         """One pass over every partition (module invariants); ``preferred`` also moves
         leadership back to preferred replicas that are alive and in sync."""
-        live = {int(b) for b in self.zk.get_children(BROKER_IDS)}
-        retry = False
-        for topic in self.zk.get_children(TOPICS):
-            try:
-                assignment = decode_assignment(self.zk.get(topic_path(topic))[0])
-            except NoNodeError:
-                continue
-            unclean = self.config.unclean(topic)
-            for partition, replicas in sorted(assignment.items()):
-                retry |= not self._update(topic, partition, replicas, live, unclean, preferred)
+        with self._work:
+            live = {int(b) for b in self.zk.get_children(BROKER_IDS)}
+            retry = False
+            for topic, assignment in self._assignments():
+                unclean = self.config.unclean(topic)
+                for partition, replicas in sorted(assignment.items()):
+                    retry |= not self._update(topic, partition, replicas, live, unclean,
+                                              preferred)
         if retry:
             self._requests.put(True)
+
+    def _assignments(self) -> Iterable[tuple[str, dict[int, tuple[int, ...]]]]:
+        for topic in self.zk.get_children(TOPICS):
+            try:
+                yield topic, decode_assignment(self.zk.get(topic_path(topic))[0])
+            except NoNodeError:
+                continue
+
+    def elect_leaders(self, partitions: Iterable[TopicPartition] | None, election: int,
+                      ) -> dict[TopicPartition, PartitionState | ErrorCode]:
+        """ElectLeaders: run ``election`` for ``partitions`` (None: every partition) and
+        answer each one's new state or its error code. Blocking (ZooKeeper); raises
+        ``FencedError`` when a newer controller took office."""
+        with self._work:
+            live = {int(b) for b in self.zk.get_children(BROKER_IDS)}
+            assignments = dict(self._assignments())
+            wanted = set(partitions) if partitions is not None else {
+                (t, p) for t, assignment in assignments.items() for p in assignment}
+            results: dict[TopicPartition, PartitionState | ErrorCode] = {}
+            for topic, partition in sorted(wanted):
+                replicas = assignments.get(topic, {}).get(partition)
+                if replicas is None:
+                    results[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                while True:  # a concurrent write (a leader's ISR change): decide again
+                    state = self._read_state(topic, partition)
+                    outcome = requested_election(replicas, state, live, election, self.epoch)
+                    if isinstance(outcome, ErrorCode) or self._write(
+                            topic, partition, state, outcome):
+                        break
+                results[(topic, partition)] = outcome
+        return results
+
+    def _on_preferred_election(self, data: bytes | None, _stat: object) -> bool:
+        if data is not None and self.active:
+            self.zk.handler.spawn(self._preferred_election, data)
+        return self.active
+
+    def _preferred_election(self, data: bytes) -> None:
+        """Kafka's ZooKeeper-triggered preferred election: elect, then delete the request."""
+        try:
+            partitions = decode_partitions(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("%s is not Kafka's partition list (%s): deleted",
+                        PREFERRED_REPLICA_ELECTION, exc)
+            partitions = []
+        try:
+            for (topic, partition), outcome in self.elect_leaders(partitions,
+                                                                  PREFERRED).items():
+                if isinstance(outcome, ErrorCode):
+                    log.info("preferred election of %s-%d: %s", topic, partition,
+                             outcome.name)
+            self.zk.delete(PREFERRED_REPLICA_ELECTION)
+        except NoNodeError:
+            pass
+        except FencedError:
+            log.warning("controller epoch %d was superseded: stepping down", self.epoch)
+            self.stop()
+
+    def _read_state(self, topic: str, partition: int) -> PartitionState | None:
+        try:
+            data, stat = self.zk.get(state_path(topic, partition))
+        except NoNodeError:
+            return None
+        state = PartitionState.decode(data, stat.version)
+        if state.controller_epoch > self.epoch:
+            raise FencedError
+        return state
 
     def _update(self, topic: str, partition: int, replicas: Sequence[int], live: set[int],
                 unclean: bool, preferred: bool) -> bool:
         """Write the partition's next state; False when a concurrent write beat it."""
-        path = state_path(topic, partition)
-        try:
-            data, stat = self.zk.get(path)
-            state: PartitionState | None = PartitionState.decode(data, stat.version)
-        except NoNodeError:
-            state = None
-        if state is not None and state.controller_epoch > self.epoch:
-            raise FencedError
+        state = self._read_state(topic, partition)
         new = elect(replicas, state, live, unclean, self.epoch)
         if new is None and preferred and state is not None:
             new = prefer(replicas, state, live, self.epoch)
         if new is None:
             return True
+        return self._write(topic, partition, state, new)
+
+    def _write(self, topic: str, partition: int, state: PartitionState | None,
+               new: PartitionState) -> bool:
+        """Write ``new`` over ``state`` in one transaction fenced by the controller epoch;
+        False when a concurrent write beat it."""
+        path = state_path(topic, partition)
         transaction = self.zk.transaction()
         transaction.check(CONTROLLER_EPOCH, self.epoch_version)
         if state is None:

@@ -7,8 +7,12 @@ Invariants:
   the controller; ``/controller_epoch`` (persistent) is the controller epoch as a decimal;
   ``/brokers/topics/<t>`` is the replica assignment (first replica = preferred leader);
   ``/brokers/topics/<t>/partitions/<p>/state`` is a ``PartitionState``; ``/config/topics/<t>``
-  holds a topic's config overrides; ``/latest_producer_id_block`` the last producer-id
-  block handed out (its end is the next block's start).
+  holds a topic's config overrides, and each change of them is announced by a sequential
+  ``/config/changes/config_change_<seq>`` naming ``topics/<t>`` (Kafka's version 2
+  notification); ``/admin/preferred_replica_election`` (Kafka's ``{"version":1,
+  "partitions":[{"topic":..,"partition":..}]}``) asks the controller for preferred
+  elections; ``/latest_producer_id_block`` the last producer-id block handed out (its end
+  is the next block's start).
 - Decoding is lenient on fields Kafka added over the years (absent ones take Kafka's
   defaults), strict on what the cluster needs (a state without a leader is an error).
 """
@@ -25,8 +29,11 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 TOPIC_CONFIGS = "/config/topics"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CLUSTER_ID = "/cluster/id"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, "/config/changes", "/admin/delete_topics",
                     "/isr_change_notification")
 
@@ -170,6 +177,25 @@ def encode_topic_config(config: dict[str, str]) -> bytes:
 
 def decode_topic_config(data: bytes) -> dict[str, str]:
     return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
+
+
+def encode_config_change(topic: str) -> bytes:
+    return _dump({"version": 2, "entity_path": f"topics/{topic}"})
+
+
+def decode_config_change(data: bytes) -> str | None:
+    """The topic a change notification names; None for another entity (brokers, users)."""
+    entity_type, _, name = str(json.loads(data).get("entity_path", "")).partition("/")
+    return name if entity_type == "topics" and name else None
+
+
+def encode_partitions(partitions: list[tuple[str, int]]) -> bytes:
+    return _dump({"version": 1, "partitions": [{"topic": t, "partition": p}
+                                                for t, p in partitions]})
+
+
+def decode_partitions(data: bytes) -> list[tuple[str, int]]:
+    return [(str(e["topic"]), int(e["partition"])) for e in json.loads(data)["partitions"]]
 
 
 def encode_producer_id_block(broker_id: int, start: int, end: int) -> bytes:

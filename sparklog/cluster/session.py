@@ -21,6 +21,14 @@ Invariants:
 - ``write_state`` is the leader's compare-and-set on a state znode (ISR changes): it writes
   only over the version it read and answers the new version, or None when someone else
   wrote first.
+- Topic configs, as Kafka 2.x's: ``write_topic_config`` replaces ``/config/topics/<t>`` then
+  announces it with a sequential ``/config/changes/config_change_<seq>``; every broker
+  watches ``/config/changes`` and hands each topic named by a notification it has not
+  processed yet (a higher sequence) to ``listener.topic_config`` with the znode's current
+  config, so all brokers end on the last config written (at start-up, every notification
+  still there is replayed). The writer deletes notifications older than 15 minutes
+  (Kafka's ``changeExpirationMs``); a broker that was away longer gets the config with
+  the topic's assignment (``topic``) when it starts.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ from sparklog.cluster.controller import Controller, ControllerConfig
 from sparklog.cluster.layout import (
     BROKER_IDS,
     CLUSTER_ID,
+    CONFIG_CHANGE_PREFIX,
+    CONFIG_CHANGES,
     CONTROLLER,
     CONTROLLER_EPOCH,
     PERSISTENT_PATHS,
@@ -55,11 +65,13 @@ from sparklog.cluster.layout import (
     config_path,
     decode_assignment,
     decode_cluster_id,
+    decode_config_change,
     decode_controller,
     decode_producer_id_block_end,
     decode_topic_config,
     encode_assignment,
     encode_cluster_id,
+    encode_config_change,
     encode_controller,
     encode_producer_id_block,
     encode_topic_config,
@@ -68,6 +80,9 @@ from sparklog.cluster.layout import (
 )
 
 log = logging.getLogger(__name__)
+
+CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+"""Notifications older than this are purged (Kafka's ``changeExpirationMs``)."""
 
 
 class ClusterError(Exception):
@@ -81,6 +96,7 @@ class ClusterListener(Protocol):
     def partition_state(self, topic: str, partition: int,
                         state: PartitionState | None) -> None: ...
     def controller(self, broker_id: int) -> None: ...
+    def topic_config(self, name: str, config: dict[str, str]) -> None: ...
 
 
 def split_connect(connect: str) -> tuple[str, str]:
@@ -103,6 +119,7 @@ class ClusterSession:
         self.controller: Controller | None = None
         self._topics: set[str] = set()
         self._states: set[tuple[str, int]] = set()
+        self._config_sequence = -1  # the last config change notification processed
         self.cluster_id = ""
         self._lock = threading.Lock()
         self._closed = False
@@ -126,6 +143,7 @@ class ClusterSession:
         self.zk.ChildrenWatch(BROKER_IDS, self._on_brokers)
         self.zk.ChildrenWatch(TOPICS, self._on_topics)
         self.zk.DataWatch(CONTROLLER, self._on_controller)
+        self.zk.ChildrenWatch(CONFIG_CHANGES, self._on_config_changes)
 
     def deregister(self) -> None:
         """Delete ``/brokers/ids/<id>`` but keep the session (and its watches): the
@@ -290,7 +308,47 @@ class ClusterSession:
 
         self.zk.DataWatch(state_path(topic, partition), changed)
 
+    def _on_config_changes(self, children: list[str]) -> bool:
+        """Hand each topic of the notifications not processed yet to the listener, with the
+        topic's current config (module invariants)."""
+        fresh = sorted((int(c.removeprefix(CONFIG_CHANGE_PREFIX)), c) for c in children
+                       if c.startswith(CONFIG_CHANGE_PREFIX))
+        topics: list[str] = []
+        for sequence, child in fresh:
+            if sequence <= self._config_sequence:
+                continue
+            self._config_sequence = sequence
+            try:
+                topic = decode_config_change(self.zk.get(f"{CONFIG_CHANGES}/{child}")[0])
+            except NoNodeError:  # purged meanwhile: a newer one follows it
+                continue
+            if topic is not None and topic not in topics:
+                topics.append(topic)
+        for topic in topics:
+            try:
+                config = decode_topic_config(self.zk.get(config_path(topic))[0])
+            except NoNodeError:
+                continue
+            self.listener.topic_config(topic, config)
+        return not self._closed
+
     # -- writes (blocking: call from a worker thread) ------------------------------------
+    def write_topic_config(self, topic: str, config: dict[str, str]) -> None:
+        """Replace the topic's config overrides and announce the change to every broker."""
+        self.zk.ensure_path(config_path(topic))
+        self.zk.set(config_path(topic), encode_topic_config(config))
+        self.zk.create(f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", encode_config_change(topic),
+                       sequence=True)
+        expired_ms = time.time() * 1000 - CONFIG_CHANGE_EXPIRATION_MS
+        for child in self.zk.get_children(CONFIG_CHANGES):
+            path = f"{CONFIG_CHANGES}/{child}"
+            stat = self.zk.exists(path)
+            if stat is not None and stat.ctime < expired_ms:
+                try:
+                    self.zk.delete(path)
+                except NoNodeError:  # another writer purged it first
+                    continue
+
     def create_topic(self, topic: str, assignment: dict[int, tuple[int, ...]],
                      config: dict[str, str]) -> bool:
         """Write a new topic's config and assignment; False when it already exists."""

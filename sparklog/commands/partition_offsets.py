@@ -38,6 +38,7 @@ from sparklog.commands._client import (
     client_config,
     client_parent,
     complain,
+    id_list,
     tool,
 )
 
@@ -72,12 +73,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     delete.set_defaults(func=tool("delete-records", _delete_records))
 
 
-def _partition_list(text: str) -> list[int]:
-    try:
-        return [int(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of partitions like 0,1"
-                                         ) from None
+_partition_list = id_list("partitions")
 
 
 # -- get-offsets --------------------------------------------------------------------------------

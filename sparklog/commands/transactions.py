@@ -25,27 +25,16 @@ import argparse
 import time
 
 from sparklog.client.cluster import TopicPartition
-from sparklog.client.kafka import KafkaClient
-from sparklog.client.settings import (
-    SECURITY_KEYS,
-    ClientConfig,
-    ClientSecurity,
-    RetryPolicy,
-    SettingsError,
-    parse_bootstrap,
-)
 from sparklog.client.transactions import (
     abort_by_id,
     describe_transaction,
     list_transactions,
     write_abort_marker,
 )
-from sparklog.commands._client import ToolError, client_config, client_parent, complain, tool
+from sparklog.commands._client import ToolError, client_parent, protocol_client, tool
 from sparklog.commands._table import print_table
 
 NAME = "transactions"
-RETRY = RetryPolicy(timeout_s=30.0, backoff_s=0.1)
-_USED = frozenset({"bootstrap.servers", "client.id", "request.timeout.ms", "log_level"})
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -76,26 +65,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     abort.set_defaults(func=tool(NAME, _abort))
 
 
-def _client(args: argparse.Namespace) -> KafkaClient:
-    """The protocol client, from the connection flags: ``client.id``,
-    ``request.timeout.ms`` and Kafka's security settings are used; any other setting is
-    reported as unused, as Kafka's clients report unknown configs."""
-    settings = client_config(args)
-    for key in settings:
-        if key not in _USED and key not in SECURITY_KEYS:
-            complain(NAME, f"the setting {key!r} was supplied but is not used")
-    try:
-        return KafkaClient(ClientConfig(
-            parse_bootstrap(args.bootstrap, "--bootstrap-server"),
-            client_id=str(settings.get("client.id", "sparklog")),
-            request_timeout_s=int(settings.get("request.timeout.ms", 30_000)) / 1000,
-            security=ClientSecurity.from_settings(settings)), RETRY)
-    except (SettingsError, ValueError) as exc:
-        raise ToolError(str(exc), 2) from None
-
-
 def _list(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with protocol_client(args, NAME) as client:
         found = list_transactions(client, args.state, args.producer_id)
     print_table(("TRANSACTIONALID", "COORDINATOR", "PRODUCERID", "TRANSACTIONSTATE"),
                 sorted((t.transactional_id, t.coordinator, t.producer_id, t.state)
@@ -104,7 +75,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with protocol_client(args, NAME) as client:
         txn = describe_transaction(client, args.transactional_id)
     duration = int(time.time() * 1000) - txn.start_ms if txn.start_ms >= 0 else None
     partitions = ",".join(f"{tp.topic}-{tp.partition}" for tp in txn.partitions)
@@ -125,7 +96,7 @@ def _abort(args: argparse.Namespace) -> int:
     if not (by_id or by_marker):
         raise ToolError("give --transactional-id, or all of --topic --partition --producer-id "
                         "--producer-epoch --coordinator-epoch", 2)
-    with _client(args) as client:
+    with protocol_client(args, NAME) as client:
         if by_id:
             tid = args.transactional_id
             producer_id, epoch = abort_by_id(client, tid)

@@ -1,0 +1,68 @@
+"""DescribeLogDirs (key 35, v1-v5): the broker's log directory and the replicas it holds.
+
+Behaviour, as Kafka's broker answers it:
+- The answer is about the broker asked, alone: its one data directory (absolute path), with
+  every partition log it holds (null ``topics``) or those of the named partitions it holds
+  (others are left out, as Kafka leaves them), each with its size in bytes (the sum of its
+  segment files), ``offset_lag`` 0 and ``is_future_key`` false: a lag is Kafka's only for a
+  future replica (a move between directories, AlterReplicaLogDirs), which a single data
+  directory never has. v4+ give the volume's total and usable bytes; v5's directory is
+  never cordoned.
+- In a cluster, the partitions held are those whose replica assignment names this broker
+  (a broker may keep an empty log of another partition; it is no replica and not listed).
+- DESCRIBE on the CLUSTER is required: without it the answer is CLUSTER_AUTHORIZATION_FAILED
+  (top level) and no directory (Kafka's answer to v1-v2, which lack the top-level code, is
+  the same empty list).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from sparklog.broker.registry import handles
+from sparklog.broker.security.acls import Operation
+from sparklog.broker.state import Broker
+from sparklog.errors import ErrorCode
+from sparklog.protocol.entities import Build
+from sparklog.protocol.framing import RequestHeader
+from sparklog.protocol.versions import ApiKey
+from sparklog.storage.log import PartitionLog
+
+if TYPE_CHECKING:
+    from kio.schema.describe_log_dirs.v5.request import DescribeLogDirsRequest
+
+TopicPartition = tuple[str, int]
+
+
+@handles(ApiKey.DESCRIBE_LOG_DIRS, versions=(1, 5))
+async def describe_log_dirs(broker: Broker, header: RequestHeader,
+                            request: DescribeLogDirsRequest) -> Any:
+    build = Build(header)
+    if not broker.security.allows_cluster(Operation.DESCRIBE):
+        return build.response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=())
+    wanted = None if request.topics is None else {
+        (t.topic, p) for t in request.topics for p in t.partitions}
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (topic, partition), log in sorted(held_logs(broker).items()):
+        if wanted is None or (topic, partition) in wanted:
+            by_topic[topic].append(build("DescribeLogDirsPartition", partition_index=partition,
+                                         partition_size=log.size, offset_lag=0,
+                                         is_future_key=False))
+    usage = shutil.disk_usage(broker.data_dir)
+    result = build("DescribeLogDirsResult", error_code=ErrorCode.NONE,
+                   log_dir=str(broker.data_dir.resolve()), total_bytes=usage.total,
+                   usable_bytes=usage.free, topics=tuple(
+                       build("DescribeLogDirsTopic", name=topic, partitions=tuple(partitions))
+                       for topic, partitions in by_topic.items()))
+    return build.response(error_code=ErrorCode.NONE, results=(result,))
+
+
+def held_logs(broker: Broker) -> dict[TopicPartition, PartitionLog]:
+    """The partition logs this broker holds a replica of (every one on a single node)."""
+    cluster = broker.cluster
+    if cluster is None:
+        return dict(broker.logs.logs)
+    return {(t, p): log for (t, p), log in broker.logs.logs.items()
+            if broker.node_id in cluster.assignments.get(t, {}).get(p, ())}
