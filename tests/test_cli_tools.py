@@ -70,18 +70,25 @@ def partition_line(topic: str, partition: int, start: int, end: int) -> str:
             f"\tOffsets: {start}..{end}")
 
 
+def split_topic_id(line: str) -> tuple[str, str]:
+    """A describe header line without its ``TopicId: <id>`` field, and the id (Kafka's
+    base64 of the topic's UUID, printed when the broker has one)."""
+    found = re.search(r"\tTopicId: ([A-Za-z0-9+/]{22})", line)
+    assert found is not None, line
+    return line.replace(found.group(0), ""), found.group(1)
+
+
 def test_topic_admin_round_trip(tools: Tools) -> None:
     out = tools.ok("topics", "create", "--topic", "admin", "--partitions", "2",
                    "--replication-factor", "1", "--config", "retention.ms=60000",
                    "--config", "cleanup.policy=compact,delete")
     assert out == "Created topic admin.\n"
     assert "admin" in tools.ok("topics", "list").splitlines()
-    assert describe(tools, "admin") == [
-        "Topic: admin\tPartitionCount: 2\tReplicationFactor: 1"
-        "\tConfigs: cleanup.policy=compact,delete,retention.ms=60000",
-        partition_line("admin", 0, 0, 0),
-        partition_line("admin", 1, 0, 0),
-    ]
+    header, *partitions = describe(tools, "admin")
+    header, topic_id = split_topic_id(header)
+    assert header == ("Topic: admin\tPartitionCount: 2\tReplicationFactor: 1"
+                      "\tConfigs: cleanup.policy=compact,delete,retention.ms=60000")
+    assert partitions == [partition_line("admin", 0, 0, 0), partition_line("admin", 1, 0, 0)]
 
     out = tools.ok("topics", "alter", "--topic", "admin", "--add-config", "segment.bytes=1048576",
                    "--delete-config", "retention.ms", "--delete-config", "cleanup.policy",
@@ -89,8 +96,8 @@ def test_topic_admin_round_trip(tools: Tools) -> None:
     assert out.splitlines() == ["Completed updating config for topic admin.",
                                 "Topic admin now has 3 partitions."]
     lines = describe(tools, "admin")
-    assert lines[0] == ("Topic: admin\tPartitionCount: 3\tReplicationFactor: 1"
-                        "\tConfigs: segment.bytes=1048576")
+    assert split_topic_id(lines[0]) == ("Topic: admin\tPartitionCount: 3\tReplicationFactor: 1"
+                                        "\tConfigs: segment.bytes=1048576", topic_id)
     assert lines[1:] == [partition_line("admin", p, 0, 0) for p in range(3)]
 
     assert tools.ok("topics", "delete", "--topic", "admin") == "Deleted topic admin.\n"

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from sparklog.client.errors import error_name
 from sparklog.client.log_dirs import describe_log_dirs
 from sparklog.commands._client import (
     USAGE,
@@ -33,6 +32,7 @@ from sparklog.commands._client import (
     protocol_client,
     tool,
 )
+from sparklog.errors import error_name
 
 NAME = "log-dirs"
 
