@@ -23,6 +23,8 @@ Invariants:
   hands leadership back to each partition's preferred (first assigned) replica that is
   alive and in sync (``prefer``), a higher leader epoch again. Kafka first weighs each
   broker's imbalance ratio; here any partition away from its preferred leader moves.
+- Each pass first deletes the topics ``/admin/delete_topics`` asks to delete
+  (``topic_deletion``), so it never writes a state znode of a topic being deleted.
 - All work runs on the controller's own thread, one reconciliation at a time; ZooKeeper
   watches only queue a request for one.
 """
@@ -38,9 +40,11 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, RolledBackError
 
+from sparklog.cluster.fencing import FencedError
 from sparklog.cluster.layout import (
     BROKER_IDS,
     CONTROLLER_EPOCH,
+    DELETE_TOPICS,
     NO_LEADER,
     TOPICS,
     PartitionState,
@@ -48,6 +52,9 @@ from sparklog.cluster.layout import (
     state_path,
     topic_path,
 )
+from sparklog.cluster.topic_deletion import delete_requested_topics
+
+__all__ = ["Controller", "ControllerConfig", "FencedError", "elect", "prefer"]
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +124,7 @@ class Controller:
         self._thread.start()
         self.zk.ChildrenWatch(BROKER_IDS, self._on_change)
         self.zk.ChildrenWatch(TOPICS, self._on_topics)
+        self.zk.ChildrenWatch(DELETE_TOPICS, self._on_change)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -160,7 +168,7 @@ class Controller:
         """One pass over every partition (module invariants); ``preferred`` also moves
         leadership back to preferred replicas that are alive and in sync."""
         live = {int(b) for b in self.zk.get_children(BROKER_IDS)}
-        retry = False
+        retry = not delete_requested_topics(self.zk, self.epoch_version)
         for topic in self.zk.get_children(TOPICS):
             try:
                 assignment = decode_assignment(self.zk.get(topic_path(topic))[0])
@@ -203,8 +211,4 @@ class Controller:
         log.info("%s-%d: leader %d, leader epoch %d, isr %s (controller epoch %d)", topic,
                  partition, new.leader, new.leader_epoch, list(new.isr), self.epoch)
         return True
-
-
-class FencedError(Exception):
-    """A newer controller took office: this one must stop writing."""
 
