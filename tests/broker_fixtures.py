@@ -836,6 +836,17 @@ class Cluster:
 
 
 @contextlib.contextmanager
+def running_cluster(zookeeper: ZooKeeperServer, directory: Path, name: str,
+                    config: Mapping[str, str] | None = None) -> Iterator[Cluster]:
+    """A started ``Cluster`` for the block, stopped (each broker checked) after it."""
+    running = Cluster(zookeeper, directory, name, config=config)
+    try:
+        yield running.start()
+    finally:
+        running.stop()
+
+
+@contextlib.contextmanager
 def zk_client(cluster: Cluster) -> Iterator[KazooClient]:
     """A ZooKeeper client under the cluster's chroot, to read what the brokers wrote."""
     client = KazooClient(hosts=cluster.connect)

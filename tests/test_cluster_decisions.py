@@ -5,7 +5,10 @@ many racks as the replication factor allows, preferred leaders go round the brok
 factor above the brokers is refused; a dead leader is replaced by the first live in-sync
 replica with a higher leader epoch, a partition without one goes offline (leader -1)
 unless unclean election is on, and dead followers leave the ISR; the preferred replica
-takes leadership back only once alive and in sync.
+takes leadership back only once alive and in sync. A reassignment lists the target
+first, records what it adds and removes, can be cancelled back to the original replicas,
+refuses bad targets, and completes only once every target replica is in sync, with a
+leader from the target in a new epoch.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from hypothesis import strategies as st
 
 from sparklog.cluster.assignment import assign_replicas
 from sparklog.cluster.controller import elect, prefer
-from sparklog.cluster.layout import PartitionState
+from sparklog.cluster.layout import PartitionState, TopicAssignment
+from sparklog.cluster.reassignment import complete, original, reassign, target
 from sparklog.errors import ErrorCode, KafkaError
 
 racks_of = st.dictionaries(st.integers(0, 20), st.sampled_from([None, "a", "b", "c"]),
@@ -74,3 +78,42 @@ def test_preferred_leader_election() -> None:
     behind = PartitionState(leader=2, leader_epoch=3, isr=(2, 3), controller_epoch=4)
     assert prefer((1, 2, 3), behind, {1, 2, 3}, 5) is None  # not in sync yet
     assert prefer((1, 2, 3), away, {2, 3}, 5) is None  # not alive
+
+
+def test_reassignment_plans() -> None:
+    start = TopicAssignment({0: (0, 1), 1: (1, 2)}, "a" * 32)
+    moved, errors = reassign(start, {0: (1, 2)}, {0, 1, 2})
+    assert errors == {0: None}
+    # target first, then the replicas it drops; what it adds and removes is recorded
+    assert moved.partitions == {0: (1, 2, 0), 1: (1, 2)}
+    assert moved.adding == {0: (2,)} and moved.removing == {0: (0,)}
+    # (as in Kafka, the original replicas are RS minus adding: their order is not kept)
+    assert (set(original(moved, 0)), target(moved, 0)) == ({0, 1}, (1, 2))
+    # a cancel heads back to the original replicas, dropping the one being added
+    cancelled, errors = reassign(moved, {0: None}, {0, 1, 2})
+    assert errors == {0: None}
+    assert set(target(cancelled, 0)) == {0, 1} and cancelled.removing == {0: (2,)}
+    assert not cancelled.adding
+    # the same replicas reordered take effect at once; refusals change nothing
+    reordered, _ = reassign(start, {1: (2, 1)}, {0, 1, 2})
+    assert reordered.partitions[1] == (2, 1) and not (reordered.adding or reordered.removing)
+    same, errors = reassign(start, {0: (0, 0), 1: None, 2: (0,), 3: (7,)}, {0, 1, 2})
+    assert same == start
+    assert {p: e.code for p, e in errors.items() if e is not None} == {
+        0: ErrorCode.INVALID_REPLICA_ASSIGNMENT, 1: ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+        2: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 3: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    _, errors = reassign(start, {0: (0, 1, 2)}, {0, 1, 2}, allow_factor_change=False)
+    assert errors[0] is not None and errors[0].code == ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+def test_reassignment_completes_once_the_target_is_in_sync() -> None:
+    moving, _ = reassign(TopicAssignment({0: (0, 1)}), {0: (1, 2)}, {0, 1, 2})
+    catching_up = PartitionState(leader=0, leader_epoch=3, isr=(0, 1), controller_epoch=2)
+    assert complete(moving, 0, catching_up, {0, 1, 2}, 5) is None
+    # all of the target in sync: a leader from the target, a new epoch, the ISR trimmed
+    in_sync = PartitionState(leader=0, leader_epoch=3, isr=(0, 1, 2), controller_epoch=2)
+    assert complete(moving, 0, in_sync, {0, 1, 2}, 5) == (PartitionState(1, 4, (1, 2), 5),
+                                                          (1, 2))
+    led_by_target = PartitionState(leader=2, leader_epoch=3, isr=(2, 0, 1), controller_epoch=2)
+    assert complete(moving, 0, led_by_target, {0, 1, 2}, 5) == (
+        PartitionState(2, 4, (2, 1), 5), (1, 2))

@@ -15,12 +15,11 @@ auto.leader.rebalance.enable the preferred replica leads again once back in sync
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from broker_fixtures import (
     produce_confluent,
     produce_request_to,
     raw_produce,
+    running_cluster,
     wait_until,
     watermarks,
     zk_client,
@@ -56,16 +56,6 @@ __all__ = ["zookeeper"]  # fixtures, imported for pytest
 KILL_LOOPS = 10
 """Leader SIGKILLs in the loop test (then one SIGTERM); the issue asks twenty, which take
 about three minutes on this machine; ten keep this module near four minutes."""
-
-
-@contextlib.contextmanager
-def running_cluster(zookeeper: ZooKeeperServer, tmp_path: Path, name: str,
-                    config: Mapping[str, str] | None = None) -> Iterator[Cluster]:
-    running = Cluster(zookeeper, tmp_path, name, config=config)
-    try:
-        yield running.start()
-    finally:
-        running.stop()
 
 
 @pytest.fixture

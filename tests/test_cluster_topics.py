@@ -25,6 +25,7 @@ from broker_fixtures import (
     create_topic,
     numbered,
     produce_confluent,
+    running_cluster,
     wait_until,
     watermarks,
     zk_client,
@@ -52,11 +53,8 @@ __all__ = ["zookeeper"]  # fixtures, imported for pytest
 @pytest.fixture(scope="module")
 def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[Cluster]:
-    running = Cluster(zookeeper, tmp_path_factory.mktemp("topics"), "topics")
-    try:
-        yield running.start()
-    finally:
-        running.stop()
+    with running_cluster(zookeeper, tmp_path_factory.mktemp("topics"), "topics") as running:
+        yield running
 
 
 def local_partitions(cluster: Cluster, broker: int, topic: str) -> set[int]:

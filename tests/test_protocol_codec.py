@@ -137,13 +137,16 @@ def test_version_table() -> None:
     assert ADVERTISED[ApiKey.CREATE_ACLS] == (1, 1)  # kio has no v0: Kafka 4 dropped it
     assert ADVERTISED[ApiKey.END_TXN] == (0, 2)
     assert ADVERTISED[ApiKey.WRITE_TXN_MARKERS] == (1, 1)  # kio has no v0: Kafka 4 dropped it
-    assert len(ADVERTISED) == 38
+    assert ADVERTISED[ApiKey.ALTER_PARTITION_REASSIGNMENTS] == (0, 1)
+    assert ADVERTISED[ApiKey.LIST_PARTITION_REASSIGNMENTS] == (0, 0)
+    assert len(ADVERTISED) == 40
     assert list(ADVERTISED) == sorted(ADVERTISED)
 
 
 # APIs that exist only as flexible versions (Kafka added them after KIP-482)
 FLEXIBLE_ONLY = {ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS,
-                 ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
+                 ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                 ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS}
 
 
 def test_header_versions() -> None:

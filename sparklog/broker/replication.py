@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sparklog.broker.replica_fetcher import follow
-from sparklog.cluster.assignment import assign_replicas
+from sparklog.cluster.assignment import assign_replicas, check_assignment
 from sparklog.cluster.controller import ControllerConfig
 from sparklog.cluster.layout import NO_LEADER, BrokerInfo, PartitionState, TopicAssignment
 from sparklog.cluster.session import ClusterSession
@@ -527,12 +527,15 @@ class ReplicaManager:
         return ErrorCode.NOT_COORDINATOR if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else code
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           config: dict[str, str], timeout_s: float = 0) -> None:
-        """Write a new topic's assignment to ZooKeeper; the controller elects its leaders,
-        which this waits up to ``timeout_s`` to hear of (Kafka's CreateTopics does too)."""
+                           config: dict[str, str], timeout_s: float = 0,
+                           manual: dict[int, tuple[int, ...]] | None = None) -> None:
+        """Write a new topic's assignment (``manual``, else round robin) to ZooKeeper; the
+        controller elects its leaders, which this waits up to ``timeout_s`` to hear of
+        (Kafka's CreateTopics does too)."""
         racks = {b: info.rack for b, info in self.live.items()}
-        assignment = TopicAssignment(assign_replicas(racks, partitions, replication_factor),
-                                     uuid.uuid4().hex)
+        replicas = assign_replicas(racks, partitions, replication_factor) if manual is None \
+            else check_assignment(racks, manual, len(next(iter(manual.values()))))
+        assignment = TopicAssignment(replicas, uuid.uuid4().hex)
         assert self.session is not None
         if not await self.zookeeper(self.session.create_topic, name, assignment, config):
             raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)

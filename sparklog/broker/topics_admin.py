@@ -8,7 +8,8 @@ Behaviour:
   per topic, with a message (v1+).
 - In a cluster (``broker.cluster``) CreateTopics writes the topic's replica assignment to
   ZooKeeper (``replication_factor`` replicas, round robin and rack-aware, -1 meaning
-  ``default.replication.factor``); every broker then creates its logs and the controller
+  ``default.replication.factor``, or the request's manual assignment over live brokers,
+  checked as Kafka checks it); every broker then creates its logs and the controller
   elects leaders, which the answer waits for (up to the request's ``timeout_ms``).
   DeleteTopics and CreatePartitions go through ZooKeeper too (``cluster_topics.py``): the
   controller deletes a topic, or elects the leaders of added partitions, and the answer
@@ -110,21 +111,34 @@ async def _create_in_cluster(broker: Broker, request: Any
         try:
             if not broker.security.allows_cluster(Operation.CREATE):
                 broker.security.require(Operation.CREATE, ResourceType.TOPIC, topic.name)
-            if topic.assignments:
-                raise KafkaError("manual replica assignments are not supported in a cluster "
-                                 "yet", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
             partitions = _requested_partitions(broker, topic)
             configs = {c.name: c.value for c in topic.configs if c.value is not None}
             broker.logs.create_topic(topic.name, partitions, configs, validate_only=True)
             factor = topic.replication_factor if topic.replication_factor != -1 else \
                 broker.config.get_int("default.replication.factor")
             await cluster.create_topic(topic.name, partitions, factor, configs,
-                                       request.timeout.total_seconds())
+                                       request.timeout.total_seconds(), _manual(topic))
         except KafkaError as exc:
             results.append((topic, exc.code, str(exc)))
         else:
             results.append((topic, ErrorCode.NONE, None))
     return results
+
+
+def _manual(topic: Any) -> dict[int, tuple[int, ...]] | None:
+    """A CreateTopics topic's manual assignment (partitions 0..n-1; a count or factor
+    besides must be -1 or agree with it); None without one."""
+    if not topic.assignments:
+        return None
+    assignment = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
+    if topic.num_partitions not in (-1, len(assignment)) or topic.replication_factor not in (
+            -1, *{len(r) for r in assignment.values()}):
+        raise KafkaError("give either a replica assignment or a partition count and "
+                         "replication factor, not both", ErrorCode.INVALID_REQUEST)
+    if sorted(assignment) != list(range(len(assignment))):
+        raise KafkaError("the assignment's partitions must be 0 to n-1",
+                         ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+    return assignment
 
 
 def _create(broker: Broker, topic: Any, validate_only: bool) -> None:

@@ -40,14 +40,18 @@ RANGES = {ApiKey.FETCH: (4, 11), ApiKey.LIST_OFFSETS: (1, 5), ApiKey.METADATA: (
 """The versions this client can speak of the APIs it requires, per API."""
 OPTIONAL = {ApiKey.FIND_COORDINATOR: (1, 2), ApiKey.INIT_PRODUCER_ID: (0, 1),
             ApiKey.END_TXN: (0, 2), ApiKey.WRITE_TXN_MARKERS: (1, 1),
-            ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 1)}
+            ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 1),
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0)}
 """The versions it can speak of the APIs it uses where a broker offers them."""
 API_NAMES = {ApiKey.FETCH: "Fetch", ApiKey.LIST_OFFSETS: "ListOffsets",
              ApiKey.METADATA: "Metadata", ApiKey.FIND_COORDINATOR: "FindCoordinator",
              ApiKey.INIT_PRODUCER_ID: "InitProducerId", ApiKey.END_TXN: "EndTxn",
              ApiKey.WRITE_TXN_MARKERS: "WriteTxnMarkers",
              ApiKey.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
-             ApiKey.LIST_TRANSACTIONS: "ListTransactions"}
+             ApiKey.LIST_TRANSACTIONS: "ListTransactions",
+             ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
+             ApiKey.LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments"}
 
 _SIZE = struct.Struct(">i")
 

@@ -24,7 +24,9 @@ Invariants:
   alive and in sync (``prefer``), a higher leader epoch again. Kafka first weighs each
   broker's imbalance ratio; here any partition away from its preferred leader moves.
 - Each pass first deletes the topics ``/admin/delete_topics`` asks to delete
-  (``topic_deletion``), so it never writes a state znode of a topic being deleted.
+  (``topic_deletion``), so it never writes a state znode of a topic being deleted, and ends
+  by completing the partition reassignments whose target replicas are all in sync
+  (``reassignment``).
 - All work runs on the controller's own thread, one reconciliation at a time; ZooKeeper
   watches only queue a request for one.
 """
@@ -52,6 +54,7 @@ from sparklog.cluster.layout import (
     state_path,
     topic_path,
 )
+from sparklog.cluster.reassignment import Reassignments
 from sparklog.cluster.topic_deletion import delete_requested_topics
 
 __all__ = ["Controller", "ControllerConfig", "FencedError", "elect", "prefer"]
@@ -117,6 +120,7 @@ class Controller:
         self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._stopped = threading.Event()
         self._watched: set[str] = set()
+        self.reassignments = Reassignments(zk, self._on_change)
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
 
     def start(self) -> None:
@@ -177,6 +181,7 @@ class Controller:
             unclean = self.config.unclean(topic)
             for partition, replicas in sorted(assignment.items()):
                 retry |= not self._update(topic, partition, replicas, live, unclean, preferred)
+        retry |= not self.reassignments.advance(live, self.epoch, self.epoch_version)
         if retry:
             self._requests.put(True)
 

@@ -325,6 +325,17 @@ class ClusterSession:
             except NoNodeError:
                 raise UnknownTopicOrPartitionError(f"unknown topic {topic}") from None
 
+    def read_topics(self, topics: list[str]) -> dict[str, TopicAssignment]:
+        """The assignments of ``topics`` as ZooKeeper has them now (missing ones left out)."""
+        found = {}
+        for topic in topics:
+            try:
+                data, stat = self.zk.get(topic_path(topic))
+            except NoNodeError:
+                continue
+            found[topic] = TopicAssignment.decode(data, stat.version)
+        return found
+
     def delete_topic(self, topic: str) -> None:
         """Ask the controller to delete ``topic`` (Kafka's ``/admin/delete_topics/<t>``)."""
         try:

@@ -35,7 +35,15 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from sparklog.client.admin import MISSING_TOPIC, TOPIC_EXISTS, kafka_error
 from sparklog.client.errors import KafkaClientError
-from sparklog.client.settings import SECURITY_KEYS, ClientSecurity, SettingsError
+from sparklog.client.kafka import KafkaClient
+from sparklog.client.settings import (
+    SECURITY_KEYS,
+    ClientConfig,
+    ClientSecurity,
+    RetryPolicy,
+    SettingsError,
+    parse_bootstrap,
+)
 from sparklog.properties import PropertiesError, read_properties
 from sparklog.signals import Stop
 
@@ -167,6 +175,29 @@ def client_config(args: argparse.Namespace,
     plain = {k: v for k, v in given.items() if k.lower() not in SECURITY_KEYS}
     return {"bootstrap.servers": args.bootstrap, "log_level": 4, **(defaults or {}),
             **plain, **security.librdkafka()}
+
+
+PROTOCOL_RETRY = RetryPolicy(timeout_s=30.0, backoff_s=0.1)
+_PROTOCOL_SETTINGS = frozenset({"bootstrap.servers", "client.id", "request.timeout.ms",
+                                "log_level"})
+
+
+def protocol_client(args: argparse.Namespace, name: str) -> KafkaClient:
+    """sparklog's protocol client (APIs confluent-kafka lacks), from the connection flags:
+    ``client.id``, ``request.timeout.ms`` and Kafka's security settings are used; any other
+    setting is reported as unused, as Kafka's clients report unknown configs."""
+    settings = client_config(args)
+    for key in settings:
+        if key not in _PROTOCOL_SETTINGS and key not in SECURITY_KEYS:
+            complain(name, f"the setting {key!r} was supplied but is not used")
+    try:
+        return KafkaClient(ClientConfig(
+            parse_bootstrap(args.bootstrap, "--bootstrap-server"),
+            client_id=str(settings.get("client.id", "sparklog")),
+            request_timeout_s=int(settings.get("request.timeout.ms", 30_000)) / 1000,
+            security=ClientSecurity.from_settings(settings)), PROTOCOL_RETRY)
+    except (SettingsError, ValueError) as exc:
+        raise ToolError(str(exc), USAGE) from None
 
 
 def send(producer: Producer, topic: str, value: bytes | None, key: bytes | None = None,

@@ -26,26 +26,16 @@ import time
 
 from sparklog.client.cluster import TopicPartition
 from sparklog.client.kafka import KafkaClient
-from sparklog.client.settings import (
-    SECURITY_KEYS,
-    ClientConfig,
-    ClientSecurity,
-    RetryPolicy,
-    SettingsError,
-    parse_bootstrap,
-)
 from sparklog.client.transactions import (
     abort_by_id,
     describe_transaction,
     list_transactions,
     write_abort_marker,
 )
-from sparklog.commands._client import ToolError, client_config, client_parent, complain, tool
+from sparklog.commands._client import ToolError, client_parent, protocol_client, tool
 from sparklog.commands._table import print_table
 
 NAME = "transactions"
-RETRY = RetryPolicy(timeout_s=30.0, backoff_s=0.1)
-_USED = frozenset({"bootstrap.servers", "client.id", "request.timeout.ms", "log_level"})
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -77,21 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _client(args: argparse.Namespace) -> KafkaClient:
-    """The protocol client, from the connection flags: ``client.id``,
-    ``request.timeout.ms`` and Kafka's security settings are used; any other setting is
-    reported as unused, as Kafka's clients report unknown configs."""
-    settings = client_config(args)
-    for key in settings:
-        if key not in _USED and key not in SECURITY_KEYS:
-            complain(NAME, f"the setting {key!r} was supplied but is not used")
-    try:
-        return KafkaClient(ClientConfig(
-            parse_bootstrap(args.bootstrap, "--bootstrap-server"),
-            client_id=str(settings.get("client.id", "sparklog")),
-            request_timeout_s=int(settings.get("request.timeout.ms", 30_000)) / 1000,
-            security=ClientSecurity.from_settings(settings)), RETRY)
-    except (SettingsError, ValueError) as exc:
-        raise ToolError(str(exc), 2) from None
+    return protocol_client(args, NAME)
 
 
 def _list(args: argparse.Namespace) -> int:
