@@ -156,3 +156,37 @@ def test_a_reassignment_survives_the_controller(
     cluster.brokers[controller].start()
     wait_until(lambda: not (cluster.brokers[controller].data_dir / "steady-0").exists(),
                message="the old controller's replica deleted on its return")
+
+
+def test_generate_and_bad_plans(cluster: Cluster, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    create_topic(cluster.bootstrap, "proposed", partitions=2, replication_factor=2)
+    topics = tmp_path / "topics.json"
+    topics.write_text('{"topics":[{"topic":"proposed"}],"version":1}')
+    code, out, err = run(capsys, "reassign", "--bootstrap-server", cluster.bootstrap,
+                         "--generate", "--topics-to-move-json-file", str(topics),
+                         "--broker-list", "1,2")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "Current partition replica assignment"
+    assert lines[3] == "Proposed partition reassignment configuration"
+    proposed = json.loads(lines[4])["partitions"]
+    assert [(p["topic"], p["partition"]) for p in proposed] == [("proposed", 0), ("proposed", 1)]
+    assert all(sorted(p["replicas"]) == [1, 2] for p in proposed)
+    # bad plans: refused with the reason, nothing started
+    for content, reason in (
+            ('{"version":1,"partitions":[{"topic":"proposed","partition":0,"replicas":[1,1]}]}',
+             "must be distinct"),
+            ('{"version":1,"partitions":[{"topic":"proposed","partition":0}]}', '"replicas"'),
+            ("not json", "is not JSON"),
+            ('{"version":1,"partitions":[{"topic":"proposed","partition":0,"replicas":[1,7]}]}',
+             "INVALID_REPLICA_ASSIGNMENT"),
+            ('{"version":1,"partitions":[{"topic":"proposed","partition":5,"replicas":[1,2]}]}',
+             "partitions not found: proposed-5")):
+        plan = tmp_path / "bad.json"
+        plan.write_text(content)
+        code, _, err = run(capsys, "reassign", "--bootstrap-server", cluster.bootstrap,
+                           "--reassignment-json-file", str(plan), "--execute")
+        assert code == 1 and reason in err, err
+    assert run(capsys, "reassign", "--bootstrap-server", cluster.bootstrap, "--list")[1] == \
+        "No partition reassignments found.\n"
