@@ -34,7 +34,12 @@ from broker_fixtures import (
 from confluent_kafka import KafkaError as KafkaErrorCode
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewPartitions
-from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from sparklog.cli import main
@@ -222,3 +227,19 @@ def test_add_partitions_and_use_them(cluster: Cluster) -> None:
     assert sorted(r.value for r in consume_confluent(cluster.bootstrap, "growing", 4,
                                                      partitions=range(4))) == \
         [b"p0", b"p1", b"p2", b"p3"]
+
+
+def test_delete_records_only_on_the_leader(cluster: Cluster) -> None:
+    create_topic(cluster.bootstrap, "trimmed", replication_factor=3)
+    leader = cluster.wait_for_isr("trimmed", {0, 1, 2}).leader
+    produce_confluent(cluster.bootstrap, "trimmed", numbered(4), acks="all")
+    follower = (leader + 1) % 3
+    request = DeleteRecordsRequest(version=1, topics=[("trimmed", [(0, 2)])], timeout_ms=5000)
+    with RawConnection(cluster.brokers[follower].bootstrap) as conn:
+        answer = conn.call(request, DeleteRecordsResponse)
+        assert answer.topics[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    with RawConnection(cluster.brokers[leader].bootstrap) as conn:
+        answer = conn.call(request, DeleteRecordsResponse)
+        assert answer.topics[0].partitions[0].error_code == ErrorCode.NONE
+        assert answer.topics[0].partitions[0].low_watermark == 2
+    assert watermarks(cluster.bootstrap, "trimmed") == (2, 4)
