@@ -14,7 +14,8 @@ Invariants:
   (since each log was opened); bytes out are counted by the server per Fetch response.
 - A group's partitions are those it committed offsets for and those assigned to its members
   (as ``kafka-consumer-groups --describe`` lists them). Lag is the log end offset minus the
-  committed offset, never below 0; a partition without a committed offset has none.
+  committed offset, never below 0; a partition without a committed offset, or without a
+  log on this broker (in a cluster: no replica here), has none.
   Members' assignments are decoded only for Stable ``consumer`` groups; one that does not
   decode shows none.
 - Leader, replicas and ISR are this node for every partition on a single node, as Metadata
@@ -66,7 +67,7 @@ class GroupOffset:
     topic: str
     partition: int
     committed: int | None  # None: assigned, nothing committed yet
-    log_end_offset: int | None  # None: the partition no longer exists
+    log_end_offset: int | None  # None: no log of it here (gone, or in a cluster held elsewhere)
     lag: int | None
 
 
