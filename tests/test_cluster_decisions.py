@@ -8,11 +8,12 @@ unless unclean election is on, and dead followers leave the ISR; the preferred r
 takes leadership back only once alive and in sync. A reassignment lists the target
 first, records what it adds and removes, can be cancelled back to the original replicas,
 refuses bad targets, and completes only once every target replica is in sync, with a
-leader from the target in a new epoch.
+leader from the target in a new epoch. The topic znode is Kafka's (topic id, reassignment).
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -117,3 +118,17 @@ def test_reassignment_completes_once_the_target_is_in_sync() -> None:
     led_by_target = PartitionState(leader=2, leader_epoch=3, isr=(2, 0, 1), controller_epoch=2)
     assert complete(moving, 0, led_by_target, {0, 1, 2}, 5) == (
         PartitionState(2, 4, (2, 1), 5), (1, 2))
+
+
+def test_topic_znode_is_kafkas_format() -> None:
+    moving = TopicAssignment({0: (1, 2, 0)}, "0123456789abcdef0123456789abcdef",
+                             adding={0: (2,)}, removing={0: (0,)})
+    value = json.loads(moving.encode())
+    # Kafka 2.8's version 3: the topic id as unpadded URL-safe base64 of its 16 bytes
+    assert value == {"version": 3, "topic_id": "ASNFZ4mrze8BI0VniavN7w",
+                     "partitions": {"0": [1, 2, 0]}, "adding_replicas": {"0": [2]},
+                     "removing_replicas": {"0": [0]}}
+    assert TopicAssignment.decode(moving.encode()) == moving
+    # a Kafka 2.x znode without an id or a reassignment reads with empty ones
+    old = TopicAssignment.decode(b'{"version":1,"partitions":{"0":[0,1]}}')
+    assert old == TopicAssignment({0: (0, 1)})
