@@ -23,7 +23,7 @@ from sparklog import __version__
 # Modules registered in this order; each provides add_parser(subparsers).
 COMMAND_MODULES = ("broker", "dump_log", "topics", "configs", "produce", "consume", "groups",
                    "partition_offsets", "perf", "verifiable", "transactions", "certs", "users",
-                   "acls", "cluster", "elect_leaders", "log_dirs")
+                   "acls", "cluster", "elect_leaders", "log_dirs", "reassign")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 

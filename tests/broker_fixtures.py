@@ -859,10 +859,10 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def running_cluster(zookeeper: ZooKeeperServer, tmp_path: Path, name: str,
+def running_cluster(zookeeper: ZooKeeperServer, directory: Path, name: str,
                     config: Mapping[str, str] | None = None) -> Iterator[Cluster]:
-    """A started ``Cluster`` under chroot ``/<name>``, stopped (and checked) afterwards."""
-    running = Cluster(zookeeper, tmp_path, name, config=config)
+    """A started ``Cluster`` for the block, stopped (each broker checked) after it."""
+    running = Cluster(zookeeper, directory, name, config=config)
     try:
         yield running.start()
     finally:

@@ -6,11 +6,15 @@ factor above the brokers is refused; a dead leader is replaced by the first live
 replica with a higher leader epoch, a partition without one goes offline (leader -1)
 unless unclean election is on, and dead followers leave the ISR; the preferred replica
 takes leadership back only once alive and in sync; ElectLeaders' PREFERRED and UNCLEAN
-elections follow Kafka's rules and say why they did not happen.
+elections follow Kafka's rules and say why they did not happen. A reassignment lists the
+target first, records what it adds and removes, can be cancelled back to the original
+replicas, refuses bad targets, and completes only once every target replica is in sync,
+with a leader from the target in a new epoch. The topic znode is Kafka's (topic id, reassignment).
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -19,7 +23,8 @@ from hypothesis import strategies as st
 
 from sparklog.cluster.assignment import assign_replicas
 from sparklog.cluster.controller import PREFERRED, UNCLEAN, elect, prefer, requested_election
-from sparklog.cluster.layout import PartitionState
+from sparklog.cluster.layout import PartitionState, TopicAssignment
+from sparklog.cluster.reassignment import complete, original, reassign, target
 from sparklog.errors import ErrorCode, KafkaError
 
 racks_of = st.dictionaries(st.integers(0, 20), st.sampled_from([None, "a", "b", "c"]),
@@ -96,3 +101,56 @@ def test_requested_elections() -> None:
         PartitionState(1, 6, (1,), 5)  # the in-sync one first
     assert requested_election((1, 2, 3), offline, set(), UNCLEAN, 5) == \
         ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+
+
+def test_reassignment_plans() -> None:
+    start = TopicAssignment({0: (0, 1), 1: (1, 2)}, "a" * 32)
+    moved, errors = reassign(start, {0: (1, 2)}, {0, 1, 2})
+    assert errors == {0: None}
+    # target first, then the replicas it drops; what it adds and removes is recorded
+    assert moved.partitions == {0: (1, 2, 0), 1: (1, 2)}
+    assert moved.adding == {0: (2,)} and moved.removing == {0: (0,)}
+    # (as in Kafka, the original replicas are RS minus adding: their order is not kept)
+    assert (set(original(moved, 0)), target(moved, 0)) == ({0, 1}, (1, 2))
+    # a cancel heads back to the original replicas, dropping the one being added
+    cancelled, errors = reassign(moved, {0: None}, {0, 1, 2})
+    assert errors == {0: None}
+    assert set(target(cancelled, 0)) == {0, 1} and cancelled.removing == {0: (2,)}
+    assert not cancelled.adding
+    # the same replicas reordered take effect at once; refusals change nothing
+    reordered, _ = reassign(start, {1: (2, 1)}, {0, 1, 2})
+    assert reordered.partitions[1] == (2, 1) and not (reordered.adding or reordered.removing)
+    same, errors = reassign(start, {0: (0, 0), 1: None, 2: (0,), 3: (7,)}, {0, 1, 2})
+    assert same == start
+    assert {p: e.code for p, e in errors.items() if e is not None} == {
+        0: ErrorCode.INVALID_REPLICA_ASSIGNMENT, 1: ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+        2: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 3: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    _, errors = reassign(start, {0: (0, 1, 2)}, {0, 1, 2}, allow_factor_change=False)
+    assert errors[0] is not None and errors[0].code == ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+def test_reassignment_completes_once_the_target_is_in_sync() -> None:
+    moving, _ = reassign(TopicAssignment({0: (0, 1)}), {0: (1, 2)}, {0, 1, 2})
+    catching_up = PartitionState(leader=0, leader_epoch=3, isr=(0, 1), controller_epoch=2)
+    assert complete(moving, 0, catching_up, {0, 1, 2}, 5) is None
+    # all of the target in sync: a leader from the target, a new epoch, the ISR trimmed
+    in_sync = PartitionState(leader=0, leader_epoch=3, isr=(0, 1, 2), controller_epoch=2)
+    assert complete(moving, 0, in_sync, {0, 1, 2}, 5) == (PartitionState(1, 4, (1, 2), 5),
+                                                          (1, 2))
+    led_by_target = PartitionState(leader=2, leader_epoch=3, isr=(2, 0, 1), controller_epoch=2)
+    assert complete(moving, 0, led_by_target, {0, 1, 2}, 5) == (
+        PartitionState(2, 4, (2, 1), 5), (1, 2))
+
+
+def test_topic_znode_is_kafkas_format() -> None:
+    moving = TopicAssignment({0: (1, 2, 0)}, "0123456789abcdef0123456789abcdef",
+                             adding={0: (2,)}, removing={0: (0,)})
+    value = json.loads(moving.encode())
+    # Kafka 2.8's version 3: the topic id as unpadded URL-safe base64 of its 16 bytes
+    assert value == {"version": 3, "topic_id": "ASNFZ4mrze8BI0VniavN7w",
+                     "partitions": {"0": [1, 2, 0]}, "adding_replicas": {"0": [2]},
+                     "removing_replicas": {"0": [0]}}
+    assert TopicAssignment.decode(moving.encode()) == moving
+    # a Kafka 2.x znode without an id or a reassignment reads with empty ones
+    old = TopicAssignment.decode(b'{"version":1,"partitions":{"0":[0,1]}}')
+    assert old == TopicAssignment({0: (0, 1)})

@@ -139,7 +139,9 @@ def test_version_table() -> None:
     assert ADVERTISED[ApiKey.WRITE_TXN_MARKERS] == (1, 1)  # kio has no v0: Kafka 4 dropped it
     assert ADVERTISED[ApiKey.ELECT_LEADERS] == (0, 2)
     assert ADVERTISED[ApiKey.DESCRIBE_LOG_DIRS] == (1, 5)  # kio has no v0: Kafka 4 dropped it
-    assert len(ADVERTISED) == 40
+    assert ADVERTISED[ApiKey.ALTER_PARTITION_REASSIGNMENTS] == (0, 1)
+    assert ADVERTISED[ApiKey.LIST_PARTITION_REASSIGNMENTS] == (0, 0)
+    assert len(ADVERTISED) == 42
     assert list(ADVERTISED) == sorted(ADVERTISED)
 
 
@@ -147,7 +149,9 @@ def test_version_table() -> None:
 FIRST_FLEXIBLE = {ApiKey.WRITE_TXN_MARKERS: 0, ApiKey.DESCRIBE_TRANSACTIONS: 0,
                   ApiKey.LIST_TRANSACTIONS: 0, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
                   ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0, ApiKey.METADATA: 9,
-                  ApiKey.ELECT_LEADERS: 2, ApiKey.DESCRIBE_LOG_DIRS: 2}
+                  ApiKey.ELECT_LEADERS: 2, ApiKey.DESCRIBE_LOG_DIRS: 2,
+                  ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
+                  ApiKey.LIST_PARTITION_REASSIGNMENTS: 0}
 """The first flexible version (tagged fields) of the APIs served in one."""
 
 

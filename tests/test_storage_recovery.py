@@ -259,3 +259,26 @@ def test_idempotent_producer_state_survives_restarts(
         log.append(producer_batch(1, 2, epoch=1), now_ms=NOW)
     assert log.append(producer_batch(1, 0, epoch=1), now_ms=NOW).duplicate
     assert log.log_end_offset == end
+
+
+def test_local_partitions_survive_a_restart(tmp_path: Path) -> None:
+    """In a cluster a broker holds logs of some partitions only: which ones is kept across
+    restarts, and a leftover directory of a partition held elsewhere is removed."""
+    data_dir = tmp_path / "local"
+    manager = LogManager(data_dir, clock=Clock())
+    manager.create_topic("placed", 3, local=[1])
+    manager.open_partition("placed", 2)
+    manager.get_log("placed", 2).append(make_batch(), now_ms=NOW)
+    manager.delete_partition("placed", 1)
+    assert sorted(p.name for p in data_dir.glob("placed-*")) == ["placed-2"]
+    manager.close()
+    (data_dir / "placed-0").mkdir()  # say, a crash while a replica moved away
+    reopened = LogManager(data_dir, clock=Clock())
+    try:
+        assert reopened.topics["placed"].local == [2]
+        assert reopened.topics["placed"].partitions == 3
+        assert sorted(tp for tp in reopened.logs) == [("placed", 2)]
+        assert reopened.get_log("placed", 2).log_end_offset == 1
+        assert not (data_dir / "placed-0").exists()
+    finally:
+        reopened.close()

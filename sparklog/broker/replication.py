@@ -42,8 +42,6 @@ Invariants:
   watermark passed the marker.
 - SCRAM credentials and ACLs are the cluster's, in ZooKeeper (``BrokerSecurity.join_cluster``,
   loaded before the broker registers as started), not the data directory's.
-- Each broker keeps a local log for every partition of every topic (empty where it holds no
-  replica), created when the topic's assignment appears.
 - A topic's config is ZooKeeper's (``/config/topics/<t>``): ``set_topic_config`` writes it
   there (with Kafka's change notification), and every broker applies what ZooKeeper holds
   to its local logs when a notification names the topic and whenever the topic's
@@ -54,6 +52,16 @@ Invariants:
   NOT_CONTROLLER), after the election, once this broker's own view shows each new leader
   (REQUEST_TIMED_OUT for one that did not show within the request's timeout), as Kafka's
   controller broker answers it.
+- Logs follow the assignment: a broker keeps every topic's metadata (partition count,
+  configs, id: Metadata and DescribeConfigs answer for any topic), but a log only for the
+  partitions it is a replica of, created when it is added to a partition's replicas (then it
+  takes the role the partition's state gives it) and deleted when it is removed (fetcher
+  stopped, waiting requests answered NOT_LEADER_OR_FOLLOWER, group and transaction
+  coordinator state unloaded, files removed). A data request for a partition without a
+  log here is answered as Kafka answers it: NOT_LEADER_OR_FOLLOWER (``leader_replica``).
+- A topic deleted from ZooKeeper is deleted here; a local topic whose id differs from the
+  cluster's (deleted and created again while this broker was away) is deleted and created
+  anew; at start-up, local non-internal topics the cluster no longer has are deleted.
 """
 
 from __future__ import annotations
@@ -61,16 +69,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sparklog.broker.inter_broker import InterBrokerSecurity
 from sparklog.broker.marker_channel import MarkerChannel
 from sparklog.broker.replica_fetcher import follow
-from sparklog.cluster.assignment import assign_replicas
+from sparklog.cluster.assignment import assign_replicas, check_assignment
 from sparklog.cluster.controller import ControllerConfig, FencedError
-from sparklog.cluster.layout import NO_LEADER, BrokerInfo, Endpoint, PartitionState
+from sparklog.cluster.layout import (
+    NO_LEADER,
+    BrokerInfo,
+    Endpoint,
+    PartitionState,
+    TopicAssignment,
+)
 from sparklog.cluster.session import ClusterSession
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.coordinator.txn_records import TRANSACTION_TOPIC
@@ -86,6 +101,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 
 @dataclass
@@ -94,7 +110,7 @@ class Replica:
 
     topic: str
     partition: int
-    epochs: LeaderEpochCache
+    local_epochs: LeaderEpochCache | None = None  # set while this broker has the log
     replicas: tuple[int, ...] = ()
     state: PartitionState | None = None
     controller_epoch: int = -1
@@ -109,6 +125,18 @@ class Replica:
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+    @property
+    def local(self) -> bool:
+        """True while this broker is one of the partition's replicas (it has the log)."""
+        return self.local_epochs is not None
+
+    @property
+    def epochs(self) -> LeaderEpochCache:
+        if self.local_epochs is None:
+            raise KafkaError(f"no replica of {self.name} here",
+                             ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return self.local_epochs
 
     @property
     def leader(self) -> int:
@@ -142,6 +170,7 @@ class ReplicaManager:
         self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
         self.partitions: dict[TopicPartition, Replica] = {}
         self.session: ClusterSession | None = None
+        self._pruned = False  # local topics the cluster no longer has were deleted
         self._loop: asyncio.AbstractEventLoop | None = None
         self._isr_task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Future[None]] = set()
@@ -205,10 +234,13 @@ class ReplicaManager:
     def brokers(self, live: dict[int, BrokerInfo]) -> None:
         self._soon(setattr, self, "live", live)
 
+    def topic_names(self, names: set[str]) -> None:
+        self._soon(self._prune, names)
+
     def controller(self, broker_id: int) -> None:
         self._soon(setattr, self, "controller_id", broker_id)
 
-    def topic(self, name: str, assignment: dict[int, tuple[int, ...]] | None,
+    def topic(self, name: str, assignment: TopicAssignment | None,
               config: dict[str, str]) -> None:
         self._soon(self._set_topic, name, assignment, config)
 
@@ -220,22 +252,80 @@ class ReplicaManager:
             self._soon(self._apply_state, topic, partition, state)
 
     # -- applying it (event loop) --------------------------------------------------------
-    def _set_topic(self, name: str, assignment: dict[int, tuple[int, ...]] | None,
+    def _prune(self, names: set[str]) -> None:
+        """Once, on the first list of topics: delete local topics the cluster no longer
+        has (deleted while this broker was away). Internal topics are left alone."""
+        if self._pruned:
+            return
+        self._pruned = True
+        for name, topic in list(self.broker.logs.topics.items()):
+            if name not in names and not topic.internal:
+                log.warning("topic %s is not in the cluster any more: deleting its logs", name)
+                self._drop_topic(name)
+
+    def _set_topic(self, name: str, assignment: TopicAssignment | None,
                    config: dict[str, str]) -> None:
         if assignment is None:
-            self.assignments.pop(name, None)
+            self._drop_topic(name)
             return
-        self.assignments[name] = assignment
+        partitions = assignment.partitions
         logs = self.broker.logs
         local = logs.topics.get(name)
+        if local is not None and assignment.topic_id not in (None, local.topic_id):
+            log.warning("topic %s here is an earlier topic of that name (id %s, the cluster's "
+                        "is %s): deleting its logs", name, local.topic_id, assignment.topic_id)
+            self._drop_topic(name)
+            local = None
+        self.assignments[name] = partitions
         if local is None:
-            logs.create_topic(name, len(assignment), config)
+            logs.create_topic(name, len(partitions), config, topic_id=assignment.topic_id,
+                              internal=name in (OFFSETS_TOPIC, TRANSACTION_TOPIC), local=())
         else:
             self._set_topic_config(name, config)
-            if local.partitions < len(assignment):
-                logs.create_partitions(name, len(assignment))
-        for partition, replicas in assignment.items():
-            self._replica(name, partition).replicas = replicas
+            if local.partitions < len(partitions):
+                logs.create_partitions(name, len(partitions), local=())
+        for partition, replicas in sorted(partitions.items()):
+            replica = self._replica(name, partition)
+            replica.replicas = replicas
+            if self.broker_id in replicas:
+                self._add_local(replica)
+            else:
+                self._remove_local(replica)
+
+    def _drop_topic(self, name: str) -> None:
+        """The topic is gone from the cluster: drop its replicas, then its metadata."""
+        self.assignments.pop(name, None)
+        for tp in [tp for tp in self.partitions if tp[0] == name]:
+            self._remove_local(self.partitions.pop(tp))
+        if name in self.broker.logs.topics:
+            self.broker.logs.delete_topic(name)
+
+    def _add_local(self, replica: Replica) -> None:
+        """This broker became a replica: create the log and take the state's role."""
+        if replica.local:
+            return
+        partition_log = self.broker.logs.open_partition(replica.topic, replica.partition)
+        replica.local_epochs = LeaderEpochCache(partition_log.directory)
+        replica.high_watermark = 0
+        if replica.state is not None:
+            if replica.leader == self.broker_id:
+                self._become_leader(replica)
+                self._advance_high_watermark(replica)
+            else:
+                self._become_follower(replica)
+
+    def _remove_local(self, replica: Replica) -> None:
+        """This broker is no longer a replica: stop every role, then delete the log (if
+        there is one: a log from before the broker joined, or an earlier assignment)."""
+        tp = (replica.topic, replica.partition)
+        self._stop_fetcher(replica)
+        self._release(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._unload_coordinators(replica)
+        replica.local_epochs = None
+        replica.follower_leo, replica.last_fetch, replica.caught_up_ms = {}, {}, {}
+        if tp in self.broker.logs.logs:
+            self.broker.logs.delete_partition(*tp)
+            self.broker.notify_append(tp)  # fetches waiting on it answer now
 
     def _set_topic_config(self, name: str, config: dict[str, str]) -> None:
         """Apply the topic config ZooKeeper holds to the local logs (when it differs)."""
@@ -261,8 +351,7 @@ class ReplicaManager:
     def _replica(self, topic: str, partition: int) -> Replica:
         replica = self.partitions.get((topic, partition))
         if replica is None:
-            directory = self.broker.logs.get_log(topic, partition).directory
-            replica = Replica(topic, partition, LeaderEpochCache(directory))
+            replica = Replica(topic, partition)
             self.partitions[(topic, partition)] = replica
         return replica
 
@@ -281,6 +370,8 @@ class ReplicaManager:
         old, replica.state = replica.state, state
         changed = old is None or (old.leader, old.leader_epoch) != (state.leader,
                                                                    state.leader_epoch)
+        if not replica.local:  # the cluster's view only; a role once a replica is here
+            return
         if state.leader == self.broker_id:
             if changed:
                 self._become_leader(replica)
@@ -306,15 +397,19 @@ class ReplicaManager:
     def _become_follower(self, replica: Replica) -> None:
         self._stop_fetcher(replica)
         self._release(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._unload_coordinators(replica)
+        if replica.leader != NO_LEADER and self.broker_id in replica.replicas:
+            log.info("%s: following broker %d in epoch %d", replica.name, replica.leader,
+                     replica.leader_epoch)
+            replica.fetcher = asyncio.create_task(follow(self, replica))
+
+    def _unload_coordinators(self, replica: Replica) -> None:
+        """This broker stops leading the replica: a coordinator loaded from it unloads."""
         if replica.topic == OFFSETS_TOPIC and replica.partition in self.broker.coordinator.loaded:
             self.broker.coordinator.unload(replica.partition)
         txn = self.broker.txn_coordinator
         if replica.topic == TRANSACTION_TOPIC and replica.partition in txn.loaded:
             txn.unload(replica.partition)
-        if replica.leader != NO_LEADER and self.broker_id in replica.replicas:
-            log.info("%s: following broker %d in epoch %d", replica.name, replica.leader,
-                     replica.leader_epoch)
-            replica.fetcher = asyncio.create_task(follow(self, replica))
 
     @staticmethod
     def _stop_fetcher(replica: Replica) -> None:
@@ -329,7 +424,7 @@ class ReplicaManager:
         if replica is None or topic not in self.assignments:
             raise KafkaError(f"unknown partition {topic}-{partition}",
                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        if replica.leader == self.broker_id:
+        if replica.leader == self.broker_id and replica.local:
             return replica
         if replica.leader == NO_LEADER:
             raise KafkaError(f"{replica.name} has no leader", ErrorCode.LEADER_NOT_AVAILABLE)
@@ -533,7 +628,7 @@ class ReplicaManager:
         """Wait until the ISR has everything this leader appended to ``topic-partition``
         (as acks=all: NOT_ENOUGH_REPLICAS_AFTER_APPEND below ``min.insync.replicas``)."""
         replica = self.partitions.get((topic, partition))
-        if replica is None:
+        if replica is None or not replica.local:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         code = await self.wait_replicated(replica, self.log(replica).log_end_offset, timeout_s)
         if code == ErrorCode.NONE and len(replica.isr) < self._min_isr(replica):
@@ -541,21 +636,39 @@ class ReplicaManager:
         return code
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           config: dict[str, str], timeout_s: float = 0) -> None:
-        """Write a new topic's assignment to ZooKeeper; the controller elects its leaders,
-        which this waits up to ``timeout_s`` to hear of (Kafka's CreateTopics does too)."""
+                           config: dict[str, str], timeout_s: float = 0,
+                           manual: dict[int, tuple[int, ...]] | None = None) -> None:
+        """Write a new topic's assignment (``manual``, else round robin) to ZooKeeper; the
+        controller elects its leaders, which this waits up to ``timeout_s`` to hear of
+        (Kafka's CreateTopics does too)."""
         racks = {b: info.rack for b, info in self.live.items()}
-        assignment = assign_replicas(racks, partitions, replication_factor)
-        assert self._loop is not None and self.session is not None
-        created = await self._loop.run_in_executor(None, self.session.create_topic, name,
-                                                   assignment, config)
-        if not created:
+        replicas = assign_replicas(racks, partitions, replication_factor) if manual is None \
+            else check_assignment(racks, manual, len(next(iter(manual.values()))))
+        assignment = TopicAssignment(replicas, uuid.uuid4().hex)
+        assert self.session is not None
+        if not await self.zookeeper(self.session.create_topic, name, assignment, config):
             raise KafkaError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
+        await self.wait_for(lambda: self.led(name, range(partitions)), timeout_s)
+
+    def led(self, topic: str, partitions: Iterable[int]) -> bool:
+        """True once each of ``partitions`` of ``topic`` has a leader (as this broker hears)."""
+        return all((r := self.partitions.get((topic, p))) is not None and r.leader != NO_LEADER
+                   for p in partitions)
+
+    async def zookeeper(self, call: Callable[..., T], *args: Any) -> T:
+        """Run a blocking ZooKeeper call of the session off the event loop."""
+        assert self._loop is not None
+        return await self._loop.run_in_executor(None, call, *args)
+
+    async def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait (up to ``timeout_s``) until ``condition`` holds; whether it does."""
+        assert self._loop is not None
         deadline = self._loop.time() + timeout_s
-        while self._loop.time() < deadline and not all(
-                (r := self.partitions.get((name, p))) is not None and r.leader != NO_LEADER
-                for p in range(partitions)):
+        while not condition():
+            if self._loop.time() >= deadline:
+                return False
             await asyncio.sleep(0.05)
+        return True
 
     # -- ElectLeaders ----------------------------------------------------------------------
     async def elect_leaders(self, partitions: list[TopicPartition] | None, election: int,

@@ -7,7 +7,8 @@ Invariants:
   every partition with leader epoch ``LEADER_EPOCH``, the only replica and the only in-sync
   replica; the high watermark is the log end offset (nothing is acknowledged before it is
   in the log). With it, ``cluster`` (``replication.ReplicaManager``) says who leads what,
-  and handlers ask it first.
+  and handlers ask it first; ``get_log`` of a partition without a replica here answers
+  what Kafka answers (NOT_LEADER_OR_FOLLOWER, or UNKNOWN_TOPIC_OR_PARTITION).
 - Producer ids are handed out from blocks whose end is persisted before any id of the block
   is used, so ids are never reused across restarts; in a cluster the blocks come from
   ZooKeeper's ``/latest_producer_id_block`` (compare-and-set), unique across brokers, fetched
@@ -167,6 +168,8 @@ class Broker:
         refused = self.refused(topic, partition)
         if refused is not None:
             raise KafkaError(f"{topic}-{partition} refused by a fault hook", refused)
+        if self.cluster is not None and (topic, partition) not in self.logs.logs:
+            self.cluster.leader_replica(topic, partition)  # raises what a client should see
         return self.logs.get_log(topic, partition)
 
     @staticmethod

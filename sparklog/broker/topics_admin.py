@@ -8,10 +8,12 @@ Behaviour:
   per topic, with a message (v1+).
 - In a cluster (``broker.cluster``) CreateTopics writes the topic's replica assignment to
   ZooKeeper (``replication_factor`` replicas, round robin and rack-aware, -1 meaning
-  ``default.replication.factor``); every broker then creates its logs and the controller
+  ``default.replication.factor``, or the request's manual assignment over live brokers,
+  checked as Kafka checks it); every broker then creates its logs and the controller
   elects leaders, which the answer waits for (up to the request's ``timeout_ms``).
-  DeleteTopics and CreatePartitions are refused there (INVALID_REQUEST, saying so): not
-  yet propagated through ZooKeeper.
+  DeleteTopics and CreatePartitions go through ZooKeeper too (``cluster_topics.py``): the
+  controller deletes a topic, or elects the leaders of added partitions, and the answer
+  waits for it up to the request's timeout. ACL checks are the single node's.
 - DeleteTopics: removes the topic's logs and metadata; TOPIC_DELETION_DISABLED when
   ``delete.topic.enable`` is false.
 - CreatePartitions: only grows a topic (INVALID_PARTITIONS otherwise); ``validate_only``
@@ -28,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from sparklog.broker import cluster_topics
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
@@ -108,21 +111,34 @@ async def _create_in_cluster(broker: Broker, request: Any
         try:
             if not broker.security.allows_cluster(Operation.CREATE):
                 broker.security.require(Operation.CREATE, ResourceType.TOPIC, topic.name)
-            if topic.assignments:
-                raise KafkaError("manual replica assignments are not supported in a cluster "
-                                 "yet", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
             partitions = _requested_partitions(broker, topic)
             configs = {c.name: c.value for c in topic.configs if c.value is not None}
             broker.logs.create_topic(topic.name, partitions, configs, validate_only=True)
             factor = topic.replication_factor if topic.replication_factor != -1 else \
                 broker.config.get_int("default.replication.factor")
             await cluster.create_topic(topic.name, partitions, factor, configs,
-                                       request.timeout.total_seconds())
+                                       request.timeout.total_seconds(), _manual(topic))
         except KafkaError as exc:
             results.append((topic, exc.code, str(exc)))
         else:
             results.append((topic, ErrorCode.NONE, None))
     return results
+
+
+def _manual(topic: Any) -> dict[int, tuple[int, ...]] | None:
+    """A CreateTopics topic's manual assignment (partitions 0..n-1; a count or factor
+    besides must be -1 or agree with it); None without one."""
+    if not topic.assignments:
+        return None
+    assignment = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
+    if topic.num_partitions not in (-1, len(assignment)) or topic.replication_factor not in (
+            -1, *{len(r) for r in assignment.values()}):
+        raise KafkaError("give either a replica assignment or a partition count and "
+                         "replication factor, not both", ErrorCode.INVALID_REQUEST)
+    if sorted(assignment) != list(range(len(assignment))):
+        raise KafkaError("the assignment's partitions must be 0 to n-1",
+                         ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+    return assignment
 
 
 def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
@@ -151,29 +167,34 @@ def _refuse_internal(broker: Broker, name: str, change: str) -> None:
                          ErrorCode.INVALID_REQUEST)
 
 
-def _refuse_in_cluster(broker: Broker, change: str) -> None:
-    if broker.cluster is not None:
-        raise KafkaError(f"{change} in a ZooKeeper cluster is not supported yet",
-                         ErrorCode.INVALID_REQUEST)
-
-
 @handles(ApiKey.DELETE_TOPICS, versions=(0, 3))
 async def delete_topics(broker: Broker, header: RequestHeader,
                         request: DeleteTopicsRequest) -> Any:
     build = Build(header)
-
-    def delete(name: str) -> None:
-        broker.security.require(Operation.DELETE, ResourceType.TOPIC, name)
-        _refuse_in_cluster(broker, "deleting topics")
-        if not broker.config.get_bool("delete.topic.enable"):
-            raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
-        _refuse_internal(broker, name, "deleted")
-        broker.logs.delete_topic(name)
-
+    cluster = broker.cluster
+    codes: dict[str, ErrorCode] = {}
+    for name in request.topic_names:
+        try:
+            broker.security.require(Operation.DELETE, ResourceType.TOPIC, name)
+            if not broker.config.get_bool("delete.topic.enable"):
+                raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
+            _refuse_internal(broker, name, "deleted")
+            if cluster is None:
+                broker.logs.delete_topic(name)
+            else:
+                await cluster_topics.request_deletion(cluster, name)
+        except KafkaError as exc:
+            codes[name] = exc.code
+        else:
+            codes[name] = ErrorCode.NONE
+    if cluster is not None:
+        requested = [name for name, code in codes.items() if code == ErrorCode.NONE]
+        for name in await cluster_topics.wait_deleted(cluster, requested,
+                                                      request.timeout.total_seconds()):
+            codes[name] = ErrorCode.REQUEST_TIMED_OUT
     return build.response(responses=tuple(
         build("DeletableTopicResult", name=name, error_code=code)
-        for name, code, _ in _each(request.topic_names, delete)
-    ))
+        for name, code in codes.items()))
 
 
 @handles(ApiKey.CREATE_PARTITIONS, versions=(0, 1))
@@ -182,15 +203,31 @@ async def create_partitions(broker: Broker, header: RequestHeader,
     build = Build(header)
     added = sum(_added_partitions(broker, t) for t in request.topics)
 
-    def grow(topic: Any) -> None:
+    def check(topic: Any) -> None:
         broker.security.require(Operation.ALTER, ResourceType.TOPIC, topic.name)
-        _refuse_in_cluster(broker, "adding partitions")
         _refuse_internal(broker, topic.name, "given more partitions")
+
+    def grow(topic: Any) -> None:
+        check(topic)
         broker.logs.create_partitions(topic.name, topic.count,
                                       validate_only=request.validate_only)
 
+    if broker.cluster is None:
+        results = list(_each(request.topics, grow, added))
+    else:
+        results = []
+        for topic, code, message in list(_each(request.topics, check, added)):
+            if code == ErrorCode.NONE:
+                try:
+                    await cluster_topics.add_partitions(
+                        broker.cluster, topic.name, topic.count,
+                        [a.broker_ids for a in topic.assignments or ()], request.validate_only,
+                        request.timeout.total_seconds())
+                except KafkaError as exc:
+                    code, message = exc.code, str(exc)
+            results.append((topic, code, message))
     return build.response(results=tuple(
         build("CreatePartitionsTopicResult", name=topic.name, error_code=code,
               error_message=message)
-        for topic, code, message in _each(request.topics, grow, added)
+        for topic, code, message in results
     ))

@@ -41,7 +41,9 @@ RANGES = {ApiKey.FETCH: (4, 11), ApiKey.LIST_OFFSETS: (1, 5), ApiKey.METADATA: (
 OPTIONAL = {ApiKey.FIND_COORDINATOR: (1, 2), ApiKey.INIT_PRODUCER_ID: (0, 1),
             ApiKey.END_TXN: (0, 2), ApiKey.WRITE_TXN_MARKERS: (1, 1),
             ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 1),
-            ApiKey.DESCRIBE_LOG_DIRS: (1, 5)}
+            ApiKey.DESCRIBE_LOG_DIRS: (1, 5),
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0)}
 """The versions it can speak of the APIs it uses where a broker offers them."""
 API_NAMES = {ApiKey.FETCH: "Fetch", ApiKey.LIST_OFFSETS: "ListOffsets",
              ApiKey.METADATA: "Metadata", ApiKey.FIND_COORDINATOR: "FindCoordinator",
@@ -49,7 +51,9 @@ API_NAMES = {ApiKey.FETCH: "Fetch", ApiKey.LIST_OFFSETS: "ListOffsets",
              ApiKey.WRITE_TXN_MARKERS: "WriteTxnMarkers",
              ApiKey.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
              ApiKey.LIST_TRANSACTIONS: "ListTransactions",
-             ApiKey.DESCRIBE_LOG_DIRS: "DescribeLogDirs"}
+             ApiKey.DESCRIBE_LOG_DIRS: "DescribeLogDirs",
+             ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
+             ApiKey.LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments"}
 
 _SIZE = struct.Struct(">i")
 

@@ -9,11 +9,13 @@ Invariants:
   min(replication factor, racks) racks.
 - A replication factor above the live brokers is refused (INVALID_REPLICATION_FACTOR), as
   Kafka refuses it, rather than under-replicating from birth.
+- A manual assignment (``check_assignment``) names distinct, existing brokers per partition,
+  the same number for every partition (INVALID_REPLICA_ASSIGNMENT otherwise).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from sparklog.errors import ErrorCode, KafkaError
 
@@ -61,3 +63,24 @@ def assign_replicas(brokers: Mapping[int, str | None], partitions: int,
                 replicas.append(candidate)
         assignment[p] = tuple(replicas)
     return assignment
+
+
+def check_assignment(brokers: Collection[int], assignment: Mapping[int, Sequence[int]],
+                     replication_factor: int | None = None) -> dict[int, tuple[int, ...]]:
+    """A manual assignment (CreatePartitions, CreateTopics, reassignments) as Kafka checks
+    it: each partition's replicas are distinct brokers that exist, and every partition has
+    the same number of them (``replication_factor`` when given)."""
+    checked = {}
+    for partition, replicas in sorted(assignment.items()):
+        if not replicas or len(set(replicas)) != len(replicas):
+            raise KafkaError(f"partition {partition}: replicas {list(replicas)} must be "
+                             "distinct brokers, at least one", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        unknown = sorted(set(replicas) - set(brokers))
+        if unknown:
+            raise KafkaError(f"partition {partition}: unknown broker(s) {unknown}",
+                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        if replication_factor is not None and len(replicas) != replication_factor:
+            raise KafkaError(f"partition {partition}: {len(replicas)} replicas, the topic has "
+                             f"{replication_factor}", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        checked[partition] = tuple(replicas)
+    return checked

@@ -23,6 +23,10 @@ Invariants:
   hands leadership back to each partition's preferred (first assigned) replica that is
   alive and in sync (``prefer``), a higher leader epoch again. Kafka first weighs each
   broker's imbalance ratio; here any partition away from its preferred leader moves.
+- Each pass first deletes the topics ``/admin/delete_topics`` asks to delete
+  (``topic_deletion``), so it never writes a state znode of a topic being deleted, and ends
+  by completing the partition reassignments whose target replicas are all in sync
+  (``reassignment``).
 - ``elect_leaders`` is the ElectLeaders API's election (``requested_election``): PREFERRED
   moves leadership to the preferred replica when it is alive and in sync
   (PREFERRED_LEADER_NOT_AVAILABLE otherwise, ELECTION_NOT_NEEDED when it leads already);
@@ -47,9 +51,11 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, RolledBackError
 
+from sparklog.cluster.fencing import FencedError
 from sparklog.cluster.layout import (
     BROKER_IDS,
     CONTROLLER_EPOCH,
+    DELETE_TOPICS,
     NO_LEADER,
     PREFERRED_REPLICA_ELECTION,
     TOPICS,
@@ -59,7 +65,11 @@ from sparklog.cluster.layout import (
     state_path,
     topic_path,
 )
+from sparklog.cluster.reassignment import Reassignments
+from sparklog.cluster.topic_deletion import delete_requested_topics
 from sparklog.errors import ErrorCode
+
+__all__ = ["Controller", "ControllerConfig", "FencedError", "elect", "prefer"]
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +157,7 @@ class Controller:
         self._stopped = threading.Event()
         self._work = threading.Lock()  # a pass or an ElectLeaders election, one at a time
         self._watched: set[str] = set()
+        self.reassignments = Reassignments(zk, self._on_change)
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
 
     def start(self) -> None:
@@ -155,6 +166,7 @@ class Controller:
         self.zk.ChildrenWatch(BROKER_IDS, self._on_change)
         self.zk.ChildrenWatch(TOPICS, self._on_topics)
         self.zk.DataWatch(PREFERRED_REPLICA_ELECTION, self._on_preferred_election)
+        self.zk.ChildrenWatch(DELETE_TOPICS, self._on_change)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -205,12 +217,13 @@ class Controller:
         leadership back to preferred replicas that are alive and in sync."""
         with self._work:
             live = {int(b) for b in self.zk.get_children(BROKER_IDS)}
-            retry = False
+            retry = not delete_requested_topics(self.zk, self.epoch_version)
             for topic, assignment in self._assignments():
                 unclean = self.config.unclean(topic)
                 for partition, replicas in sorted(assignment.items()):
                     retry |= not self._update(topic, partition, replicas, live, unclean,
                                               preferred)
+            retry |= not self.reassignments.advance(live, self.epoch, self.epoch_version)
         if retry:
             self._requests.put(True)
 
@@ -313,8 +326,4 @@ class Controller:
         log.info("%s-%d: leader %d, leader epoch %d, isr %s (controller epoch %d)", topic,
                  partition, new.leader, new.leader_epoch, list(new.isr), self.epoch)
         return True
-
-
-class FencedError(Exception):
-    """A newer controller took office: this one must stop writing."""
 

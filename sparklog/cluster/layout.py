@@ -5,22 +5,27 @@ Invariants:
   reads a sparklog cluster with ``zkCli`` exactly like a Kafka 2.x one.
 - ``/brokers/ids/<id>`` (ephemeral) is a ``BrokerInfo``; ``/controller`` (ephemeral) names
   the controller; ``/controller_epoch`` (persistent) is the controller epoch as a decimal;
-  ``/brokers/topics/<t>`` is the replica assignment (first replica = preferred leader);
+  ``/brokers/topics/<t>`` is a ``TopicAssignment``: the replicas per partition (first =
+  preferred leader), the topic id (Kafka's base64 form on the wire, hex here) and KIP-455's
+  ``adding_replicas`` / ``removing_replicas`` while a reassignment is in flight;
   ``/brokers/topics/<t>/partitions/<p>/state`` is a ``PartitionState``; ``/config/topics/<t>``
   holds a topic's config overrides, and each change of them is announced by a sequential
   ``/config/changes/config_change_<seq>`` naming ``topics/<t>`` (Kafka's version 2
   notification); ``/admin/preferred_replica_election`` (Kafka's ``{"version":1,
   "partitions":[{"topic":..,"partition":..}]}``) asks the controller for preferred
   elections; ``/latest_producer_id_block`` the last producer-id block handed out (its end
-  is the next block's start).
+  is the next block's start); ``/admin/delete_topics/<t>`` (empty) asks the controller to
+  delete topic ``t``.
 - Decoding is lenient on fields Kafka added over the years (absent ones take Kafka's
   defaults), strict on what the cluster needs (a state without a leader is an error).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -31,10 +36,11 @@ CONTROLLER_EPOCH = "/controller_epoch"
 TOPIC_CONFIGS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
+DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CLUSTER_ID = "/cluster/id"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, "/config/changes", "/admin/delete_topics",
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, "/config/changes", DELETE_TOPICS,
                     "/isr_change_notification")
 
 NO_LEADER = -1
@@ -54,6 +60,10 @@ def state_path(topic: str, partition: int) -> str:
 
 def config_path(topic: str) -> str:
     return f"{TOPIC_CONFIGS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
 
 
 def _now_ms() -> str:
@@ -152,15 +162,62 @@ class PartitionState:
                    zk_version)
 
 
-def encode_assignment(assignment: dict[int, tuple[int, ...]]) -> bytes:
-    return _dump({"version": 2, "partitions": {str(p): list(r) for p, r in
-                                                 sorted(assignment.items())},
-                  "adding_replicas": {}, "removing_replicas": {}})
+Replicas = dict[int, tuple[int, ...]]
 
 
-def decode_assignment(data: bytes) -> dict[int, tuple[int, ...]]:
-    value = json.loads(data)
-    return {int(p): tuple(int(b) for b in r) for p, r in value["partitions"].items()}
+def _replicas(value: dict[str, Any] | None) -> Replicas:
+    return {int(p): tuple(int(b) for b in r) for p, r in (value or {}).items()}
+
+
+def _listed(replicas: Replicas) -> dict[str, list[int]]:
+    return {str(p): list(r) for p, r in sorted(replicas.items())}
+
+
+def encode_topic_id(topic_id: str) -> str:
+    """Kafka's text form of a topic id (URL-safe base64 of its 16 bytes, unpadded)."""
+    return base64.urlsafe_b64encode(uuid.UUID(hex=topic_id).bytes).rstrip(b"=").decode()
+
+
+def decode_topic_id(text: str) -> str:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))).hex
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    """``/brokers/topics/<t>``: ``partitions`` maps each partition to its replicas (during a
+    reassignment: target + original, KIP-455), ``adding`` / ``removing`` the replicas a
+    reassignment adds and removes; ``zk_version`` is the compare-and-set token."""
+
+    partitions: Replicas
+    topic_id: str | None = None
+    adding: Replicas = field(default_factory=dict)
+    removing: Replicas = field(default_factory=dict)
+    zk_version: int = field(default=-1, compare=False)
+
+    def encode(self) -> bytes:
+        value: dict[str, Any] = {"version": 2, "partitions": _listed(self.partitions),
+                                 "adding_replicas": _listed(self.adding),
+                                 "removing_replicas": _listed(self.removing)}
+        if self.topic_id is not None:
+            value["version"], value["topic_id"] = 3, encode_topic_id(self.topic_id)
+        return _dump(value)
+
+    @classmethod
+    def decode(cls, data: bytes, zk_version: int = -1) -> TopicAssignment:
+        value = json.loads(data)
+        topic_id = value.get("topic_id")
+        return cls(_replicas(value["partitions"]),
+                   None if topic_id is None else decode_topic_id(topic_id),
+                   _replicas(value.get("adding_replicas")),
+                   _replicas(value.get("removing_replicas")), zk_version)
+
+
+def encode_assignment(assignment: Replicas) -> bytes:
+    return TopicAssignment(assignment).encode()
+
+
+def decode_assignment(data: bytes) -> Replicas:
+    return TopicAssignment.decode(data).partitions
 
 
 def encode_controller(broker_id: int) -> bytes:

@@ -11,7 +11,8 @@ Invariants:
   ``Controller`` with that epoch; losing the session stops it. Every broker watches
   ``/controller`` and runs again when it goes.
 - ``listener`` hears everything the cluster says, on kazoo's threads: live brokers
-  (``brokers``), topics and their assignments and configs (``topic``), partition states
+  (``brokers``), the names of every topic (``topic_names``, the whole list on each change),
+  topics and their assignments and configs (``topic``, None once deleted), partition states
   (``partition_state``, None while a partition has none), and the controller (``controller``).
   The listener hands them to its own thread; nothing here blocks on it.
 - ``deregister`` (controlled shutdown) deletes the registration and steps down as
@@ -20,7 +21,9 @@ Invariants:
   watches renew themselves (kazoo's recipes).
 - ``write_state`` is the leader's compare-and-set on a state znode (ISR changes): it writes
   only over the version it read and answers the new version, or None when someone else
-  wrote first.
+  wrote first. ``update_topic`` is the compare-and-set of a topic's assignment (added
+  partitions, reassignments), retried on a fresh read until it wins; ``delete_topic`` asks
+  the controller to delete a topic (``/admin/delete_topics/<t>``).
 - Topic configs, as Kafka 2.x's: ``write_topic_config`` replaces ``/config/topics/<t>`` then
   announces it with a sequential ``/config/changes/config_change_<seq>``; every broker
   watches ``/config/changes`` and hands each topic named by a notification it has not
@@ -36,6 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from kazoo.client import KazooClient, KazooState
@@ -61,15 +65,15 @@ from sparklog.cluster.layout import (
     TOPICS,
     BrokerInfo,
     PartitionState,
+    TopicAssignment,
     broker_path,
     config_path,
-    decode_assignment,
     decode_cluster_id,
     decode_config_change,
     decode_controller,
     decode_producer_id_block_end,
     decode_topic_config,
-    encode_assignment,
+    delete_topic_path,
     encode_cluster_id,
     encode_config_change,
     encode_controller,
@@ -78,6 +82,7 @@ from sparklog.cluster.layout import (
     state_path,
     topic_path,
 )
+from sparklog.errors import UnknownTopicOrPartitionError
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +96,8 @@ class ClusterError(Exception):
 
 class ClusterListener(Protocol):
     def brokers(self, live: dict[int, BrokerInfo]) -> None: ...
-    def topic(self, name: str, assignment: dict[int, tuple[int, ...]] | None,
+    def topic_names(self, names: set[str]) -> None: ...
+    def topic(self, name: str, assignment: TopicAssignment | None,
               config: dict[str, str]) -> None: ...
     def partition_state(self, topic: str, partition: int,
                         state: PartitionState | None) -> None: ...
@@ -269,6 +275,7 @@ class ClusterSession:
         return not self._closed
 
     def _on_topics(self, topics: list[str]) -> bool:
+        self.listener.topic_names(set(topics))
         for topic in topics:
             if topic not in self._topics:
                 self._topics.add(topic)
@@ -276,23 +283,23 @@ class ClusterSession:
         return not self._closed
 
     def _watch_assignment(self, topic: str) -> None:
-        def changed(data: bytes | None, _stat: object) -> bool:
-            return self._on_assignment(topic, data)
+        def changed(data: bytes | None, stat: object) -> bool:
+            return self._on_assignment(topic, data, stat)
 
         self.zk.DataWatch(topic_path(topic), changed)
 
-    def _on_assignment(self, topic: str, data: bytes | None) -> bool:
+    def _on_assignment(self, topic: str, data: bytes | None, stat: object) -> bool:
         if data is None:
             self._topics.discard(topic)
             self.listener.topic(topic, None, {})
             return False
-        assignment = decode_assignment(data)
+        assignment = TopicAssignment.decode(data, stat.version)  # type: ignore[attr-defined]
         try:
             config = decode_topic_config(self.zk.get(config_path(topic))[0])
         except NoNodeError:
             config = {}
         self.listener.topic(topic, assignment, config)
-        for partition in assignment:
+        for partition in assignment.partitions:
             self._watch_state(topic, partition)
         return not self._closed
 
@@ -302,6 +309,9 @@ class ClusterSession:
         self._states.add((topic, partition))
 
         def changed(data: bytes | None, stat: object) -> bool:
+            if data is None and topic not in self._topics:  # the topic was deleted
+                self._states.discard((topic, partition))
+                return False
             state = None if data is None else PartitionState.decode(data, stat.version)  # type: ignore[attr-defined]
             self.listener.partition_state(topic, partition, state)
             return not self._closed
@@ -349,7 +359,7 @@ class ClusterSession:
                 except NoNodeError:  # another writer purged it first
                     continue
 
-    def create_topic(self, topic: str, assignment: dict[int, tuple[int, ...]],
+    def create_topic(self, topic: str, assignment: TopicAssignment,
                      config: dict[str, str]) -> bool:
         """Write a new topic's config and assignment; False when it already exists."""
         if self.zk.exists(topic_path(topic)) is not None:
@@ -357,10 +367,49 @@ class ClusterSession:
         self.zk.ensure_path(config_path(topic))
         self.zk.set(config_path(topic), encode_topic_config(config))
         try:
-            self.zk.create(topic_path(topic), encode_assignment(assignment))
+            self.zk.create(topic_path(topic), assignment.encode())
         except NodeExistsError:
             return False
         return True
+
+    def update_topic(self, topic: str,
+                     change: Callable[[TopicAssignment], TopicAssignment | None],
+                     ) -> TopicAssignment | None:
+        """Compare-and-set ``/brokers/topics/<topic>`` to what ``change`` makes of it (None:
+        write nothing; it may raise to refuse); UNKNOWN_TOPIC_OR_PARTITION without the topic."""
+        while True:
+            try:
+                data, stat = self.zk.get(topic_path(topic))
+            except NoNodeError:
+                raise UnknownTopicOrPartitionError(f"unknown topic {topic}") from None
+            new = change(TopicAssignment.decode(data, stat.version))
+            if new is None:
+                return None
+            try:
+                self.zk.set(topic_path(topic), new.encode(), stat.version)
+                return new
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                raise UnknownTopicOrPartitionError(f"unknown topic {topic}") from None
+
+    def read_topics(self, topics: list[str]) -> dict[str, TopicAssignment]:
+        """The assignments of ``topics`` as ZooKeeper has them now (missing ones left out)."""
+        found = {}
+        for topic in topics:
+            try:
+                data, stat = self.zk.get(topic_path(topic))
+            except NoNodeError:
+                continue
+            found[topic] = TopicAssignment.decode(data, stat.version)
+        return found
+
+    def delete_topic(self, topic: str) -> None:
+        """Ask the controller to delete ``topic`` (Kafka's ``/admin/delete_topics/<t>``)."""
+        try:
+            self.zk.create(delete_topic_path(topic), makepath=True)
+        except NodeExistsError:
+            pass
 
     def allocate_producer_ids(self, size: int) -> tuple[int, int]:
         """The next block [start, end) of producer ids, by compare-and-set on Kafka's

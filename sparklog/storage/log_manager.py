@@ -1,9 +1,10 @@
 """The data directory: topic metadata, every partition log, checkpoints and clean shutdown.
 
 Layout of ``--data-dir`` (Kafka's where Kafka has one):
-- ``<topic>-<partition>/``: one PartitionLog each;
-- ``topics.json``: topic ids, partition counts and config overrides (Kafka keeps these in its
-  metadata log; one small atomically replaced file serves a single node);
+- ``<topic>-<partition>/``: one PartitionLog per local partition;
+- ``topics.json``: topic ids, partition counts, config overrides and, in a cluster, which
+  partitions have a replica here (Kafka keeps these in its metadata log; one small
+  atomically replaced file serves a single node);
 - ``meta.properties``: the cluster id and node id;
 - ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``;
 - ``.kafka_cleanshutdown``: present only after a clean close, removed at start-up;
@@ -15,8 +16,13 @@ Invariants:
   ``DataDirError`` and changes nothing.
 - Topic names are Kafka's: 1-249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``, and no two
   topics whose names are equal once ``.`` is read as ``_`` (Kafka's metric names collide).
-- ``topics.json`` is the source of truth: a partition directory whose topic is not in it is a
-  leftover of an interrupted delete and is removed at start-up.
+- ``topics.json`` is the source of truth: a partition directory whose topic is not in it, or
+  whose partition is not local, is a leftover of an interrupted delete and is removed at
+  start-up.
+- A topic knows every partition of the cluster (its count, configs, id); its *local*
+  partitions (``TopicMetadata.local``) each have a log. On a single node every partition is
+  local (``local_partitions`` None); in a cluster only those with a replica here
+  (``open_partition`` / ``delete_partition`` follow the assignment).
 - Metadata changes are written before the logs change (create: metadata then directories;
   delete: metadata then directories), so a crash between the two is repaired at start-up.
 - Segments removed by retention are renamed ``*.deleted`` and only unlinked after
@@ -67,6 +73,14 @@ class TopicMetadata:
     config: LogConfig
     internal: bool = False
     overrides_raw: dict[str, str] = field(default_factory=dict)
+    local_partitions: set[int] | None = None  # None: every partition (a single node)
+
+    @property
+    def local(self) -> list[int]:
+        """The partitions with a log here, ascending."""
+        if self.local_partitions is None:
+            return list(range(self.partitions))
+        return sorted(self.local_partitions)
 
 
 def validate_topic_name(name: str) -> None:
@@ -117,7 +131,7 @@ class LogManager:
         starts = read_checkpoint(data_dir / LOG_START_CHECKPOINT)
         started = time.monotonic()
         for topic in self.topics.values():
-            for partition in range(topic.partitions):
+            for partition in topic.local:
                 tp = (topic.name, partition)
                 self.logs[tp] = self._open_log(topic, partition, recovery.get(tp, 0),
                                                starts.get(tp, 0))
@@ -152,10 +166,12 @@ class LogManager:
         raw = json.loads(path.read_text())
         topics = {}
         for name, entry in raw["topics"].items():
+            local = entry.get("local_partitions")
             topics[name] = TopicMetadata(
                 name, entry["id"], entry["partitions"],
                 LogConfig.of(entry["configs"], self.topic_defaults),
                 entry.get("internal", False), dict(entry["configs"]),
+                None if local is None else set(local),
             )
         return topics
 
@@ -163,6 +179,7 @@ class LogManager:
         data = {"version": 1, "topics": {
             t.name: {"id": t.topic_id, "partitions": t.partitions, "configs": t.overrides_raw,
                      "internal": t.internal}
+            | ({} if t.local_partitions is None else {"local_partitions": t.local})
             for t in self.topics.values()}}
         write_atomically(self.data_dir / TOPICS_FILE, json.dumps(data, indent=1).encode())
 
@@ -176,7 +193,7 @@ class LogManager:
             match = _PARTITION_DIR.match(path.name)
             if match and (
                 match["topic"] not in self.topics
-                or int(match["partition"]) >= self.topics[match["topic"]].partitions
+                or int(match["partition"]) not in self.topics[match["topic"]].local
             ):
                 log.warning("removing %s: its topic or partition no longer exists", path)
                 shutil.rmtree(path, ignore_errors=True)
@@ -209,7 +226,11 @@ class LogManager:
         return found
 
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None = None,
-                     *, validate_only: bool = False, internal: bool = False) -> TopicMetadata:
+                     *, validate_only: bool = False, internal: bool = False,
+                     topic_id: str | None = None, local: Iterable[int] | None = None,
+                     ) -> TopicMetadata:
+        """A new topic; ``local`` (a cluster) names the partitions with a log here (default:
+        all), ``topic_id`` the cluster's id for it (default: a new one)."""
         validate_topic_name(name)
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
@@ -221,14 +242,15 @@ class LogManager:
         if partitions < 1:
             raise InvalidPartitionsError(f"partition count must be at least 1, not {partitions}")
         raw = {k: render(v) for k, v in (configs or {}).items()}
-        topic = TopicMetadata(name, uuid.uuid4().hex, partitions,
-                              LogConfig.of(raw, self.topic_defaults), internal, raw)
+        topic = TopicMetadata(name, topic_id or uuid.uuid4().hex, partitions,
+                              LogConfig.of(raw, self.topic_defaults), internal, raw,
+                              None if local is None else set(local))
         if validate_only:
             return topic
         _warn_deprecated(name, raw)
         self.topics[name] = topic
         self._save_topics()
-        for partition in range(partitions):
+        for partition in topic.local:
             self.logs[(name, partition)] = self._open_log(topic, partition, 0, 0)
         log.info("created topic %s with %d partitions %s", name, partitions, raw or "")
         return topic
@@ -237,24 +259,57 @@ class LogManager:
         topic = self.get_topic(name)
         del self.topics[name]
         self._save_topics()
-        for partition in range(topic.partitions):
-            partition_log = self.logs.pop((name, partition))
-            partition_log.discard()
-            for forget in self.on_log_deleted:
-                forget((name, partition))
-            # Segments awaiting file.delete.delay.ms go with the directory, now.
-            pending = [(due, s) for due, s in self._pending_deletes
-                       if s.directory == partition_log.directory]
-            for entry in pending:
-                self._pending_deletes.remove(entry)
-                entry[1].delete()
-            doomed = partition_log.directory.with_name(
-                f"{partition_log.directory.name}.{uuid.uuid4().hex}-delete")
-            partition_log.directory.rename(doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
+        for partition in topic.local:
+            self._remove_log(name, partition)
         log.info("deleted topic %s", name)
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+    def _remove_log(self, name: str, partition: int) -> None:
+        partition_log = self.logs.pop((name, partition))
+        partition_log.discard()
+        for forget in self.on_log_deleted:
+            forget((name, partition))
+        # Segments awaiting file.delete.delay.ms go with the directory, now.
+        pending = [(due, s) for due, s in self._pending_deletes
+                   if s.directory == partition_log.directory]
+        for entry in pending:
+            self._pending_deletes.remove(entry)
+            entry[1].delete()
+        doomed = partition_log.directory.with_name(
+            f"{partition_log.directory.name}.{uuid.uuid4().hex}-delete")
+        partition_log.directory.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def open_partition(self, name: str, partition: int) -> PartitionLog:
+        """Make ``partition`` of ``name`` local (a replica was assigned here): its log, new
+        and empty unless it is local already."""
+        topic = self.get_topic(name)
+        found = self.logs.get((name, partition))
+        if found is not None:
+            return found
+        if not 0 <= partition < topic.partitions:
+            raise UnknownTopicOrPartitionError(f"unknown partition {name}-{partition}")
+        if topic.local_partitions is None:
+            topic.local_partitions = set(topic.local)
+        topic.local_partitions.add(partition)
+        self._save_topics()
+        opened = self.logs[(name, partition)] = self._open_log(topic, partition, 0, 0)
+        log.info("%s-%d: log created (a replica here)", name, partition)
+        return opened
+
+    def delete_partition(self, name: str, partition: int) -> None:
+        """Drop ``partition``'s local log (its replica moved away); the topic stays."""
+        topic = self.get_topic(name)
+        if (name, partition) not in self.logs:
+            return
+        topic.local_partitions = set(topic.local) - {partition}
+        self._save_topics()
+        self._remove_log(name, partition)
+        log.info("%s-%d: log deleted (no replica here any more)", name, partition)
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                          local: Iterable[int] | None = None) -> None:
+        """Grow ``name`` to ``total`` partitions; ``local`` (a cluster) names the new ones
+        with a log here (default: all)."""
         topic = self.get_topic(name)
         if total <= topic.partitions:
             raise InvalidPartitionsError(
@@ -264,9 +319,15 @@ class LogManager:
         if validate_only:
             return
         old = topic.partitions
+        added = sorted(set(range(old, total)) if local is None
+                       else set(local) & set(range(old, total)))
+        if local is not None and topic.local_partitions is None:
+            topic.local_partitions = set(range(old))
+        if topic.local_partitions is not None:
+            topic.local_partitions |= set(added)
         topic.partitions = total
         self._save_topics()
-        for partition in range(old, total):
+        for partition in added:
             self.logs[(name, partition)] = self._open_log(topic, partition, 0, 0)
         log.info("topic %s now has %d partitions", name, total)
 
@@ -281,7 +342,7 @@ class LogManager:
         _warn_deprecated(name, raw.keys() - topic.overrides_raw.keys())
         topic.config, topic.overrides_raw = config, raw
         self._save_topics()
-        for partition in range(topic.partitions):
+        for partition in topic.local:
             self.logs[(name, partition)].update_config(config)
         log.info("topic %s configs now %s", name, raw)
         return config

@@ -205,7 +205,7 @@ def _replica_metrics(status: BrokerStatus) -> Iterator[Metric]:
          "Led partitions whose ISR is smaller than their replica set",
          sum(len(p.isr) < len(p.replicas) for p in led)),
         ("controller_kafkacontroller_offlinepartitionscount", "Partitions without a leader",
-         sum(p.leader < 0 for p in partitions)),
+         status.offline_partitions),
         ("controller_kafkacontroller_activecontrollercount",
          "1 on the active controller", int(status.controller_id == status.node_id)),
     ):
@@ -220,12 +220,10 @@ def _group_metrics(status: BrokerStatus) -> Iterator[Metric]:
                                 "Log end offset of the partition", labels=_PARTITION)
     oldest = GaugeMetricFamily("kafka_topic_partition_oldest_offset",
                                "Log start offset of the partition", labels=_PARTITION)
-    counts: dict[str, int] = {}
     for p in status.partitions:
-        counts[p.topic] = counts.get(p.topic, 0) + 1
         current.add_metric([p.topic, str(p.partition)], p.log_end_offset)
         oldest.add_metric([p.topic, str(p.partition)], p.log_start_offset)
-    for topic, count in sorted(counts.items()):
+    for topic, count in status.topic_partitions.items():
         topics.add_metric([topic], count)
     yield from (topics, current, oldest)
 

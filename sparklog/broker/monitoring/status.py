@@ -14,13 +14,17 @@ Invariants:
   (since each log was opened); bytes out are counted by the server per Fetch response.
 - A group's partitions are those it committed offsets for and those assigned to its members
   (as ``kafka-consumer-groups --describe`` lists them). Lag is the log end offset minus the
-  committed offset, never below 0; a partition without a committed offset has none.
+  committed offset, never below 0; a partition without a committed offset, or without a
+  log on this broker (in a cluster: no replica here), has none.
   Members' assignments are decoded only for Stable ``consumer`` groups; one that does not
   decode shows none.
 - Leader, replicas and ISR are this node for every partition on a single node, as Metadata
   answers (``broker/metadata.py``); in a cluster they are the replica manager's view (the
-  partition state znodes), for the partitions with a replica here, and ``controller_id`` is
-  the controller it knows. Under-replicated and offline counts are derived from them.
+  partition state znodes), for the partitions with a replica here (the only ones with a
+  log), and ``controller_id`` is the controller it knows. Under-replicated partitions are
+  counted over the led ones; ``topic_partitions`` is every topic's partition count and
+  ``offline_partitions`` the partitions without a leader, both the cluster's (the offline
+  count only on the controller, 0 elsewhere, as Kafka reports it).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ class GroupOffset:
     topic: str
     partition: int
     committed: int | None  # None: assigned, nothing committed yet
-    log_end_offset: int | None  # None: the partition no longer exists
+    log_end_offset: int | None  # None: no log of it here (gone, or in a cluster held elsewhere)
     lag: int | None
 
 
@@ -104,6 +108,8 @@ class BrokerStatus:
     groups: tuple[GroupStatus, ...]
     cleaner: CleanerStatus | None
     requests: RequestTotals
+    topic_partitions: dict[str, int]  # topic -> partitions, in the whole cluster
+    offline_partitions: int
 
 
 def take_status(broker: Broker, connections: dict[str, int], requests: RequestMetrics,
@@ -125,7 +131,19 @@ def take_status(broker: Broker, connections: dict[str, int], requests: RequestMe
         {name: f"{host}:{port}" for name, (host, port) in broker.advertised.items()},
         str(broker.data_dir),
         broker.now_ms(), connections, tuple(partitions), groups,
-        None if cleaner is None else _cleaner(cleaner, broker.now_ms()), requests.copy())
+        None if cleaner is None else _cleaner(cleaner, broker.now_ms()), requests.copy(),
+        {name: topic.partitions for name, topic in sorted(logs.topics.items())},
+        _offline(broker, partitions))
+
+
+def _offline(broker: Broker, partitions: list[PartitionStatus]) -> int:
+    cluster = broker.cluster
+    if cluster is None:
+        return sum(p.leader < 0 for p in partitions)
+    if cluster.controller_id != broker.node_id:
+        return 0
+    return sum(replica.leader < 0 for tp, replica in cluster.partitions.items()
+               if tp[0] in cluster.assignments)
 
 
 def _replication(broker: Broker, topic: str, partition: int
