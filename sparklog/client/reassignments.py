@@ -17,9 +17,9 @@ from datetime import timedelta
 from typing import Any
 
 from sparklog.client.cluster import TopicPartition
-from sparklog.client.errors import KafkaClientError, error_name
+from sparklog.client.errors import KafkaClientError
 from sparklog.client.kafka import KafkaClient
-from sparklog.errors import ErrorCode
+from sparklog.errors import ErrorCode, error_name
 from sparklog.protocol.versions import ApiKey
 
 
