@@ -5,9 +5,10 @@ One ZooKeeper and one cluster of three broker processes for the module (replicat
 relies on: a stream reading a replicated topic while the partition's leader is killed reads
 every acknowledged record exactly once and in order, and carries on after the election
 (the source's client retries NOT_LEADER_OR_FOLLOWER after a metadata refresh); a streaming
-write into a replicated topic whose leader is killed between micro-batches and within one
-finishes without a failed batch and without losing or duplicating a row (the sink's
-producers are idempotent and retry NOT_LEADER_OR_FOLLOWER).
+write into a replicated topic whose leader is killed mid-stream finishes without a failed
+batch and without losing or duplicating a row, at-least-once (the sink's producers are
+idempotent and retry NOT_LEADER_OR_FOLLOWER) and exactly-once (transactions on the
+cluster: the coordinator writes each commit's markers to whichever broker leads).
 """
 
 from __future__ import annotations
@@ -84,20 +85,22 @@ def test_stream_reads_through_a_leader_kill(spark: Any, cluster: Cluster,
     assert [r.offset for r in rows] == list(range(sent))
 
 
-def test_stream_writes_through_leader_kills(spark: Any, cluster: Cluster,
-                                            tmp_path: Path) -> None:
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
+def test_stream_writes_through_leader_kills(spark: Any, cluster: Cluster, tmp_path: Path,
+                                            guarantee: str) -> None:
     total = 20_000
-    create_topic(cluster.bootstrap, "raw", partitions=2, replication_factor=3)
-    produce_confluent(cluster.bootstrap, "raw", numbered(total), acks="all")
-    create_topic(cluster.bootstrap, "copied", partitions=1, replication_factor=3)
+    raw, copied = f"raw-{guarantee}", f"copied-{guarantee}"
+    create_topic(cluster.bootstrap, raw, partitions=2, replication_factor=3)
+    produce_confluent(cluster.bootstrap, raw, numbered(total), acks="all")
+    create_topic(cluster.bootstrap, copied, partitions=1, replication_factor=3)
     query = (spark.readStream.format("sparklog")
              .option("kafka.bootstrap.servers", cluster.bootstrap)
-             .option("subscribe", "raw").option("startingOffsets", "earliest")
+             .option("subscribe", raw).option("startingOffsets", "earliest")
              .option("maxOffsetsPerTrigger", "500").load()
              .selectExpr("value")
              .writeStream.format("sparklog")
              .option("kafka.bootstrap.servers", cluster.bootstrap)
-             .option("topic", "copied")
+             .option("topic", copied).option("deliveryGuarantee", guarantee)
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     def batches() -> int:
         return len(query.recentProgress)
@@ -105,9 +108,10 @@ def test_stream_writes_through_leader_kills(spark: Any, cluster: Cluster,
     for _ in range(2):  # kill the leader of the sink's partition twice, mid-stream
         done = batches()
         wait_until(lambda done=done: batches() > done + 2, message="batches written")
-        cluster.brokers[kill_leader(cluster, "copied")].start()
+        cluster.brokers[kill_leader(cluster, copied)].start()
     query.processAllAvailable()
     assert query.exception() is None
     query.stop()
-    written = consume_confluent(cluster.bootstrap, "copied", total)
+    written = consume_confluent(cluster.bootstrap, copied, total,
+                                **{"isolation.level": "read_committed"})
     assert sorted(int(r.value) for r in written) == list(range(total))
