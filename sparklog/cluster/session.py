@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -49,6 +49,7 @@ from kazoo.exceptions import (
     ConnectionLoss,
     NodeExistsError,
     NoNodeError,
+    SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
@@ -146,10 +147,10 @@ class ClusterSession:
         self.cluster_id = self._cluster_id()
         self._register(timeout_s + self.session_timeout_ms / 1000)
         self.zk.add_listener(self._on_session)
-        self.zk.ChildrenWatch(BROKER_IDS, self._on_brokers)
-        self.zk.ChildrenWatch(TOPICS, self._on_topics)
-        self.zk.DataWatch(CONTROLLER, self._on_controller)
-        self.zk.ChildrenWatch(CONFIG_CHANGES, self._on_config_changes)
+        self.zk.ChildrenWatch(BROKER_IDS, self._quiet(self._on_brokers))
+        self.zk.ChildrenWatch(TOPICS, self._quiet(self._on_topics))
+        self.zk.DataWatch(CONTROLLER, self._quiet(self._on_controller))
+        self.zk.ChildrenWatch(CONFIG_CHANGES, self._quiet(self._on_config_changes))
 
     def deregister(self) -> None:
         """Delete ``/brokers/ids/<id>`` but keep the session (and its watches): the
@@ -259,6 +260,19 @@ class ClusterSession:
                 continue
 
     # -- watches -------------------------------------------------------------------------
+    def _quiet(self, watch: Callable[..., bool]) -> Callable[..., bool]:
+        """``watch`` as a kazoo watch callback that, once ``close`` began, meets the closing
+        connection silently (its reads fail; nothing is left to report) instead of kazoo
+        logging the error."""
+        def quiet(*args: Any) -> bool:
+            try:
+                return watch(*args)
+            except (ConnectionLoss, ConnectionClosedError, SessionExpiredError):
+                if self._closed:
+                    return False
+                raise
+        return quiet
+
     def _on_brokers(self, children: list[str]) -> bool:
         live = {}
         for child in children:
@@ -267,10 +281,6 @@ class ClusterSession:
                                                      self.zk.get(broker_path(int(child)))[0])
             except NoNodeError:
                 continue
-            except (ConnectionLoss, ConnectionClosedError):
-                if self._closed:  # closing while a registration went: nothing to report
-                    return False
-                raise
         self.listener.brokers(live)
         return not self._closed
 
@@ -286,7 +296,7 @@ class ClusterSession:
         def changed(data: bytes | None, stat: object) -> bool:
             return self._on_assignment(topic, data, stat)
 
-        self.zk.DataWatch(topic_path(topic), changed)
+        self.zk.DataWatch(topic_path(topic), self._quiet(changed))
 
     def _on_assignment(self, topic: str, data: bytes | None, stat: object) -> bool:
         if data is None:
@@ -316,7 +326,7 @@ class ClusterSession:
             self.listener.partition_state(topic, partition, state)
             return not self._closed
 
-        self.zk.DataWatch(state_path(topic, partition), changed)
+        self.zk.DataWatch(state_path(topic, partition), self._quiet(changed))
 
     def _on_config_changes(self, children: list[str]) -> bool:
         """Hand each topic of the notifications not processed yet to the listener, with the
