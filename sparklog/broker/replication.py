@@ -204,11 +204,9 @@ class ReplicaManager:
         if self.session is not None and \
                 self.broker.config.get_bool("controlled.shutdown.enable"):
             await self._loop.run_in_executor(None, self.session.deregister)
-            deadline = self._loop.time() + timeout_s
-            while self._loop.time() < deadline and any(
-                    r.leader == self.broker_id and len(r.isr) > 1
-                    for r in self.partitions.values()):
-                await asyncio.sleep(0.05)
+            await self.wait_for(lambda: not any(
+                r.leader == self.broker_id and len(r.isr) > 1
+                for r in self.partitions.values()), timeout_s)
         if self._isr_task is not None:
             self._isr_task.cancel()
         for replica in self.partitions.values():
@@ -691,9 +689,7 @@ class ReplicaManager:
             replica = self.partitions.get(tp)
             return replica is not None and replica.leader_epoch >= elected[tp]
 
-        deadline = self._loop.time() + timeout_s
-        while not all(shown(tp) for tp in elected) and self._loop.time() < deadline:
-            await asyncio.sleep(0.02)
+        await self.wait_for(lambda: all(shown(tp) for tp in elected), timeout_s)
         return {tp: outcome if isinstance(outcome, ErrorCode) else
                 ErrorCode.NONE if shown(tp) else ErrorCode.REQUEST_TIMED_OUT
                 for tp, outcome in outcomes.items()}
