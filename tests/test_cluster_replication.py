@@ -135,7 +135,10 @@ def test_controller_failover_fences_the_old_controller(cluster: Cluster) -> None
         cluster.brokers[old_id].kill()
 
         def new_controller() -> bool:
-            data = zk.exists(CONTROLLER) and zk.get(CONTROLLER)[0]
+            try:  # the old controller's ephemeral znode may go between two reads
+                data = zk.get(CONTROLLER)[0]
+            except NoNodeError:
+                return False
             return bool(data) and json.loads(data)["brokerid"] != old_id \
                 and int(zk.get(CONTROLLER_EPOCH)[0]) > int(old_epoch)
 
