@@ -45,6 +45,7 @@ from broker_fixtures import (
 )
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka.protocol.producer import ProduceResponse
+from kazoo.exceptions import NoNodeError
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.cluster.controller import Controller, ControllerConfig, FencedError
