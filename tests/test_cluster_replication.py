@@ -45,11 +45,21 @@ from broker_fixtures import (
 )
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka.protocol.producer import ProduceResponse
+from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.cluster.controller import Controller, ControllerConfig, FencedError
-from sparklog.cluster.layout import CONTROLLER, CONTROLLER_EPOCH, PartitionState, state_path
+from sparklog.cluster.layout import (
+    CONTROLLER,
+    CONTROLLER_EPOCH,
+    PERSISTENT_PATHS,
+    PartitionState,
+    broker_path,
+    encode_assignment,
+    state_path,
+    topic_path,
+)
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
 from sparklog.errors import ErrorCode
 
@@ -153,6 +163,40 @@ def test_controller_failover_fences_the_old_controller(cluster: Cluster) -> None
         assert state.controller_epoch <= int(zk.get(CONTROLLER_EPOCH)[0])
     cluster.brokers[old_id].start()
     cluster.wait_for_isr("audit", {0, 1, 2})
+
+
+def test_a_bounced_broker_leaves_every_isr(zookeeper: ZooKeeperServer) -> None:
+    """A broker restarted between two controller passes (its registration gone and back
+    before the controller looked) is handled as dead, then live: out of the ISR it is in,
+    its leadership moved, as a SIGTERM then a quick restart must give."""
+    zk = KazooClient(hosts=zookeeper.connect)
+    zk.start(timeout=30)
+    try:
+        zk.ensure_path("/bounced")
+        zk.chroot = "/bounced"
+        for path in PERSISTENT_PATHS:
+            zk.ensure_path(path)
+        zk.create(CONTROLLER_EPOCH, b"1")
+        for broker_id in (0, 1, 2):
+            zk.create(broker_path(broker_id), b"{}", ephemeral=True)
+        zk.create(topic_path("followed"), encode_assignment({0: (0, 1, 2)}))
+        zk.create(topic_path("led"), encode_assignment({0: (2, 0, 1)}))
+        controller = Controller(zk, 0, 1, zk.exists(CONTROLLER_EPOCH).version,
+                                ControllerConfig(lambda _: False))
+        controller.reconcile()
+        assert PartitionState.decode(*_state(zk, "followed")) == \
+            PartitionState(0, 0, (0, 1, 2), 1)
+        assert PartitionState.decode(*_state(zk, "led")) == PartitionState(2, 0, (2, 0, 1), 1)
+
+        zk.delete(broker_path(2))  # broker 2 restarts: a new registration, a new epoch
+        zk.create(broker_path(2), b"{}", ephemeral=True)
+        controller.reconcile()
+        controller.reconcile()  # the pass after, with broker 2 live again
+        assert PartitionState.decode(*_state(zk, "followed")) == PartitionState(0, 0, (0, 1), 1)
+        assert PartitionState.decode(*_state(zk, "led")) == PartitionState(0, 1, (0, 1), 1)
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def _state(zk: object, topic: str) -> tuple[bytes, int]:

@@ -18,6 +18,11 @@ Invariants:
   the partition goes offline (leader -1, the ISR kept) unless unclean election is enabled
   for its topic, which elects the first live replica and logs the possible loss. Dead
   followers leave the ISR; a new partition's ISR is its live replicas.
+- A broker is live while ``/brokers/ids/<id>`` exists; the znode's creation zxid is its
+  broker epoch (KIP-380). A broker whose epoch changed between two passes restarted in
+  between (a bounce too quick for the pass to see it gone): the pass first handles it as
+  dead (out of every ISR, its leaderships moved), then as live again, as Kafka's
+  controller does, so a restarted replica rejoins an ISR only by catching up again.
 - With ``auto.leader.rebalance.enable`` (``rebalance_interval_s``:
   ``leader.imbalance.check.interval.seconds``) a pass without changes to wait for also
   hands leadership back to each partition's preferred (first assigned) replica that is
@@ -60,6 +65,7 @@ from sparklog.cluster.layout import (
     PREFERRED_REPLICA_ELECTION,
     TOPICS,
     PartitionState,
+    broker_path,
     decode_assignment,
     decode_partitions,
     state_path,
@@ -157,6 +163,7 @@ class Controller:
         self._stopped = threading.Event()
         self._work = threading.Lock()  # a pass or an ElectLeaders election, one at a time
         self._watched: set[str] = set()
+        self._broker_epochs: dict[int, int] = {}  # live broker -> its epoch, last pass
         self.reassignments = Reassignments(zk, self._on_change)
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
 
@@ -216,7 +223,13 @@ class Controller:
         """One pass over every partition (module invariants); ``preferred`` also moves
         leadership back to preferred replicas that are alive and in sync."""
         with self._work:
-            live = {int(b) for b in self.zk.get_children(BROKER_IDS)}
+            epochs = self._live_epochs()
+            bounced = {b for b, epoch in epochs.items()
+                       if self._broker_epochs.get(b, epoch) != epoch}
+            if bounced:
+                log.info("brokers %s restarted since the last pass: out of every ISR first",
+                         sorted(bounced))
+            live = set(epochs) - bounced
             retry = not delete_requested_topics(self.zk, self.epoch_version)
             for topic, assignment in self._assignments():
                 unclean = self.config.unclean(topic)
@@ -224,8 +237,20 @@ class Controller:
                     retry |= not self._update(topic, partition, replicas, live, unclean,
                                               preferred)
             retry |= not self.reassignments.advance(live, self.epoch, self.epoch_version)
+            if not retry:  # a pass that did not finish sees the bounce again
+                self._broker_epochs = epochs
+            retry |= bool(bounced)  # and a next pass with them live
         if retry:
             self._requests.put(True)
+
+    def _live_epochs(self) -> dict[int, int]:
+        """Each live broker's epoch: the creation zxid of its registration."""
+        epochs = {}
+        for child in self.zk.get_children(BROKER_IDS):
+            stat = self.zk.exists(broker_path(int(child)))
+            if stat is not None:
+                epochs[int(child)] = stat.czxid
+        return epochs
 
     def _assignments(self) -> Iterable[tuple[str, dict[int, tuple[int, ...]]]]:
         for topic in self.zk.get_children(TOPICS):
