@@ -274,7 +274,9 @@ def test_create_validate_only_changes_nothing(broker: BrokerProcess, topic: str,
                          validate_only=True) == ErrorCode.INVALID_CONFIG
 
     assert topic not in topic_names(broker.bootstrap)
-    assert not list(broker.data_dir.glob(f"{topic}-*"))
+    # as in Kafka: renamed at once, removed after file.delete.delay.ms (reads under way end)
+    assert sorted(p.name.endswith("-delete") for p in broker.data_dir.glob(f"{topic}-*")) \
+        == [True, True]
 
 
 def test_create_errors(broker: BrokerProcess, topic: str, client: Admin) -> None:
@@ -385,7 +387,9 @@ def test_delete_topic(broker: BrokerProcess, topic: str, client: Admin) -> None:
     assert client.delete_topic(topic) == ErrorCode.NONE
 
     assert topic not in topic_names(broker.bootstrap)
-    assert not list(broker.data_dir.glob(f"{topic}-*"))
+    # as in Kafka: renamed at once, removed after file.delete.delay.ms (reads under way end)
+    assert sorted(p.name.endswith("-delete") for p in broker.data_dir.glob(f"{topic}-*")) \
+        == [True, True]
     assert client.delete_topic(topic) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     # A topic created again under the same name starts empty.
     assert client.create(topic) == ErrorCode.NONE

@@ -270,8 +270,9 @@ def test_local_partitions_survive_a_restart(tmp_path: Path) -> None:
     manager.open_partition("placed", 2)
     manager.get_log("placed", 2).append(make_batch(), now_ms=NOW)
     manager.delete_partition("placed", 1)
+    assert sorted(p.name for p in data_dir.glob("placed-?")) == ["placed-2"]
+    manager.close()  # removes the deleted log now, not after file.delete.delay.ms
     assert sorted(p.name for p in data_dir.glob("placed-*")) == ["placed-2"]
-    manager.close()
     (data_dir / "placed-0").mkdir()  # say, a crash while a replica moved away
     reopened = LogManager(data_dir, clock=Clock())
     try:

@@ -191,16 +191,27 @@ def test_deleted_segments_are_renamed_then_unlinked_after_the_delay(
     manager.close()
 
 
-def test_deleting_a_topic_takes_its_pending_segment_deletes(
+def test_a_deleted_topic_goes_after_the_delay_and_reads_under_way_finish(
     manager: LogManager, clock: Clock
 ) -> None:
     log, _ = _fill(manager, {"file.delete.delay.ms": 5000}, [NOW] * 5)
     log.delete_records(8)
-    manager.run_maintenance()
+    manager.run_maintenance()  # segments 0 and 4 wait out the delay
+    in_flight = log.read(8, 1 << 20)  # a fetch about to send from the remaining segment
+    assert in_flight is not None
+    sent = in_flight.read()
     manager.delete_topic(TOPIC)
-    assert not list(manager.data_dir.glob(f"{TOPIC}-0*"))
-    clock.advance(5000)
-    manager.run_maintenance()  # the fixture's close() must succeed too
+    assert not (manager.data_dir / f"{TOPIC}-0").exists()  # the name is free at once
+    manager.create_topic(TOPIC, 1)
+    assert manager.get_log(TOPIC, 0).log_end_offset == 0
+    doomed = list(manager.data_dir.glob(f"{TOPIC}-0.*-delete"))
+    assert len(doomed) == 1
+    clock.advance(4999)
+    manager.run_maintenance()
+    assert in_flight.read() == sent  # its descriptor still serves the send
+    clock.advance(1)
+    manager.run_maintenance()
+    assert not doomed[0].exists()
 
 
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "crash"])

@@ -606,11 +606,17 @@ class PartitionLog:
         self.producer_state.write_snapshot(self.log_end_offset)
         self.discard()
 
-    def discard(self) -> None:
-        """Release the files (the log is closing or being deleted); a clean still running
-        on this log then finds it closed and swaps nothing in."""
+    def retire(self) -> None:
+        """Take no more writes (the log is being deleted): a clean still running on this
+        log then finds it closed and swaps nothing in; open descriptors keep serving the
+        reads already under way until ``discard``."""
         with self.lock:
             self.closed = True
+
+    def discard(self) -> None:
+        """Release the files (the log is closing or being deleted)."""
+        with self.lock:
+            self.retire()
             for segment in self.segments:
                 segment.close()
 

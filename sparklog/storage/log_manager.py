@@ -26,7 +26,10 @@ Invariants:
 - Metadata changes are written before the logs change (create: metadata then directories;
   delete: metadata then directories), so a crash between the two is repaired at start-up.
 - Segments removed by retention are renamed ``*.deleted`` and only unlinked after
-  ``file.delete.delay.ms``, so a fetch already sending from them completes.
+  ``file.delete.delay.ms``, so a fetch already sending from them completes. A deleted
+  partition log (topic deleted, replica moved away) is likewise renamed at once, to
+  ``<dir>.<uuid>-delete`` (the name is free again), and closed and removed after the
+  delay, as Kafka's ``asyncDelete``; ``close`` removes whatever is still waiting.
 """
 
 from __future__ import annotations
@@ -52,7 +55,6 @@ from sparklog.storage.checkpoint import read_checkpoint, write_atomically, write
 from sparklog.storage.config import DEPRECATED, LogConfig, broker_defaults, render, validate
 from sparklog.storage.dir_lock import lock_data_dir
 from sparklog.storage.log import PartitionLog
-from sparklog.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +125,8 @@ class LogManager:
         self.cluster_id, self.node_id = self._load_meta()
         self.topics: dict[str, TopicMetadata] = self._load_topics()
         self.logs: dict[tuple[str, int], PartitionLog] = {}
-        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        # (due time, what removes it): segments and logs waiting out file.delete.delay.ms
+        self._pending_deletes: list[tuple[int, Callable[[], None]]] = []
         # Called with (topic, partition) when a log is deleted (the cleaner drops its offset).
         self.on_log_deleted: list[Callable[[tuple[str, int]], None]] = []
         self._remove_orphans()
@@ -265,19 +268,19 @@ class LogManager:
 
     def _remove_log(self, name: str, partition: int) -> None:
         partition_log = self.logs.pop((name, partition))
-        partition_log.discard()
+        partition_log.retire()
         for forget in self.on_log_deleted:
             forget((name, partition))
-        # Segments awaiting file.delete.delay.ms go with the directory, now.
-        pending = [(due, s) for due, s in self._pending_deletes
-                   if s.directory == partition_log.directory]
-        for entry in pending:
-            self._pending_deletes.remove(entry)
-            entry[1].delete()
         doomed = partition_log.directory.with_name(
             f"{partition_log.directory.name}.{uuid.uuid4().hex}-delete")
         partition_log.directory.rename(doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+
+        def remove() -> None:
+            partition_log.discard()
+            shutil.rmtree(doomed, ignore_errors=True)
+
+        delay = partition_log.config.get("file.delete.delay.ms")
+        self._pending_deletes.append((self.now_ms() + delay, remove))
 
     def open_partition(self, name: str, partition: int) -> PartitionLog:
         """Make ``partition`` of ``name`` local (a replica was assigned here): its log, new
@@ -363,7 +366,7 @@ class LogManager:
                          segment.log_path.name)
                 segment.mark_deleted()
                 delay = partition_log.config.get("file.delete.delay.ms")
-                self._pending_deletes.append((now + delay, segment))
+                self._pending_deletes.append((now + delay, segment.delete))
         self._delete_due_segments(now)
         self.checkpoint()
 
@@ -374,11 +377,11 @@ class LogManager:
 
     def _delete_due_segments(self, now: int) -> None:
         keep = []
-        for due, segment in self._pending_deletes:
+        for due, remove in self._pending_deletes:
             if due <= now:
-                segment.delete()
+                remove()
             else:
-                keep.append((due, segment))
+                keep.append((due, remove))
         self._pending_deletes = keep
 
     def close(self) -> None:
