@@ -95,10 +95,18 @@ def internal_errors(broker: BrokerProcess) -> list[str]:
             if "Traceback" in line or "internal error" in line]
 
 
+def _first_error(broker: BrokerProcess) -> str:
+    """The broker log around its first unhandled exception."""
+    text = broker.log_file.read_text()
+    first = min((text.find(mark) for mark in ("Traceback", "internal error") if mark in text),
+                default=len(text))
+    return text[max(first - 1000, 0):first + 3000]
+
+
 def assert_healthy(broker: BrokerProcess) -> None:
     """The broker process is alive and has logged no unhandled exception."""
     assert broker.running, f"broker exited; log:\n{broker.log_file.read_text()[-3000:]}"
-    assert internal_errors(broker) == [], broker.log_file.read_text()[-3000:]
+    assert internal_errors(broker) == [], _first_error(broker)
 
 
 def _stop_checked(broker: BrokerProcess) -> None:
@@ -108,7 +116,7 @@ def _stop_checked(broker: BrokerProcess) -> None:
     errors = internal_errors(broker)
     code = broker.stop()
     assert alive, f"the broker died during the module; log:\n{broker.log_file.read_text()[-3000:]}"
-    assert errors == [], broker.log_file.read_text()[-3000:]
+    assert errors == [], _first_error(broker)
     assert code == 0, f"exit code {code}; log:\n{broker.log_file.read_text()[-3000:]}"
 
 
@@ -853,9 +861,17 @@ class Cluster:
         return found["leader"]
 
     def stop(self) -> None:
+        """Stop every broker, then fail on the first that was not healthy (a broker left
+        running would outlive the test session)."""
+        failures = []
         for broker in self.brokers:
             if broker.running:
-                _stop_checked(broker)
+                try:
+                    _stop_checked(broker)
+                except AssertionError as failure:
+                    failures.append(failure)
+        if failures:
+            raise failures[0]
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from broker_fixtures import (
+    CLUSTER_CONFIG,
     BackgroundProducer,
     Cluster,
     RawConnection,
@@ -350,3 +351,20 @@ def test_preferred_leader_returns(zookeeper: ZooKeeperServer, tmp_path: Path) ->
                    message="the preferred leader back once in sync")
         values = [r.value for r in consume_confluent(cluster.bootstrap, "orders", 3)]
         assert values == [r.value for r in numbered(3)]
+
+
+def test_sigterm_stops_a_broker_cut_off_from_zookeeper(tmp_path: Path) -> None:
+    """Its controlled shutdown gives up (a warning) instead of waiting for ZooKeeper forever;
+    a ZooKeeper of its own, since this one is stopped."""
+    own = ZooKeeperServer(tmp_path / "zookeeper").start()
+    broker = BrokerProcess(tmp_path / "broker", {**CLUSTER_CONFIG, "broker.id": "0",
+                                                 "zookeeper.connect": f"{own.connect}/cut"})
+    try:
+        broker.start()
+        create_topic(broker.bootstrap, "stranded", replication_factor=1)
+    finally:
+        own.stop()
+    assert broker.stop(timeout=60) == 0
+    log = broker.log_file.read_text()
+    assert "controlled shutdown skipped: ZooKeeper did not answer" in log
+    assert "stopped cleanly" in log and "Traceback" not in log

@@ -29,7 +29,8 @@ Invariants:
   LEADER_NOT_AVAILABLE while it has no leader), so clients refresh their metadata.
 - ``stop`` is a controlled shutdown (``controlled.shutdown.enable``): the broker
   deregisters, the controller moves its leaderships to other ISR members (the state znodes
-  say so), and only then does it leave.
+  say so), and only then does it leave; without ZooKeeper it leaves after the timeout
+  (as Kafka does once its controlled-shutdown retries are spent).
 - ``__consumer_offsets`` and ``__transaction_state`` are replicated topics
   (``offsets.topic.replication.factor``; ``transaction.state.log.replication.factor`` and
   ``.min.isr``), each created on the first FindCoordinator of its kind once enough brokers
@@ -203,10 +204,14 @@ class ReplicaManager:
         assert self._loop is not None
         if self.session is not None and \
                 self.broker.config.get_bool("controlled.shutdown.enable"):
-            await self._loop.run_in_executor(None, self.session.deregister)
-            await self.wait_for(lambda: not any(
-                r.leader == self.broker_id and len(r.isr) > 1
-                for r in self.partitions.values()), timeout_s)
+            if await self._loop.run_in_executor(None, self.session.deregister, timeout_s):
+                await self.wait_for(lambda: not any(
+                    r.leader == self.broker_id and len(r.isr) > 1
+                    for r in self.partitions.values()), timeout_s)
+            else:
+                log.warning("controlled shutdown skipped: ZooKeeper did not answer within "
+                            "%.0f s; leaderships move when this broker's session expires",
+                            timeout_s)
         if self._isr_task is not None:
             self._isr_task.cancel()
         for replica in self.partitions.values():

@@ -16,7 +16,9 @@ Invariants:
   (``partition_state``, None while a partition has none), and the controller (``controller``).
   The listener hands them to its own thread; nothing here blocks on it.
 - ``deregister`` (controlled shutdown) deletes the registration and steps down as
-  controller while the watches keep reporting, so the broker sees its leadership move.
+  controller while the watches keep reporting, so the broker sees its leadership move; it
+  gives up after ``timeout_s`` without ZooKeeper (False), so a broker cut off from
+  ZooKeeper still stops (its registration goes when its session expires).
 - After a session loss the registration and the candidacy are renewed on reconnection; the
   watches renew themselves (kazoo's recipes).
 - ``write_state`` is the leader's compare-and-set on a state znode (ISR changes): it writes
@@ -152,19 +154,27 @@ class ClusterSession:
         self.zk.DataWatch(CONTROLLER, self._quiet(self._on_controller))
         self.zk.ChildrenWatch(CONFIG_CHANGES, self._quiet(self._on_config_changes))
 
-    def deregister(self) -> None:
+    def deregister(self, timeout_s: float) -> bool:
         """Delete ``/brokers/ids/<id>`` but keep the session (and its watches): the
-        controller moves leadership away as from a dead broker (a controlled shutdown)."""
+        controller moves leadership away as from a dead broker (a controlled shutdown).
+        False when ZooKeeper did not answer within ``timeout_s``."""
         with self._lock:
             self._leaving = True
-            if self.controller is not None:
-                self.controller.stop()
-                self.controller = None
-                self.zk.delete(CONTROLLER)
+            controller, self.controller = self.controller, None
+        if controller is not None:
+            controller.stop()
+        deadline = time.monotonic() + timeout_s
+        return all(self._delete(path, deadline) for path in (
+            *((CONTROLLER,) if controller is not None else ()), broker_path(self.me.broker_id)))
+
+    def _delete(self, path: str, deadline: float) -> bool:
         try:
-            self.zk.delete(broker_path(self.me.broker_id))
+            self.zk.delete_async(path).get(timeout=max(deadline - time.monotonic(), 0.01))
         except NoNodeError:
             pass
+        except KazooTimeoutError:
+            return False
+        return True
 
     def close(self) -> None:
         """Leave the cluster: the registration (and ``/controller``) go at once."""
