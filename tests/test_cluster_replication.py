@@ -233,12 +233,50 @@ def test_paused_follower_leaves_the_isr_and_returns(zookeeper: ZooKeeperServer,
 
 def _under_replicated(broker: BrokerProcess) -> float:
     """The broker's kafka_server_replicamanager_underreplicatedpartitions gauge."""
+    return _gauge(broker, "kafka_server_replicamanager_underreplicatedpartitions ")
+
+
+def _gauge(broker: BrokerProcess, prefix: str) -> float:
+    """The value of the broker's one metrics line that starts with ``prefix``."""
     assert broker.metrics_url is not None
     with urllib.request.urlopen(broker.metrics_url + "metrics", timeout=10) as answer:
         text = answer.read().decode()
-    (line,) = [line for line in text.splitlines()
-               if line.startswith("kafka_server_replicamanager_underreplicatedpartitions ")]
-    return float(line.split()[1])
+    (line,) = [line for line in text.splitlines() if line.startswith(prefix)]
+    return float(line.split()[-1])
+
+
+def test_a_connection_pipelines_requests_behind_an_acks_all_wait(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """While a Produce waits for its ISR the connection's next requests are appended (in
+    request order), and every answer still comes in request order."""
+    config = {"replica.lag.time.max.ms": "60000", "zookeeper.session.timeout.ms": "30000",
+              "metrics.listener": "http://127.0.0.1:0"}  # paused followers stay in the ISR
+    with running_cluster(zookeeper, tmp_path, "pipelined", config) as cluster:
+        create_topic(cluster.bootstrap, "orders", replication_factor=3)
+        leader = cluster.brokers[cluster.wait_for_isr("orders", {0, 1, 2}).leader]
+        followers = [b for b in cluster.brokers if b is not leader]
+        end = 'kafka_log_log_logendoffset{partition="0",topic="orders"}'
+        with RawConnection(leader.bootstrap) as conn:
+            for follower in followers:
+                os.kill(follower.pid or 0, signal.SIGSTOP)
+            try:
+                for value, acks in ((b"first", -1), (b"second", -1), (b"third", 1)):
+                    conn.send_message(produce_request_to("orders", {0: one_batch(value)},
+                                                         acks=acks))
+                wait_until(lambda: _gauge(leader, end) == 3,
+                           message="all three appended while the first waits for its ISR")
+                conn.sock.settimeout(0.5)
+                with pytest.raises(TimeoutError):
+                    conn.sock.recv(1)  # nothing answered: the first waits, the rest after it
+            finally:
+                for follower in followers:
+                    os.kill(follower.pid or 0, signal.SIGCONT)
+            conn.sock.settimeout(30)
+            frames = [conn.recv_frame() for _ in range(3)]
+        assert [int.from_bytes(f[:4], "big") for f in frames] == [1, 2, 3]  # correlation ids
+        answers = [ProduceResponse.decode(f, version=3, header=True) for f in frames]
+        assert [(p.error_code, p.base_offset) for a in answers
+                for p in a.responses[0].partition_responses] == [(0, 0), (0, 1), (0, 2)]
 
 
 def test_divergent_tail_is_truncated(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:

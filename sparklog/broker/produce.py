@@ -21,14 +21,19 @@ Behaviour:
   whole ISR, so both mean "in the log"; in a cluster acks -1 waits for the ISR, see
   ``replication.ReplicaManager.produce``). Produce does not auto-create topics (Metadata
   does).
+- Every partition of a request is appended, in request order, before any waits for its
+  acks; then the request ``release``s its connection (``pipelining``), so on a cluster the
+  connection's next request starts while this one waits for the ISR.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from sparklog.broker.pipelining import release
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import LEADER_EPOCH, Broker
@@ -42,6 +47,7 @@ if TYPE_CHECKING:
 
 
 VALID_ACKS = (-1, 0, 1)
+T = TypeVar("T")
 
 
 @handles(ApiKey.PRODUCE, versions=(0, 8))
@@ -61,8 +67,9 @@ async def produce(broker: Broker, header: RequestHeader,
                              else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         appends.extend(_append(build, broker, topic.name, data, request.acks, now,
                                request.timeout, denied) for data in topic.partition_data)
-    # on a single node an append never waits, so the appends run in turn without a task
-    # each; in a cluster every partition of the request waits for its ISR at the same time
+    release()  # every partition is appended: the connection's next request may start
+    # a single node's answers are ready, so they are taken in turn without a task each; in
+    # a cluster every partition of the request waits for its ISR at the same time
     answers = iter(await asyncio.gather(*appends) if broker.cluster is not None
                    else [await append for append in appends])
     if request.acks == 0:
@@ -73,8 +80,10 @@ async def produce(broker: Broker, header: RequestHeader,
         for topic in request.topic_data))
 
 
-async def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
-                  timeout: timedelta, denied: ErrorCode | None) -> Any:
+def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
+            timeout: timedelta, denied: ErrorCode | None) -> Awaitable[Any]:
+    """Append the partition's records now; the result gives its answer once ``acks`` is
+    satisfied (in a cluster acks=all waits for the ISR, see ``replication``)."""
     def answer(code: ErrorCode, base_offset: int = -1, append_time: int = -1,
                log_start: int = -1, message: str | None = None,
                record_errors: tuple[Any, ...] = ()) -> Any:
@@ -83,23 +92,40 @@ async def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int
                      log_start_offset=log_start, record_errors=record_errors,
                      error_message=message)
 
+    def refused(exc: KafkaError) -> Any:
+        return answer(exc.code, message=str(exc), record_errors=_record_errors(build, exc))
+
     if acks not in VALID_ACKS:
-        return answer(ErrorCode.INVALID_REQUIRED_ACKS, message=f"acks={acks} is not -1, 0 or 1")
+        return _ready(answer(ErrorCode.INVALID_REQUIRED_ACKS,
+                             message=f"acks={acks} is not -1, 0 or 1"))
     if denied is not None:
-        return answer(denied)
+        return _ready(answer(denied))
     try:
         if broker.cluster is not None:
-            info = await broker.cluster.produce(topic, data.index, data.records or b"", acks,
-                                                now, int(timeout.total_seconds() * 1000))
-            return answer(ErrorCode.NONE, info.base_offset, info.log_append_time,
-                          info.log_start_offset)
-        partition_log = broker.get_log(topic, data.index)
-        info = partition_log.append(data.records or b"", now_ms=now, leader_epoch=LEADER_EPOCH)
+            acknowledged = broker.cluster.produce(topic, data.index, data.records or b"", acks,
+                                                  now, int(timeout.total_seconds() * 1000))
+        else:
+            partition_log = broker.get_log(topic, data.index)
+            info = partition_log.append(data.records or b"", now_ms=now,
+                                        leader_epoch=LEADER_EPOCH)
+            if not info.duplicate:
+                broker.notify_append((topic, data.index))
+            acknowledged = _ready(info)
     except KafkaError as exc:
-        return answer(exc.code, message=str(exc), record_errors=_record_errors(build, exc))
-    if not info.duplicate:
-        broker.notify_append((topic, data.index))
-    return answer(ErrorCode.NONE, info.base_offset, info.log_append_time, info.log_start_offset)
+        return _ready(refused(exc))
+
+    async def when_acknowledged() -> Any:
+        try:
+            info = await acknowledged
+        except KafkaError as exc:
+            return refused(exc)
+        return answer(ErrorCode.NONE, info.base_offset, info.log_append_time,
+                      info.log_start_offset)
+    return when_acknowledged()
+
+
+async def _ready(value: T) -> T:
+    return value
 
 
 def _record_errors(build: Build, error: KafkaError) -> tuple[Any, ...]:

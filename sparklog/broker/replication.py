@@ -71,7 +71,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -527,12 +527,15 @@ class ReplicaManager:
         task.add_done_callback(self._writes.discard)
 
     # -- requests ------------------------------------------------------------------------
-    async def produce(self, topic: str, partition: int, records: bytes, acks: int, now: int,
-                      timeout_ms: int) -> AppendInfo:
+    def produce(self, topic: str, partition: int, records: bytes, acks: int, now: int,
+                timeout_ms: int) -> Awaitable[AppendInfo]:
+        """Append now (a Produce's partitions in request order); the result resolves once
+        ``acks`` is satisfied."""
         replica = self.leader_replica(topic, partition)
         partition_log = self.log(replica)
-        return await self._append(replica, lambda: partition_log.append(
-            records, now_ms=now, leader_epoch=replica.leader_epoch), acks, timeout_ms)
+        info = self._append_now(replica, lambda: partition_log.append(
+            records, now_ms=now, leader_epoch=replica.leader_epoch), acks)
+        return self._acknowledged(replica, info, acks, timeout_ms)
 
     async def append_marker(self, topic: str, partition: int, kind: ControlType,
                             producer_id: int, producer_epoch: int, coordinator_epoch: int,
@@ -540,12 +543,14 @@ class ReplicaManager:
         """WriteTxnMarkers on the leader: the marker appended as acks=all (Kafka's too)."""
         replica = self.leader_replica(topic, partition)
         partition_log = self.log(replica)
-        return await self._append(replica, lambda: partition_log.append_marker(
+        info = self._append_now(replica, lambda: partition_log.append_marker(
             kind, producer_id, producer_epoch, coordinator_epoch, now_ms=now,
-            leader_epoch=replica.leader_epoch), -1, timeout_ms)
+            leader_epoch=replica.leader_epoch), -1)
+        return await self._acknowledged(replica, info, -1, timeout_ms)
 
-    async def _append(self, replica: Replica, append: Callable[[], AppendInfo], acks: int,
-                      timeout_ms: int) -> AppendInfo:
+    def _append_now(self, replica: Replica, append: Callable[[], AppendInfo],
+                    acks: int) -> AppendInfo:
+        """The append itself (NOT_ENOUGH_REPLICAS before it for acks=all on a small ISR)."""
         min_isr = self._min_isr(replica)
         if acks == -1 and len(replica.isr) < min_isr:
             raise KafkaError(f"{replica.name}: {len(replica.isr)} in-sync replicas, "
@@ -556,9 +561,16 @@ class ReplicaManager:
             self.broker.notify_append((replica.topic, replica.partition))
         if acks != -1:
             self._advance_high_watermark(replica)
+        return info
+
+    async def _acknowledged(self, replica: Replica, info: AppendInfo, acks: int,
+                            timeout_ms: int) -> AppendInfo:
+        """``info`` once ``acks`` is satisfied: at once unless acks=all, which waits for
+        the high watermark to pass the append (module invariants)."""
+        if acks != -1:
             return info
         code = await self.wait_replicated(replica, info.last_offset + 1, timeout_ms / 1000)
-        if code == ErrorCode.NONE and len(replica.isr) < min_isr:
+        if code == ErrorCode.NONE and len(replica.isr) < self._min_isr(replica):
             code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         if code != ErrorCode.NONE:
             raise KafkaError(f"{replica.name}: acks=all not satisfied", code)

@@ -25,6 +25,10 @@ Invariants:
   connections gives a few lines and a count, not a line each.
 - Every accepted connection has TCP_NODELAY (``_no_delay``), as Kafka's sockets do: Nagle's
   algorithm would hold a small response back for the client's delayed ACK.
+- On a cluster broker a connection's requests are pipelined (``pipelining``): a request
+  that released the connection (a Produce waiting for its ISR) lets the next one start,
+  at most ``MAX_PIPELINED`` unanswered; answers are written in request order. A single
+  node answers each request before reading the next, as Kafka does.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
   record data goes from the page cache to the socket without entering Python; through TLS
   (no sendfile there) a region is read whole (``os.pread``, at most the request's
@@ -38,11 +42,13 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from sparklog.broker.faults import ACTIVE
 from sparklog.broker.monitoring.requests import RequestMetrics
+from sparklog.broker.pipelining import RELEASE
 from sparklog.broker.registry import CLIENT_HOST, HANDLERS, served, serves
 from sparklog.broker.sasl import step
 from sparklog.broker.security.listener import ListenerSecurity
@@ -57,6 +63,9 @@ from sparklog.protocol.framing import FrameError, RequestHeader, parse_request_h
 from sparklog.protocol.versions import ApiKey
 
 Parts = list[bytes | FileRegion]
+MAX_PIPELINED = 5
+"""Requests of one connection started but not answered yet, at most (as Kafka's clients'
+``max.in.flight.requests.per.connection`` for idempotence): memory stays bounded."""
 _BEFORE_AUTHENTICATION = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
 
@@ -147,11 +156,21 @@ class BrokerServer:
         session = Session(self.security,
                           certificate_principal(writer.get_extra_info("ssl_object")))
         SESSION.set(session)
+        pipelined = self.broker.cluster is not None
+        answers: deque[asyncio.Task[None]] = deque()  # started requests' answers, in order
         try:
             while not session.closing:
                 frame = await read_frame(reader, self._max_frame)
                 if frame is None:
                     break
+                while answers and (answers[0].done() or len(answers) >= MAX_PIPELINED):
+                    await answers.popleft()  # raises what failed (the connection closes)
+                if pipelined and not session.raw_tokens:
+                    answers.append(await self._start(
+                        frame, session, writer, answers[-1] if answers else None))
+                    continue
+                while answers:  # the answers before this one's go first
+                    await answers.popleft()
                 if session.raw_tokens:  # after SaslHandshake v0: a bare SASL token
                     answer, failure = await step(session, frame)
                     parts = [] if failure else [len(answer).to_bytes(4, "big") + answer]
@@ -159,6 +178,8 @@ class BrokerServer:
                     parts = await self._dispatch(frame, session)
                 if parts:
                     await self._write(writer, parts)
+            while answers:
+                await answers.popleft()
         except (FrameError, KafkaError) as exc:
             self._closing_warnings.warning("closing connection from %s: %s", peer, exc)
         except DroppedByFault:
@@ -168,8 +189,45 @@ class BrokerServer:
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
+            for pending in answers:
+                pending.cancel()
             self._connections.discard(task)
             writer.close()
+
+    async def _start(self, frame: bytes, session: Session, writer: asyncio.StreamWriter,
+                     previous: asyncio.Task[None] | None) -> asyncio.Task[None]:
+        """Start a request of a pipelined connection; return, once it was answered or
+        released (``pipelining``), the task that writes its answer after ``previous``. A
+        failed request closes the connection, so the reader sees its end."""
+        released = asyncio.get_running_loop().create_future()
+
+        def let_go(*_: object) -> None:
+            if not released.done():
+                released.set_result(None)
+
+        token = RELEASE.set(let_go)
+        try:
+            request = asyncio.create_task(self._dispatch(frame, session))
+        finally:
+            RELEASE.reset(token)
+        request.add_done_callback(let_go)
+        answered = asyncio.create_task(self._answer_after(previous, request, writer))
+        answered.add_done_callback(
+            lambda done: done.cancelled() or done.exception() is None or writer.close())
+        try:
+            await released
+        except BaseException:
+            answered.cancel()
+            raise
+        return answered
+
+    async def _answer_after(self, previous: asyncio.Task[None] | None,
+                            request: asyncio.Task[Parts], writer: asyncio.StreamWriter) -> None:
+        if previous is not None:
+            await previous
+        parts = await request
+        if parts:
+            await self._write(writer, parts)
 
     async def _dispatch(self, frame: bytes, session: Session) -> Parts:
         started = time.perf_counter()
