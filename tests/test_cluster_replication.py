@@ -278,6 +278,25 @@ def test_a_connection_pipelines_requests_behind_an_acks_all_wait(
         assert [(p.error_code, p.base_offset) for a in answers
                 for p in a.responses[0].partition_responses] == [(0, 0), (0, 1), (0, 2)]
 
+        # a malformed frame behind a waiting Produce: the Produce is answered, then the
+        # connection (only it) is closed
+        with RawConnection(leader.bootstrap) as conn:
+            for follower in followers:
+                os.kill(follower.pid or 0, signal.SIGSTOP)
+            try:
+                conn.send_message(produce_request_to("orders", {0: one_batch(b"fourth")}))
+                wait_until(lambda: _gauge(leader, end) == 4, message="the fourth appended")
+                conn.send(b"\x00\x00\x00\x02\xff\xff")  # too short for a request header
+            finally:
+                for follower in followers:
+                    os.kill(follower.pid or 0, signal.SIGCONT)
+            conn.sock.settimeout(30)
+            fourth = ProduceResponse.decode(conn.recv_frame(), version=3, header=True)
+            assert [(p.error_code, p.base_offset)
+                    for p in fourth.responses[0].partition_responses] == [(0, 3)]
+            assert conn.read_until_closed(timeout=30) == b""
+        produce_confluent(cluster.bootstrap, "orders", numbered(1), acks="all")
+
 
 def test_divergent_tail_is_truncated(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     config = {"replica.lag.time.max.ms": "60000"}  # the paused followers stay in the ISR

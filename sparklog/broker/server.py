@@ -191,6 +191,7 @@ class BrokerServer:
         finally:
             for pending in answers:
                 pending.cancel()
+                pending.add_done_callback(_retrieved)
             self._connections.discard(task)
             writer.close()
 
@@ -211,6 +212,7 @@ class BrokerServer:
         finally:
             RELEASE.reset(token)
         request.add_done_callback(let_go)
+        request.add_done_callback(_retrieved)
         answered = asyncio.create_task(self._answer_after(previous, request, writer))
         answered.add_done_callback(
             lambda done: done.cancelled() or done.exception() is None or writer.close())
@@ -282,6 +284,13 @@ class BrokerServer:
                 await loop.sendfile(writer.transport, _Descriptor(part.fd),  # type: ignore[arg-type]
                                     part.position, part.length)
         await writer.drain()
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark a pipelined request's failure as seen: it reaches the connection through the
+    answer chain (the first failure closes it), and later ones need no log line each."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _no_delay(sock: Any) -> None:
