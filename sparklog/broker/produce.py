@@ -45,6 +45,8 @@ from sparklog.protocol.versions import ApiKey
 if TYPE_CHECKING:
     from kio.schema.produce.v8.request import ProduceRequest
 
+    from sparklog.storage.log import AppendInfo
+
 
 VALID_ACKS = (-1, 0, 1)
 T = TypeVar("T")
@@ -95,32 +97,32 @@ def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now:
     def refused(exc: KafkaError) -> Any:
         return answer(exc.code, message=str(exc), record_errors=_record_errors(build, exc))
 
+    def appended(info: AppendInfo) -> Any:
+        return answer(ErrorCode.NONE, info.base_offset, info.log_append_time,
+                      info.log_start_offset)
+
     if acks not in VALID_ACKS:
         return _ready(answer(ErrorCode.INVALID_REQUIRED_ACKS,
                              message=f"acks={acks} is not -1, 0 or 1"))
     if denied is not None:
         return _ready(answer(denied))
     try:
-        if broker.cluster is not None:
-            acknowledged = broker.cluster.produce(topic, data.index, data.records or b"", acks,
-                                                  now, int(timeout.total_seconds() * 1000))
-        else:
-            partition_log = broker.get_log(topic, data.index)
-            info = partition_log.append(data.records or b"", now_ms=now,
-                                        leader_epoch=LEADER_EPOCH)
+        if broker.cluster is None:  # the answer is ready: one coroutine, no waiting
+            info = broker.get_log(topic, data.index).append(
+                data.records or b"", now_ms=now, leader_epoch=LEADER_EPOCH)
             if not info.duplicate:
                 broker.notify_append((topic, data.index))
-            acknowledged = _ready(info)
+            return _ready(appended(info))
+        acknowledged = broker.cluster.produce(topic, data.index, data.records or b"", acks,
+                                              now, int(timeout.total_seconds() * 1000))
     except KafkaError as exc:
         return _ready(refused(exc))
 
     async def when_acknowledged() -> Any:
         try:
-            info = await acknowledged
+            return appended(await acknowledged)
         except KafkaError as exc:
             return refused(exc)
-        return answer(ErrorCode.NONE, info.base_offset, info.log_append_time,
-                      info.log_start_offset)
     return when_acknowledged()
 
 

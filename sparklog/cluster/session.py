@@ -163,9 +163,10 @@ class ClusterSession:
             controller, self.controller = self.controller, None
         if controller is not None:
             controller.stop()
+        paths = [CONTROLLER] if controller is not None else []
+        paths.append(broker_path(self.me.broker_id))
         deadline = time.monotonic() + timeout_s
-        return all(self._delete(path, deadline) for path in (
-            *((CONTROLLER,) if controller is not None else ()), broker_path(self.me.broker_id)))
+        return all(self._delete(path, deadline) for path in paths)
 
     def _delete(self, path: str, deadline: float) -> bool:
         try:

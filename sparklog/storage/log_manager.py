@@ -279,8 +279,7 @@ class LogManager:
             partition_log.discard()
             shutil.rmtree(doomed, ignore_errors=True)
 
-        delay = partition_log.config.get("file.delete.delay.ms")
-        self._pending_deletes.append((self.now_ms() + delay, remove))
+        self._delete_later(partition_log, remove, self.now_ms())
 
     def open_partition(self, name: str, partition: int) -> PartitionLog:
         """Make ``partition`` of ``name`` local (a replica was assigned here): its log, new
@@ -365,9 +364,8 @@ class LogManager:
                 log.info("%s-%d: deleting segment %s (retention)", topic, partition,
                          segment.log_path.name)
                 segment.mark_deleted()
-                delay = partition_log.config.get("file.delete.delay.ms")
-                self._pending_deletes.append((now + delay, segment.delete))
-        self._delete_due_segments(now)
+                self._delete_later(partition_log, segment.delete, now)
+        self._delete_due(now)
         self.checkpoint()
 
     def run_maintenance(self) -> None:
@@ -375,7 +373,13 @@ class LogManager:
         self.flush_due()
         self.apply_retention()
 
-    def _delete_due_segments(self, now: int) -> None:
+    def _delete_later(self, partition_log: PartitionLog, remove: Callable[[], None],
+                      now: int) -> None:
+        """Run ``remove`` once the log's ``file.delete.delay.ms`` has passed."""
+        delay = partition_log.config.get("file.delete.delay.ms")
+        self._pending_deletes.append((now + delay, remove))
+
+    def _delete_due(self, now: int) -> None:
         keep = []
         for due, remove in self._pending_deletes:
             if due <= now:
@@ -389,7 +393,7 @@ class LogManager:
         now = self.now_ms()
         for partition_log in self.logs.values():
             partition_log.close(now)
-        self._delete_due_segments(now=1 << 62)
+        self._delete_due(now=1 << 62)
         self.checkpoint()
         write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
         self._lock.release()
