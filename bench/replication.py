@@ -72,8 +72,9 @@ def kafka_python_sender(bootstrap: str, topic: str) -> Callable[[bytes], None]:
 
 FAILOVER_CLIENTS = {"confluent-kafka": confluent_sender, "kafka-python": kafka_python_sender}
 """librdkafka looks for a new leader of a partition whose broker is down on a fixed
-one-second scan of its topics (and here needs two: its move to the new leader is undone
-once by the old broker's thread), so its figure comes in whole seconds after the election;
+one-second scan of its topics, so its figure comes up to a second after the election (and
+a second more before brokers listed a departed broker a little longer: librdkafka undid
+its move to the new leader when the same answer dropped the old one, ``departures.py``);
 kafka-python 3 asks for metadata again each time a reconnection to the dead broker fails,
 and those come with an exponential backoff (50 ms doubling, 20 % jitter, up to
 ``reconnect_backoff_max_ms`` 30 s): the attempt near 6.4 s finds the new leader when the

@@ -129,6 +129,11 @@ def test_not_leader_and_not_enough_replicas(cluster: Cluster) -> None:
         if i != leader:
             broker.kill()
     cluster.wait_for_isr("ledger", {leader})
+    # the dead are offline replicas at once, and leave the broker list a little later
+    partition = metadata_v12(cluster.bootstrap, "ledger").topics[0].partitions[0]
+    assert set(partition.offline_replicas) == {0, 1, 2} - {leader}
+    wait_until(lambda: sorted(cluster.metadata().brokers) == [leader],
+               message="only the live broker listed")
     with RawConnection(cluster.brokers[leader].bootstrap) as conn:
         assert raw_produce(conn, "ledger", 0, one_batch(b"b")).error_code == \
             ErrorCode.NOT_ENOUGH_REPLICAS

@@ -20,8 +20,9 @@ metadata refresh late. Topic ids (v10+): a single node's own; in a cluster the z
 (no name) is UNKNOWN_TOPIC_ID.
 
 In a cluster (``broker.cluster``) the answer is what ZooKeeper says: every live broker
-(with its rack) at its endpoint of the listener the request came in on (brokers without
-that listener are left out, as Kafka does), the controller, and per partition its leader
+(and for a few seconds one that just left, ``departures.py``) with its rack, at its
+endpoint of the listener the request came in on (brokers without that listener are left
+out, as Kafka does), the controller, and per partition its leader
 (LEADER_NOT_AVAILABLE while it has none), leader epoch, replicas, ISR and offline replicas
 (assigned ones not alive); auto-created topics get ``default.replication.factor`` replicas.
 """
@@ -172,7 +173,7 @@ async def cluster_metadata(build: Build, broker: Broker, names: list[str], auto_
                             topic_authorized_operations=_operations(broker, name,
                                                                     with_operations)))
     listener = listener_name()
-    endpoints = {b: (info, e) for b, info in cluster.live.items()
+    endpoints = {b: (info, e) for b, info in cluster.listed_brokers().items()
                  if (e := info.endpoint(listener)) is not None}
     return build.response(
         brokers=tuple(build("MetadataResponseBroker", node_id=b, host=e.host, port=e.port,

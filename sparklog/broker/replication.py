@@ -75,6 +75,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sparklog.broker.departures import Departures
 from sparklog.broker.inter_broker import InterBrokerSecurity
 from sparklog.broker.marker_channel import MarkerChannel
 from sparklog.broker.replica_fetcher import follow
@@ -167,6 +168,7 @@ class ReplicaManager:
         self.fetch_wait_ms = config.get_int("replica.fetch.wait.max.ms")
         self.fetch_max_bytes = config.get_int("replica.fetch.max.bytes")
         self.live: dict[int, BrokerInfo] = {}
+        self.departures = Departures()  # Metadata lists a broker a little after it left
         self.controller_id = -1
         self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
         self.partitions: dict[TopicPartition, Replica] = {}
@@ -235,7 +237,7 @@ class ReplicaManager:
         self._loop.call_soon_threadsafe(action, *args)
 
     def brokers(self, live: dict[int, BrokerInfo]) -> None:
-        self._soon(setattr, self, "live", live)
+        self._soon(self._set_live, live)
 
     def topic_names(self, names: set[str]) -> None:
         self._soon(self._prune, names)
@@ -255,6 +257,14 @@ class ReplicaManager:
             self._soon(self._apply_state, topic, partition, state)
 
     # -- applying it (event loop) --------------------------------------------------------
+    def _set_live(self, live: dict[int, BrokerInfo]) -> None:
+        self.departures.update(self.live, live)
+        self.live = live
+
+    def listed_brokers(self) -> dict[int, BrokerInfo]:
+        """The brokers Metadata lists (``departures.py``)."""
+        return self.departures.listed(self.live)
+
     def _prune(self, names: set[str]) -> None:
         """Once, on the first list of topics: delete local topics the cluster no longer
         has (deleted while this broker was away). Internal topics are left alone."""
