@@ -17,7 +17,8 @@ directory, ``zookeeper.session.timeout.ms`` 6000) and measures, in one run:
   requests queue up;
 - failover time: the leader of the replicated partition is SIGKILLed, and the time from the
   kill to the first acknowledged produce (a record produced right after the kill) is
-  measured, ``FAILOVERS`` times (the victim restarted and back in the ISR in between):
+  measured, ``FAILOVERS`` times (the victim restarted and back in the ISR in between), each
+  kill at a random point of the clients' one-second metadata scans (``KILL_PAUSE_S``):
   median and max against the target ``zookeeper.session.timeout.ms`` + 1 s (the controller
   only notices a dead broker when its session expires, and ZooKeeper checks expiries once
   per tick, 500 ms here), with confluent-kafka's and kafka-python's producers at their
@@ -29,6 +30,7 @@ The last line is ``rf3_to_rf1_throughput_ratio=<r>``.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -80,6 +82,12 @@ and those come with an exponential backoff (50 ms doubling, 20 % jitter, up to
 ``reconnect_backoff_max_ms`` 30 s): the attempt near 6.4 s finds the new leader when the
 election (about 6.2 s after the kill) came before it, else the next one near 12.8 s does,
 so its figures are either close to the broker's own failover or about twice it."""
+KILL_PAUSE_S = 1.0
+"""The kill comes after a random pause up to this long once the producer is up. A failure
+does not come at a fixed time after a client started; without the pause the kill's fixed
+distance from the producer's creation locked the phase of librdkafka's one-second scan,
+and every confluent-kafka figure was the election's time rounded up to the same point of
+the scan (7.01 s five times out of five) instead of a sample of it."""
 RECORD = b"x" * 1024
 MB = 1_000_000
 
@@ -121,6 +129,7 @@ def failover_seconds(brokers: list[BrokerProcess], topic: str,
     send = sender(bootstrap, topic)
     send(b"warm-up")
     victim = brokers[leader_of(bootstrap, topic)]
+    time.sleep(random.uniform(0, KILL_PAUSE_S))
     killed = time.perf_counter()
     victim.kill()
     send(b"after the kill")
