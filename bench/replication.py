@@ -7,8 +7,8 @@ Starts its own throwaway ZooKeeper and three brokers (child processes on a tempo
 directory, ``zookeeper.session.timeout.ms`` 6000) and measures, in one run:
 - produce throughput of N 1 KiB records with confluent-kafka's DEFAULT producer settings
   (acks all, linger.ms 5) into a one-partition topic of replication factor 1, then of
-  factor 3 with ``min.insync.replicas`` 2 (records/s, MB/s); the ratio RF3 / RF1 (target
-  >= 0.5) is the cost of waiting for two followers;
+  factor 3 with ``min.insync.replicas`` 2 (records/s, MB/s), ``ROUNDS`` times each; the
+  ratio RF3 / RF1 (target >= 0.5) is the cost of waiting for two followers;
 - end-to-end latency p50/p99 (produce call to consumer delivery) at ``LATENCY_RATE``
   records/s on the replicated topic, linger.ms 0 (one request per record): a consumer sees a
   record only once the high watermark passed it, and a broker answers a connection's
@@ -30,6 +30,7 @@ The last line is ``rf3_to_rf1_throughput_ratio=<r>``.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -49,6 +50,9 @@ from sparklog.cluster.zookeeper_server import ZooKeeperServer
 SESSION_TIMEOUT_MS = 6000
 LATENCY_RATE = 200
 FAILOVERS = 5
+ROUNDS = 3
+"""Throughput runs per replication factor, alternating RF1 and RF3 (the machine's share of
+the two cores and its write-back move between runs); the median run of each counts."""
 
 
 def confluent_sender(bootstrap: str, topic: str) -> Callable[[bytes], None]:
@@ -162,15 +166,17 @@ def main() -> int:
             for broker in brokers:
                 broker.start(timeout=60)
             bootstrap = ",".join(b.bootstrap for b in brokers)
-            rows, rates = [], {}
-            for factor in (1, 3):
-                topic = f"bench-rf{factor}"
-                create(bootstrap, topic, factor)
-                rates[factor] = statistics.median(
-                    throughput(bootstrap, topic, count) for _ in range(2))
-                rows.append(Row(f"produce 1 KiB acks=all RF{factor}", f"{rates[factor]:,.0f}",
-                                f"{rates[factor] * len(RECORD) / MB:,.1f}",
-                                f"{rates[factor] / rates[1]:.3f}"))
+            runs: dict[int, list[float]] = {1: [], 3: []}
+            for factor in runs:
+                create(bootstrap, f"bench-rf{factor}", factor)
+            for _ in range(ROUNDS):
+                for factor, rates in runs.items():
+                    os.sync()  # no write-back of the previous run's records under this one
+                    rates.append(throughput(bootstrap, f"bench-rf{factor}", count))
+            rate = {factor: statistics.median(rates) for factor, rates in runs.items()}
+            rows = [Row(f"produce 1 KiB acks=all RF{factor}", f"{rate[factor]:,.0f}",
+                        f"{rate[factor] * len(RECORD) / MB:,.1f}",
+                        f"{rate[factor] / rate[1]:.3f}") for factor in runs]
             print_table(["measurement (confluent-kafka defaults)", "records/s", "MB/s",
                          "ratio to RF1"], rows)
             create(bootstrap, "bench-latency-rf3", 3)
@@ -194,7 +200,7 @@ def main() -> int:
             print("peak RSS: " + ", ".join(f"broker {i} {vm_hwm_mib(b.pid):.0f} MiB"
                                             for i, b in enumerate(brokers) if b.running)
                   + f", this process {peak_rss_mib():.0f} MiB")
-            print(f"rf3_to_rf1_throughput_ratio={rates[3] / rates[1]:.3f}")
+            print(f"rf3_to_rf1_throughput_ratio={rate[3] / rate[1]:.3f}")
         finally:
             for broker in brokers:
                 broker.stop()
