@@ -31,7 +31,7 @@ def test_a_departed_broker_is_listed_for_a_while_then_forgotten() -> None:
     survivors = {1: info(1), 2: info(2)}
     departures.update(everyone, survivors)
     clock.now += 2.9
-    assert departures.listed(survivors) == everyone  # in id order, its endpoint kept
+    assert departures.listed(survivors) == everyone  # with its endpoint
     clock.now += 0.1
     assert list(departures.listed(survivors)) == [1, 2]
 

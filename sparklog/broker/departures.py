@@ -46,9 +46,11 @@ class Departures:
             self._until.pop(broker_id, None)
 
     def listed(self, live: dict[int, BrokerInfo]) -> dict[int, BrokerInfo]:
-        """``live`` and the brokers that left less than ``listed_for_s`` ago, by id."""
+        """``live`` and the brokers that left less than ``listed_for_s`` ago (``live``
+        itself when none did: every Metadata answer asks)."""
         now = self.clock()
         for broker_id in [b for b, (_, until) in self._until.items() if until <= now]:
             del self._until[broker_id]
-        return dict(sorted({**{b: info for b, (info, _) in self._until.items()},
-                            **live}.items()))
+        if not self._until:
+            return live
+        return {**{b: info for b, (info, _) in self._until.items()}, **live}
