@@ -6,7 +6,6 @@ to the same values, and responses we encode must decode with its response classe
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import importlib
 import os
@@ -54,7 +53,6 @@ from sparklog.protocol.framing import (
     FrameError,
     RequestHeader,
     parse_request_header,
-    read_frame,
 )
 from sparklog.protocol.versions import (
     ApiKey,
@@ -177,43 +175,6 @@ def test_header_versions() -> None:
 
 
 # --- framing -----------------------------------------------------------------------------------
-
-
-def feed(data: bytes) -> asyncio.StreamReader:
-    """A reader holding ``data`` then end of stream (call it inside a running loop)."""
-    reader = asyncio.StreamReader()
-    reader.feed_data(data)
-    reader.feed_eof()
-    return reader
-
-
-def frames(*payloads: bytes) -> bytes:
-    return b"".join(struct.pack(">i", len(p)) + p for p in payloads)
-
-
-def test_read_frame_reads_frames_then_none_at_clean_eof() -> None:
-    async def run() -> list[bytes | None]:
-        reader = feed(frames(b"abc", b"", b"x" * 100))
-        return [await read_frame(reader, 100) for _ in range(4)]
-
-    assert asyncio.run(run()) == [b"abc", b"", b"x" * 100, None]
-
-
-@pytest.mark.parametrize(
-    "data",
-    [
-        struct.pack(">i", 101) + b"x" * 101,  # above max_size
-        struct.pack(">i", -1),  # negative
-        struct.pack(">i", 10) + b"short",  # truncated body
-        b"\x00\x00",  # truncated size
-    ],
-)
-def test_read_frame_rejects(data: bytes) -> None:
-    async def run() -> bytes | None:
-        return await read_frame(feed(data), 100)
-
-    with pytest.raises(FrameError):
-        asyncio.run(run())
 
 
 def test_request_header_v1() -> None:

@@ -43,10 +43,15 @@ from sparklog.broker.security.tls import client_context
 from sparklog.errors import ErrorCode, InvalidConfigError, error_name
 from sparklog.protocol.codec import decode_response, encode_request, request_class
 from sparklog.protocol.entities import build
+from sparklog.protocol.frame_protocol import FrameProtocol
+from sparklog.protocol.framing import FrameError
 from sparklog.protocol.scram import ScramClient, ScramError, plain_token
 from sparklog.protocol.versions import ApiKey
 
 _SIZE = struct.Struct(">i")
+MAX_RESPONSE_BYTES = 2**31 - 1
+"""No limit of this side's own on an answer's size (a Fetch answer is bounded by the
+request's ``max_bytes``); a negative size still closes the connection."""
 
 
 class InterBrokerError(ConnectionError):
@@ -117,18 +122,19 @@ class InterBrokerSecurity:
 class LeaderConnection:
     """One asyncio connection to another broker, logged in, one request at a time."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 client_id: bytes) -> None:
-        self.reader, self.writer, self.client_id = reader, writer, client_id
+    def __init__(self, frames: FrameProtocol, client_id: bytes) -> None:
+        assert frames.writer is not None
+        self.frames, self.writer, self.client_id = frames, frames.writer, client_id
         self._correlation = 0
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str,
                    security: InterBrokerSecurity) -> LeaderConnection:
         context = security.ssl_context
-        reader, writer = await asyncio.open_connection(
-            host, port, ssl=context, server_hostname=host if context is not None else None)
-        connection = cls(reader, writer, client_id.encode())
+        _, frames = await asyncio.get_running_loop().create_connection(
+            lambda: FrameProtocol(MAX_RESPONSE_BYTES), host, port, ssl=context,
+            server_hostname=host if context is not None else None)
+        connection = cls(frames, client_id.encode())
         try:
             if security.sasl:
                 await connection._login(security, f"{host}:{port}")
@@ -168,8 +174,12 @@ class LeaderConnection:
         self.writer.write(encode_request(api_key, version, self._correlation, self.client_id,
                                          build(request_class(api_key, version), body)))
         await self.writer.drain()
-        (size,) = _SIZE.unpack(await self.reader.readexactly(4))
-        frame = await self.reader.readexactly(size)
+        try:
+            frame = await self.frames.read_frame()
+        except FrameError as exc:
+            raise ConnectionError(f"the broker's answer was cut: {exc}") from None
+        if frame is None:
+            raise EOFError("the broker closed the connection")
         if _SIZE.unpack_from(frame)[0] != self._correlation:
             raise ConnectionError("the broker answered out of order")
         return decode_response(api_key, version, frame)

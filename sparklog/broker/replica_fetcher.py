@@ -47,15 +47,15 @@ _WHY = {code: " (this broker's principal needs CLUSTER_ACTION on the cluster, or
               "super.users)" for code in _REFUSED}
 
 
-def whole_batches(records: bytes) -> bytes:
-    """``records`` without a partial batch at its end."""
+def whole_batches(records: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+    """``records`` without a partial batch at its end (a view of them: nothing copied)."""
     position = 0
     while position + LOG_OVERHEAD + 4 <= len(records):
         length = _SIZE.unpack_from(records, position + 8)[0]
         if position + LOG_OVERHEAD + length > len(records):
             break
         position += LOG_OVERHEAD + length
-    return records[:position]
+    return records if position == len(records) else memoryview(records)[:position]
 
 
 async def follow(manager: ReplicaManager, replica: Replica) -> None:
@@ -155,7 +155,7 @@ async def _fetch(manager: ReplicaManager, replica: Replica, connection: LeaderCo
         return ErrorCode.NONE
     if result.error_code != ErrorCode.NONE:
         return ErrorCode(result.error_code)
-    records = whole_batches(bytes(result.records or b""))
+    records = whole_batches(result.records or b"")
     if records:
         position = 0
         while position < len(records):

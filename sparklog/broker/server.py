@@ -59,7 +59,8 @@ from sparklog.broker.warning_limiter import WarningLimiter
 from sparklog.errors import KafkaError
 from sparklog.protocol.codec import decode_request, encode_api_versions_error, encode_response
 from sparklog.protocol.fetch_response import FetchResponse, FileRegion, encode_fetch_response
-from sparklog.protocol.framing import FrameError, RequestHeader, parse_request_header, read_frame
+from sparklog.protocol.frame_protocol import FrameProtocol
+from sparklog.protocol.framing import FrameError, RequestHeader, parse_request_header
 from sparklog.protocol.versions import ApiKey
 
 Parts = list[bytes | FileRegion]
@@ -130,8 +131,9 @@ class BrokerServer:
                     ) -> tuple[str, int]:
         """Accept; ``advertise(bound port)`` gives the address to advertise (default: the
         bound one), set before any connection is accepted."""
-        self._server = await asyncio.start_server(self._serve, sock=self.sock,
-                                                  ssl=self.security.ssl_context)
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: FrameProtocol(self._max_frame, self._serve), sock=self.sock,
+            ssl=self.security.ssl_context)
         self.advertised = advertise(self.port) if advertise else (self.host, self.port)
         return self.host, self.port
 
@@ -145,7 +147,7 @@ class BrokerServer:
             await self._server.wait_closed()
         self._closing_warnings.flush()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, frames: FrameProtocol, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -160,7 +162,7 @@ class BrokerServer:
         answers: deque[asyncio.Task[None]] = deque()  # started requests' answers, in order
         try:
             while not session.closing:
-                frame = await read_frame(reader, self._max_frame)
+                frame = await frames.read_frame()
                 if frame is None:
                     break
                 while answers and (answers[0].done() or len(answers) >= MAX_PIPELINED):
@@ -172,7 +174,7 @@ class BrokerServer:
                 while answers:  # the answers before this one's go first
                     await answers.popleft()
                 if session.raw_tokens:  # after SaslHandshake v0: a bare SASL token
-                    answer, failure = await step(session, frame)
+                    answer, failure = await step(session, bytes(frame))
                     parts = [] if failure else [len(answer).to_bytes(4, "big") + answer]
                 else:
                     parts = await self._dispatch(frame, session)
@@ -195,7 +197,7 @@ class BrokerServer:
             self._connections.discard(task)
             writer.close()
 
-    async def _start(self, frame: bytes, session: Session, writer: asyncio.StreamWriter,
+    async def _start(self, frame: memoryview, session: Session, writer: asyncio.StreamWriter,
                      previous: asyncio.Task[None] | None) -> asyncio.Task[None]:
         """Start a request of a pipelined connection; return, once it was answered or
         released (``pipelining``), the task that writes its answer after ``previous``. A
@@ -231,7 +233,7 @@ class BrokerServer:
         if parts:
             await self._write(writer, parts)
 
-    async def _dispatch(self, frame: bytes, session: Session) -> Parts:
+    async def _dispatch(self, frame: memoryview, session: Session) -> Parts:
         started = time.perf_counter()
         header, body_offset = parse_request_header(frame)
         if not session.authenticated and header.api_key not in _BEFORE_AUTHENTICATION:

@@ -78,7 +78,8 @@ _REQUEST_HEAD = struct.Struct(">ihhih")  # size, api_key, api_version, correlati
 _CONFIG_SOURCE_DEFAULT = 5  # Kafka's ConfigSource.DEFAULT_CONFIG
 
 
-def decode_request(header: RequestHeader, frame: bytes, body_offset: int) -> RequestPayload:
+def decode_request(header: RequestHeader, frame: bytes | memoryview, body_offset: int
+                   ) -> RequestPayload:
     """Decode the request body that starts at ``body_offset``; trailing bytes are ignored."""
     read = _request_reader(header.api_key, header.api_version)
     try:
@@ -214,7 +215,8 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: b
     return out.getvalue()
 
 
-def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> ResponsePayload:
+def decode_response(api_key: int, version: int, frame: bytes | memoryview
+                    ) -> ResponsePayload:
     """The response in ``frame`` (a frame's bytes after its size: the correlation id first,
     which the caller checks); raises ``DecodeError`` for bytes that do not decode.
 

@@ -1,10 +1,9 @@
 """Size-prefixed frames and request headers.
 
 Invariants:
-- A frame is ``int32 size`` followed by exactly ``size`` bytes; ``read_frame`` returns the
-  bytes after the size, never more or less, and None only at a clean end of stream (no byte
-  of a next frame was read). Anything else (negative size, size above the limit, end of
-  stream inside a frame) raises ``FrameError``: the connection cannot be resynchronised.
+- A frame is ``int32 size`` followed by exactly ``size`` bytes (received by
+  ``frame_protocol``); one that is not raises ``FrameError``: the connection cannot be
+  resynchronised.
 - ``parse_request_header`` never rejects an api key or version it does not know: the broker
   must still answer it (with UNSUPPORTED_VERSION, or by closing). Unknown keys parse as
   header v1. ``client_id`` is a nullable int16-length string even in header v2.
@@ -12,13 +11,11 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from typing import NamedTuple
 
 from sparklog.protocol.versions import request_header_version
 
-_SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 
 
@@ -36,26 +33,7 @@ class RequestHeader(NamedTuple):
     client_id: str | None
 
 
-async def read_frame(reader: asyncio.StreamReader, max_size: int) -> bytes | None:
-    """Read one frame's payload; None on end of stream at a frame boundary."""
-    try:
-        prefix = await reader.readexactly(4)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
-            return None
-        raise FrameError("end of stream inside a frame size") from None
-    (size,) = _SIZE.unpack(prefix)
-    if size < 0:
-        raise FrameError(f"negative frame size {size}")
-    if size > max_size:
-        raise FrameError(f"frame size {size} above the limit {max_size}")
-    try:
-        return await reader.readexactly(size)
-    except asyncio.IncompleteReadError as exc:
-        raise FrameError(f"end of stream after {len(exc.partial)} of {size} bytes") from None
-
-
-def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
+def parse_request_header(frame: bytes | memoryview) -> tuple[RequestHeader, int]:
     """Parse the request header at the start of ``frame``; return it and the body offset."""
     if len(frame) < _HEADER.size:
         raise FrameError(f"frame of {len(frame)} bytes is too short for a request header")
@@ -67,7 +45,7 @@ def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
         if end > len(frame):
             raise FrameError("client_id runs past the end of the frame")
         try:
-            client_id = frame[offset:end].decode()
+            client_id = str(frame[offset:end], "utf-8")
         except UnicodeDecodeError as exc:
             raise FrameError("client_id is not valid UTF-8") from exc
         offset = end
