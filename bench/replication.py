@@ -8,7 +8,11 @@ directory, ``zookeeper.session.timeout.ms`` 6000) and measures, in one run:
 - produce throughput of N 1 KiB records with confluent-kafka's DEFAULT producer settings
   (acks all, linger.ms 5) into a one-partition topic of replication factor 1, then of
   factor 3 with ``min.insync.replicas`` 2 (records/s, MB/s), ``ROUNDS`` times each; the
-  ratio RF3 / RF1 (target >= 0.5) is the cost of waiting for two followers;
+  ratio RF3 / RF1 (target >= 0.5) is the cost of waiting for two followers; with each, the
+  CPU time the producer (this process), the leader and the two followers spent per 1,000
+  records and the share of the machine's cores they kept busy (the median of each figure
+  over the runs): where the cores are all busy, the ratio is that of the CPU time per
+  record, whatever the waiting costs;
 - end-to-end latency p50/p99 (produce call to consumer delivery) at ``LATENCY_RATE``
   records/s on the replicated topic, linger.ms 0 (one request per record): a consumer sees a
   record only once the high watermark passed it, and a broker answers a connection's
@@ -36,9 +40,10 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
-from _common import Row, peak_rss_mib, print_table, scratch_dir, vm_hwm_mib
+from _common import Row, cpu_seconds, peak_rss_mib, print_table, scratch_dir, vm_hwm_mib
 from broker import latency  # bench/ is on sys.path when run
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -120,6 +125,34 @@ def throughput(bootstrap: str, topic: str, count: int) -> float:
     return count / (time.perf_counter() - start)
 
 
+@dataclass(frozen=True)
+class Run:
+    """One throughput run: records/s, and where the CPU went (milliseconds of CPU per
+    1,000 records in this process, the producer, and in the brokers) and the share of the
+    machine's cores those took."""
+    rate: float
+    client_ms: float
+    leader_ms: float
+    followers_ms: float
+    busy: float
+
+
+def measured_throughput(brokers: list[BrokerProcess], topic: str, count: int) -> Run:
+    """``throughput`` with the CPU time the producer, the leader and the followers spent."""
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    leader = leader_of(bootstrap, topic)
+    processes = [os.getpid(), brokers[leader].pid] + [
+        b.pid for i, b in enumerate(brokers) if i != leader]
+    before = [cpu_seconds(pid) for pid in processes]
+    start = time.perf_counter()
+    rate = throughput(bootstrap, topic, count)
+    wall = time.perf_counter() - start
+    spent = [cpu_seconds(pid) - was for pid, was in zip(processes, before, strict=True)]
+    per_thousand = 1000 * 1000 / count
+    return Run(rate, spent[0] * per_thousand, spent[1] * per_thousand,
+               sum(spent[2:]) * per_thousand, sum(spent) / wall / (os.cpu_count() or 1))
+
+
 def leader_of(bootstrap: str, topic: str) -> int:
     metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
     return metadata.topics[topic].partitions[0].leader
@@ -166,19 +199,23 @@ def main() -> int:
             for broker in brokers:
                 broker.start(timeout=60)
             bootstrap = ",".join(b.bootstrap for b in brokers)
-            runs: dict[int, list[float]] = {1: [], 3: []}
+            runs: dict[int, list[Run]] = {1: [], 3: []}
             for factor in runs:
                 create(bootstrap, f"bench-rf{factor}", factor)
             for _ in range(ROUNDS):
-                for factor, rates in runs.items():
+                for factor, done in runs.items():
                     os.sync()  # no write-back of the previous run's records under this one
-                    rates.append(throughput(bootstrap, f"bench-rf{factor}", count))
-            rate = {factor: statistics.median(rates) for factor, rates in runs.items()}
-            rows = [Row(f"produce 1 KiB acks=all RF{factor}", f"{rate[factor]:,.0f}",
-                        f"{rate[factor] * len(RECORD) / MB:,.1f}",
-                        f"{rate[factor] / rate[1]:.3f}") for factor in runs]
+                    done.append(measured_throughput(brokers, f"bench-rf{factor}", count))
+            median = {factor: Run(*(statistics.median(field) for field in zip(*(
+                astuple(run) for run in done), strict=True))) for factor, done in runs.items()}
+            rate = {factor: run.rate for factor, run in median.items()}
+            rows = [Row(f"produce 1 KiB acks=all RF{factor}", f"{run.rate:,.0f}",
+                        f"{run.rate * len(RECORD) / MB:,.1f}", f"{run.rate / rate[1]:.3f}",
+                        f"{run.client_ms:.2f} / {run.leader_ms:.2f} / {run.followers_ms:.2f}",
+                        f"{run.busy:.0%}") for factor, run in median.items()]
             print_table(["measurement (confluent-kafka defaults)", "records/s", "MB/s",
-                         "ratio to RF1"], rows)
+                         "ratio to RF1", "CPU ms per 1,000: producer / leader / followers",
+                         "cores busy"], rows)
             create(bootstrap, "bench-latency-rf3", 3)
             samples = sorted(latency(bootstrap, "bench-latency-rf3", LATENCY_RATE,
                                      3 if args.quick else 10))
