@@ -162,3 +162,32 @@ def test_a_reader_waiting_for_a_frame_wakes_when_it_arrives() -> None:
         return bytes(await waiting or b"")
 
     assert run(test) == b"late"
+
+
+def test_a_kept_buffer_is_received_into_again_only_once_no_frame_uses_it() -> None:
+    large = 2 * STAGING_BYTES
+    first, second, third = b"1" * large, b"2" * large, b"3" * (large - 10)
+
+    async def test(protocol: FrameProtocol, _: Transport) -> tuple[bool, bool, bytes, bytes]:
+        deliver(protocol, frames(first), [1 << 20])
+        held = await protocol.read_frame()
+        assert held is not None
+        deliver(protocol, frames(second), [1 << 20])  # arrives while ``held`` is in use
+        other = await protocol.read_frame()
+        assert other is not None
+        shared = other.obj is held.obj
+        intact = bytes(held) == first
+        del held, other
+        deliver(protocol, frames(third), [1 << 20])
+        again = await protocol.read_frame()
+        assert again is not None
+        return shared, intact, bytes(again), len(again.obj) == large  # the kept buffer
+
+    async def kept(protocol: FrameProtocol, transport: Transport) -> Any:
+        keeping = FrameProtocol(1 << 24, keep_buffer=True)
+        keeping.connection_made(transport)
+        return await test(keeping, transport)
+
+    shared, intact, third_read, reused = run(kept)
+    assert (shared, intact, third_read) == (False, True, third)
+    assert reused

@@ -14,6 +14,12 @@ Invariants:
   (an incomplete frame at the buffer's end may first be moved to its start).
   ``asyncio.StreamReader`` copies a 1 MB Produce request three times more (into its
   buffer, which grows by reallocation, then out of it twice).
+- With ``keep_buffer``, the buffer of the last large frame is kept and received into again
+  once no view of it is left (CPython's reference count says so): a follower fetching
+  1 MB at a time allocates and zero-fills that buffer once, not for every answer (a
+  quarter of its event loop's time). A connection keeps one such buffer, as large as its
+  largest frame; without ``keep_buffer`` (a server's connections: many, mostly idle)
+  none.
 - Reading pauses while frames of ``BACKLOG_BYTES`` or more wait unread, and resumes when
   fewer do: a connection holds at most that backlog and its last frame, the staging buffer
   and one frame in progress (``asyncio.StreamReader`` pauses at 128 KiB buffered).
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import sys
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -42,15 +49,18 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
     """One connection's frames; ``connected(protocol, writer)`` runs as a task once the
     connection is made (a server's connection handler)."""
 
-    def __init__(self, max_size: int, connected: Connected | None = None) -> None:
+    def __init__(self, max_size: int, connected: Connected | None = None, *,
+                 keep_buffer: bool = False) -> None:
         super().__init__()
         self._max_size = max_size
+        self._keep_buffer = keep_buffer
+        self._kept: bytearray | None = None
         self._connected = connected
         self._staging = bytearray(STAGING_BYTES)
         self._start = self._end = 0  # the staged bytes not yet split into frames
-        self._frame: bytearray | None = None  # a large frame being received in place
+        self._frame: memoryview | None = None  # a large frame being received in place
         self._filled = 0
-        self._frames: deque[bytearray] = deque()
+        self._frames: deque[bytearray | memoryview] = deque()
         self._backlog = 0  # bytes in _frames
         self._failure: BaseException | None = None
         self._eof = False
@@ -102,7 +112,7 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
-            return memoryview(self._frame)[self._filled:]
+            return self._frame[self._filled:]
         if self._start and len(self._staging) - self._end < STAGING_BYTES // 4:
             staged = self._end - self._start
             self._staging[:staged] = memoryview(self._staging)[self._start:self._end]
@@ -156,7 +166,7 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
                 self._deliver(staging[begin:self._start])
                 continue
             if _SIZE.size + size > len(staging):  # too large to stage: received in place
-                frame = bytearray(size)
+                frame = self._large(size)
                 self._filled = self._end - begin
                 frame[:self._filled] = memoryview(staging)[begin:self._end]
                 self._frame = frame
@@ -165,7 +175,18 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         if self._start == self._end:
             self._start = self._end = 0
 
-    def _deliver(self, frame: bytearray) -> None:
+    def _large(self, size: int) -> memoryview:
+        """A buffer of ``size`` bytes for a frame too large to stage: the kept one when no
+        view of it is left (its only references: ``_kept`` and ``getrefcount``'s)."""
+        if self._kept is not None and len(self._kept) >= size \
+                and sys.getrefcount(self._kept) == 2:
+            return memoryview(self._kept)[:size]
+        buffer = bytearray(size)
+        if self._keep_buffer:
+            self._kept = buffer
+        return memoryview(buffer)
+
+    def _deliver(self, frame: bytearray | memoryview) -> None:
         self._frames.append(frame)
         self._backlog += len(frame)
         if self._backlog >= BACKLOG_BYTES and not self._reading_paused \
