@@ -598,16 +598,21 @@ def produce_request(topic: str, partition: int, records: bytes, *, acks: int = -
     return produce_request_to(topic, {partition: records}, acks=acks, version=version)
 
 
-def metadata_v12(bootstrap: str, *topics: str | uuid.UUID) -> Any:
+def metadata_v12_request(*topics: str | uuid.UUID, auto_create: bool = False
+                         ) -> MetadataRequest:
     """Metadata v12 (flexible; leader epochs, topic ids) for ``topics`` (names, or ids
-    asked for without a name), kafka-python's codec, from the first broker of ``bootstrap``."""
-    request = MetadataRequest(
+    asked for without a name), kafka-python's codec."""
+    return MetadataRequest(
         version=12, topics=[MetadataRequest.MetadataRequestTopic(
             version=12, topic_id=t if isinstance(t, uuid.UUID) else None,
             name=None if isinstance(t, uuid.UUID) else t) for t in topics],
-        allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        allow_auto_topic_creation=auto_create, include_topic_authorized_operations=False)
+
+
+def metadata_v12(bootstrap: str, *topics: str | uuid.UUID) -> Any:
+    """``metadata_v12_request``'s answer from the first broker of ``bootstrap``."""
     with RawConnection(bootstrap.split(",")[0]) as conn:
-        return conn.call(request, MetadataResponse)
+        return conn.call(metadata_v12_request(*topics), MetadataResponse)
 
 
 def produce_request_to(topic: str, blobs: Mapping[int, bytes | None], *, acks: int = -1,

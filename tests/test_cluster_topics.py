@@ -12,6 +12,8 @@ get replicas (or the ones asked for), leaders, and take records.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +25,7 @@ from broker_fixtures import (
     admin,
     consume_confluent,
     create_topic,
+    metadata_v12_request,
     numbered,
     produce_confluent,
     running_cluster,
@@ -41,6 +44,7 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
 )
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import MetadataResponse
 
 from sparklog.cli import main
 from sparklog.cluster.layout import (
@@ -243,3 +247,32 @@ def test_delete_records_only_on_the_leader(cluster: Cluster) -> None:
         assert answer.topics[0].partitions[0].error_code == ErrorCode.NONE
         assert answer.topics[0].partitions[0].low_watermark == 2
     assert watermarks(cluster.bootstrap, "trimmed") == (2, 4)
+
+
+def test_a_restarting_broker_answers_only_once_it_knows_the_cluster(cluster: Cluster) -> None:
+    """A client connecting the moment a restarted broker's port opens (librdkafka retries
+    every few milliseconds) gets the cluster's view of a topic, not a refusal: the broker
+    accepts connections only once it has joined the cluster."""
+    create_topic(cluster.bootstrap, "known", replication_factor=3)
+    cluster.wait_for_isr("known", {0, 1, 2})
+    away = cluster.brokers[2]
+    away.kill()
+    restart = threading.Thread(target=away.start)
+    restart.start()
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while True:  # the first moment its port takes a connection
+            try:
+                connection = RawConnection(away.bootstrap, timeout=TIMEOUT)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "broker 2 never listened again"
+                time.sleep(0.002)
+        with connection:
+            answer = connection.call(metadata_v12_request("known", auto_create=True),
+                                     MetadataResponse)
+    finally:
+        restart.join()
+    [topic] = answer.topics
+    assert (topic.error_code, len(topic.partitions)) == (ErrorCode.NONE, 1)
+    assert sorted(topic.partitions[0].replica_nodes) == [0, 1, 2]

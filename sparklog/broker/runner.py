@@ -24,9 +24,11 @@ Invariants:
 - ``stop`` stops accepting, closes connections, stops the cleaner, then flushes and closes
   every log and writes the clean-shutdown marker. SIGTERM and SIGINT stop ``run``, which
   then exits 0.
-- With ``zookeeper.connect`` set, the broker joins that cluster once its listeners accept
-  (``replication.ReplicaManager``, registered with every listener's advertised address
+- With ``zookeeper.connect`` set, the broker joins that cluster once its listeners are
+  bound (``replication.ReplicaManager``, registered with every listener's advertised address
   and security protocol, as Kafka's ``/brokers/ids/<id>``) and before ``start`` returns;
+  it accepts connections only once joined (until then they wait in the listen backlog), so
+  a restarting broker never answers as a single node or without the cluster's topics;
   ZooKeeper out of reach or ``broker.id`` taken is a ``StartupError``. ``stop`` leaves the
   cluster (its registration goes at once) before it closes connections. Without it
   nothing here touches ZooKeeper.
@@ -190,6 +192,8 @@ class BrokerService:
                      *server.advertised)
         if inter_broker is not None:
             await self._join_cluster(broker, inter_broker)
+        for server in self._servers:  # a cluster broker answers nothing before it joined
+            await server.serve()
         self._cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
         if self._cleaner.config.enable:
             self._cleaner.start()

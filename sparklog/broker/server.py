@@ -132,13 +132,19 @@ class BrokerServer:
 
     async def start(self, advertise: Callable[[int], tuple[str, int]] | None = None
                     ) -> tuple[str, int]:
-        """Accept; ``advertise(bound port)`` gives the address to advertise (default: the
-        bound one), set before any connection is accepted."""
+        """Make the listener; ``advertise(bound port)`` gives the address to advertise
+        (default: the bound one). Connections wait in the socket's backlog until ``serve``
+        (a cluster broker serves once it has joined the cluster)."""
         self._server = await asyncio.get_running_loop().create_server(
             lambda: FrameProtocol(self._max_frame, self._serve), sock=self.sock,
-            ssl=self.security.ssl_context)
+            ssl=self.security.ssl_context, start_serving=False)
         self.advertised = advertise(self.port) if advertise else (self.host, self.port)
         return self.host, self.port
+
+    async def serve(self) -> None:
+        """Accept connections (after ``start``)."""
+        assert self._server is not None
+        await self._server.start_serving()
 
     async def stop(self) -> None:
         if self._server is not None:
