@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 
 from _common import Row, peak_rss_mib, print_table, scratch_dir, vm_hwm_mib
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -140,8 +141,7 @@ def measure(broker: BrokerProcess, count: int
     produce: dict[str, list[float]] = {"idempotent": [], "flushed": [], "transactional": []}
     for _ in range(ROUNDS):
         for kind, run in (("idempotent", produce_idempotent),
-                          ("flushed", lambda b, t, n: produce_idempotent(b, t, n,
-                                                                         PER_TRANSACTION)),
+                          ("flushed", partial(produce_idempotent, flush_every=PER_TRANSACTION)),
                           ("transactional", produce_transactional)):
             topic = fresh(kind)
             os.sync()  # no write-back of the previous run's records under this one

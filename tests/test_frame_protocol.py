@@ -50,9 +50,10 @@ def deliver(protocol: FrameProtocol, data: bytes, chunks: list[int]) -> None:
 
 
 def run(test: Callable[[FrameProtocol, Transport], Awaitable[Any]],
-        max_size: int = 1 << 24) -> Any:
+        max_size: int = 1 << 24, *, keep_buffer: bool = False) -> Any:
     async def body() -> Any:
-        protocol, transport = FrameProtocol(max_size), Transport()
+        protocol = FrameProtocol(max_size, keep_buffer=keep_buffer)
+        transport = Transport()
         protocol.connection_made(transport)
         return await test(protocol, transport)
     return asyncio.run(body())
@@ -183,11 +184,6 @@ def test_a_kept_buffer_is_received_into_again_only_once_no_frame_uses_it() -> No
         assert again is not None
         return shared, intact, bytes(again), len(again.obj) == large  # the kept buffer
 
-    async def kept(protocol: FrameProtocol, transport: Transport) -> Any:
-        keeping = FrameProtocol(1 << 24, keep_buffer=True)
-        keeping.connection_made(transport)
-        return await test(keeping, transport)
-
-    shared, intact, third_read, reused = run(kept)
+    shared, intact, third_read, reused = run(test, keep_buffer=True)
     assert (shared, intact, third_read) == (False, True, third)
     assert reused

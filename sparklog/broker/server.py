@@ -285,8 +285,8 @@ class BrokerServer:
 
     async def _write(self, writer: asyncio.StreamWriter, parts: Parts) -> None:
         loop = asyncio.get_running_loop()
-        corked = None if self.security.tls or all(
-            not isinstance(part, FileRegion) for part in parts) else _cork(writer)
+        corked = _cork(writer) if not self.security.tls and any(
+            isinstance(part, FileRegion) for part in parts) else None
         try:
             for part in parts:
                 if not isinstance(part, FileRegion):

@@ -121,7 +121,6 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._failure is not None:  # after a bad size: nothing more is parsed
-            self._start = self._end = 0
             return
         if self._frame is not None:
             self._filled += nbytes
