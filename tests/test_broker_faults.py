@@ -26,6 +26,8 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from broker_fixtures import (
@@ -63,10 +65,13 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import ListOffsetsRequest, OffsetForLeaderEpochRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest
+from test_decoder_fuzz import ABORTING_METADATA_V12
 
 from sparklog.broker.config import BROKER_DEFAULTS
 from sparklog.broker.process import BrokerProcess
 from sparklog.errors import ErrorCode
+from sparklog.protocol.codec import encode_request, request_class
+from sparklog.protocol.entities import build
 from sparklog.record.batch import CRC_OFFSET, HEADER_SIZE
 from sparklog.record.records import build_batch
 
@@ -291,13 +296,30 @@ def _valid_requests(name: str) -> list[ApiMessage]:
     ]
 
 
+def _flexible_requests(name: str) -> list[bytes]:
+    """Frames of served flexible versions (header v2, compact arrays, tagged fields)."""
+    bodies: list[tuple[int, int, dict[str, Any]]] = [
+        (METADATA, 12, {"topics": [{"name": name, "topic_id": None}],
+                        "allow_auto_topic_creation": False,
+                        "include_topic_authorized_operations": True}),
+        (35, 4, {"topics": [{"topic": name, "partitions": [0, 1]}]}),  # DescribeLogDirs
+        (46, 0, {"timeout": timedelta(seconds=1),  # ListPartitionReassignments
+                 "topics": [{"name": name, "partition_indexes": [0, 1]}]}),
+        (50, 0, {"users": [{"name": "alice"}]}),  # DescribeUserScramCredentials
+    ]
+    return [encode_request(key, version, 1, b"fuzz", build(request_class(key, version), body))
+            for key, version, body in bodies]
+
+
 def _mutate(rng: random.Random, frame: bytes) -> bytes:
     """Change a few bytes after the request header's api key, version and correlation id."""
     data = bytearray(frame)
     start = 12  # size, api key, version, correlation id
     position = rng.randrange(start, len(data))
-    kind = rng.randrange(4)
-    if kind == 0:
+    kind = rng.randrange(5)
+    if kind == 4:  # a count of 4 billion as a compact array's unsigned varint
+        data[position:position] = b"\xff\xff\xff\xff\x0f"
+    elif kind == 0:
         data[position] = rng.randrange(256)
     elif kind == 1 and position + 4 <= len(data):
         struct.pack_into(">i", data, position, rng.choice([-1, -2, 0, 2**31 - 1, 1 << 20]))
@@ -313,13 +335,13 @@ def test_mutated_requests_never_crash_the_broker(broker: BrokerProcess,
                                                  background: BackgroundProducer) -> None:
     name = create_topic(broker.bootstrap, unique_topic("mutated"), partitions=2)
     produce_confluent(broker.bootstrap, name, numbered(10))
-    frames = []
+    frames = _flexible_requests(name)
     for request in _valid_requests(name):
         request.with_header(correlation_id=1, client_id="fuzz")
         frames.append(bytes(request.encode(header=True, framed=True)))
     rng = random.Random(20240611)
     answered = closed = 0
-    for _ in range(400):
+    for _ in range(600):
         with RawConnection(broker.bootstrap, timeout=5) as conn:
             conn.send(_mutate(rng, rng.choice(frames)))
             conn.sock.shutdown(socket.SHUT_WR)
@@ -333,6 +355,25 @@ def test_mutated_requests_never_crash_the_broker(broker: BrokerProcess,
             closed += 1
     assert answered and closed  # both paths were exercised
     _still_serving(broker, background)
+
+
+def test_a_frame_that_aborted_kio_closes_only_that_connection(
+        fresh_broker: BrokerProcess) -> None:
+    """Issue 26: a 58-byte Metadata v12 request whose topics array claims 24 billion
+    elements made kio's native reader abort the broker process. Now that connection is
+    closed with one log line naming the API and version, and nothing else changes (a
+    broker of its own: the module's has rate-limited such lines after the garbage tests)."""
+    background = BackgroundProducer(fresh_broker.bootstrap, unique_topic("kio")).start()
+    try:
+        with RawConnection(fresh_broker.bootstrap) as bad:
+            bad.send(frame(ABORTING_METADATA_V12))
+            assert bad.read_until_closed() == b"", "closed without an answer"
+        _still_serving(fresh_broker, background)
+    finally:
+        background.abort()
+    lines = [line for line in fresh_broker.log_file.read_text().splitlines()
+             if "api 3 v12: an array of 24350279303 elements" in line]
+    assert len(lines) == 1 and "closing connection from" in lines[0], lines
 
 
 # -- restarts and crashes -----------------------------------------------------------------------

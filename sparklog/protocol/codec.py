@@ -4,19 +4,22 @@ Invariants:
 - The codec reads and writes any (key, version) kio has a schema for, and the old versions
   listed below; any other raises ``UnsupportedVersionError``. Which of them the broker
   serves is the handlers' decision (``sparklog.broker.registry``), checked before decoding.
-- A tagged field the request's schema does not know is ignored, as Kafka ignores it
-  (``tagged_fields``: only a body kio refused is walked again, so known requests cost
-  nothing more).
+- No bytes reach kio's native reader before ``body_walk`` has walked them: a count that
+  would make kio reserve more memory than the frame could hold is refused before kio sees
+  it (kio 0.6.5 aborts the process when that allocation fails). The same walk drops the
+  tagged fields a schema does not know, as Kafka ignores them.
 - Bytes left over after a request body are ignored, never rejected (librdkafka sends 3
   extra bytes with Metadata v9+ "all topics"). A body that does not decode raises
-  ``InvalidRequestError`` and nothing else; so does a null (length -1) array where the schema
-  does not allow one (kio itself reads it as None, which handlers would trip over).
+  ``InvalidRequestError`` and nothing else; so does a null array where the schema does not
+  allow one (``body_walk``: kio itself reads it as None, which handlers would trip over).
 - ``encode_response`` returns a whole frame: int32 size, the response header for the
   request's (key, version) (correlation id, plus an empty tagged-field section for header
   v1) and the body.
 - Readers, writers and classes are built once per (key, version) and cached.
-- The client side decodes responses into kio's classes, except the few with a non-nullable
-  ``datetime_i64`` field, whose -1 ("none") kio refuses: those fields read as int64 ms.
+- The client side decodes responses into kio's classes (a response that does not decode
+  raises ``MalformedResponseError``, a ``ConnectionError``, and nothing else), except the
+  few with a non-nullable ``datetime_i64`` field, whose -1 ("none") kio refuses: those
+  fields read as int64 ms.
 - kio 0.6.5 has no schema for some old versions we advertise (Kafka 4 dropped them, KIP-896):
   Produce 0-2, Fetch 0-3, ListOffsets 0, OffsetCommit 0-1, OffsetFetch 0, CreateTopics 0-1,
   DeleteTopics 0, OffsetForLeaderEpoch 0-1, DescribeConfigs 0. Those are read and written
@@ -59,14 +62,14 @@ from typing import IO, Any, get_args, get_origin
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import DecodeError
+from kio.serial.errors import SerialError
 from kio.serial.readers import Reader
 from kio.static.primitive import i32, i64
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from sparklog.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
-from sparklog.protocol.framing import RequestHeader, skip_tagged_fields
-from sparklog.protocol.tagged_fields import without_unknown_tags
+from sparklog.protocol.body_walk import checked_reader
+from sparklog.protocol.framing import FrameError, RequestHeader, skip_tagged_fields
 from sparklog.protocol.versions import request_header_version, response_header_version
 
 Writer = Callable[[IO[bytes], Any], None]
@@ -83,50 +86,11 @@ def decode_request(header: RequestHeader, frame: bytes | memoryview, body_offset
     """Decode the request body that starts at ``body_offset``; trailing bytes are ignored."""
     read = _request_reader(header.api_key, header.api_version)
     try:
-        try:
-            request, _ = read(frame, body_offset)
-        except KeyError:  # kio's answer to a tag it lacks; Kafka skips unknown tags
-            cls = _schema(load_request_schema, header.api_key, header.api_version)
-            request, _ = read(without_unknown_tags(cls, frame, body_offset), 0)
-    except (DecodeError, ValueError, KeyError, IndexError) as exc:
-        # kio raises ValueError for some bad values
+        request, _ = read(frame, body_offset)
+    except (SerialError, ValueError, IndexError) as exc:
+        # kio raises ValueError for some bad values (BodyError is one)
         raise InvalidRequestError(f"api {header.api_key} v{header.api_version}: {exc}") from exc
-    null = _null_array(request)
-    if null is not None:
-        raise InvalidRequestError(
-            f"api {header.api_key} v{header.api_version}: non-nullable array {null} is null")
     return request
-
-
-@cache
-def _array_fields(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
-    """(name, nullable, entity class of the items or None) of each array field of ``cls``."""
-    found = []
-    for f in fields(cls):
-        annotation, nullable = f.type, False
-        if get_origin(annotation) is UnionType:
-            (annotation,) = (arg for arg in get_args(annotation) if arg is not NoneType)
-            nullable = True
-        if get_origin(annotation) is tuple:
-            item = get_args(annotation)[0]
-            found.append((f.name, nullable, item if is_dataclass(item) else None))
-    return tuple(found)
-
-
-def _null_array(entity: Any) -> str | None:
-    """The first non-nullable array field that is None (kio reads length -1 as None for
-    every array, nullable or not: handlers iterating it would fail), or None if none is."""
-    for name, nullable, item in _array_fields(type(entity)):
-        value = getattr(entity, name)
-        if value is None:
-            if not nullable:
-                return f"{type(entity).__name__}.{name}"
-        elif item is not None:
-            for element in value:
-                null = _null_array(element)
-                if null is not None:
-                    return null
-    return None
 
 
 def response_class(api_key: int, version: int) -> type[ResponsePayload]:
@@ -190,7 +154,7 @@ def _client_codec(api_key: int, version: int) -> _ClientCodec:
     if _has_instant(response_cls):
         response_cls = _wire_class(response_cls, version, _Legacy(version, instants_as_ms=True))
     flexible = request_header_version(api_key, version) == 2
-    return _ClientCodec(request_cls, entity_writer(request_cls), entity_reader(response_cls),
+    return _ClientCodec(request_cls, entity_writer(request_cls), _reader(response_cls),
                         b"\x00" if flexible else b"",
                         response_header_version(api_key, version) == 1)
 
@@ -215,18 +179,27 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: b
     return out.getvalue()
 
 
+class MalformedResponseError(ConnectionError):
+    """A response that does not decode as its request's answer: the connection it came on
+    cannot be trusted (callers drop it and retry, as with any broken connection)."""
+
+
 def decode_response(api_key: int, version: int, frame: bytes | memoryview
                     ) -> ResponsePayload:
     """The response in ``frame`` (a frame's bytes after its size: the correlation id first,
-    which the caller checks); raises ``DecodeError`` for bytes that do not decode.
+    which the caller checks); raises ``MalformedResponseError`` for bytes that do not
+    decode, and nothing else whatever they are.
 
     Kio's class, except where the response has a non-nullable ``datetime_i64`` field (such
     as DescribeTransactions' ``transaction_start_time``): Kafka sends -1 there for "none",
     which kio refuses to read, so those responses decode into a derived class of the same
     shape whose instant fields are int64 milliseconds (-1 included)."""
     codec = _client_codec(api_key, version)
-    offset = skip_tagged_fields(frame, 4) if codec.tagged_response_header else 4
-    response, _ = codec.read(frame, offset)
+    try:
+        offset = skip_tagged_fields(frame, 4) if codec.tagged_response_header else 4
+        response, _ = codec.read(frame, offset)
+    except (SerialError, ValueError, IndexError, FrameError) as exc:
+        raise MalformedResponseError(f"api {api_key} v{version} answer: {exc}") from None
     return response
 
 
@@ -386,6 +359,12 @@ _LEGACY_RESPONSES: dict[tuple[int, int], _Legacy] = {
 # --- cached readers and writers ------------------------------------------------------------
 
 
+def _reader(cls: type) -> Reader[Any]:
+    """kio's reader of ``cls`` behind the bounds walk (``body_walk``): network bytes reach
+    kio's native reader only through it."""
+    return checked_reader(cls, entity_reader(cls))
+
+
 def _schema(load: Callable[[int, int], type], api_key: int, version: int) -> type:
     try:
         return load(api_key, version)
@@ -397,11 +376,11 @@ def _schema(load: Callable[[int, int], type], api_key: int, version: int) -> typ
 def _request_reader(api_key: int, version: int) -> Reader[RequestPayload]:
     legacy = _LEGACY_REQUESTS.get((api_key, version))
     if legacy is None:
-        return entity_reader(_schema(load_request_schema, api_key, version))
+        return _reader(_schema(load_request_schema, api_key, version))
     canonical = load_request_schema(api_key, legacy.base)
     if legacy.same_wire_format:
-        return entity_reader(canonical)
-    read_wire = entity_reader(_wire_class(canonical, version, legacy))
+        return _reader(canonical)
+    read_wire = _reader(_wire_class(canonical, version, legacy))
 
     def read_legacy(buffer: bytes, offset: int) -> tuple[RequestPayload, int]:
         wire, size = read_wire(buffer, offset)

@@ -16,6 +16,7 @@ Invariants:
 - With ``read_newer`` a version above the newest described is read by the newest one's
   fields (Kafka's forward compatibility for embedded protocols: newer fields come last).
 - Trailing bytes after the fields of a version are ignored, as Kafka's readers do.
+- Bytes reach kio's native reader only through ``body_walk`` (see ``codec``).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from functools import cache
 from typing import Any, ClassVar
 
 from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import DecodeError
+from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i64
+
+from sparklog.protocol.body_walk import checked_reader
 
 _VERSION = struct.Struct(">h")
 _PRIMITIVES: dict[str, Any] = {"int8": i8, "int16": i16, "int32": i32, "int64": i64,
@@ -115,6 +118,13 @@ def _build(schema: DataSchema, version: int, values: Mapping[str, Any]) -> Any:
     return schema.entity(version)(**kwargs)
 
 
+@cache
+def _reader(cls: type) -> Any:
+    """kio's reader behind the bounds walk: these records come from clients (embedded
+    protocols) and from disk, and a count kio would trust must not end the process."""
+    return checked_reader(cls, entity_reader(cls))
+
+
 def decode(schema: DataSchema, data: bytes, *, read_newer: bool = False) -> tuple[int, Any]:
     """(version, entity) of a record of ``schema`` (see the module invariants)."""
     if len(data) < _VERSION.size:
@@ -126,7 +136,7 @@ def decode(schema: DataSchema, data: bytes, *, read_newer: bool = False) -> tupl
     elif not 0 <= version <= schema.newest:
         raise ValueError(f"{schema.name}: unknown version {version}")
     try:
-        entity, _ = entity_reader(schema.entity(read_as))(data, _VERSION.size)
-    except (DecodeError, ValueError, UnicodeDecodeError) as exc:
+        entity, _ = _reader(schema.entity(read_as))(data, _VERSION.size)
+    except (SerialError, ValueError) as exc:
         raise ValueError(f"{schema.name} v{version}: {exc}") from None
     return version, entity

@@ -4,6 +4,9 @@ Invariants:
 - ``decompress`` returns ``bytes`` or raises ``CorruptRecordError``: a codec id outside 1-4, a
   truncated or garbled payload and a malformed xerial block all surface as that one error,
   never as a cramjam exception.
+- No codec reserves memory from a size the payload claims before checking it: a raw
+  snappy block claiming more than 22 times its own size is corrupt (zstd and LZ4 check
+  their declared content sizes themselves).
 - Snappy input may be xerial-framed (Java clients: the 16-byte ``\\x82SNAPPY\\x00`` header,
   then int32 big-endian length + raw snappy blocks) or one raw snappy block (librdkafka);
   ``compress`` writes the xerial framing, which every client reads.
@@ -35,6 +38,7 @@ XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)  # + format version 1, min compatible 1
 _XERIAL_BLOCK_SIZE = 32 * 1024  # uncompressed bytes per block, as xerial snappy-java writes
 _BLOCK_LENGTH = struct.Struct(">i")
+_SNAPPY_MAX_EXPANSION = 22  # a copy element: 3 bytes for 64 (21.3 times)
 
 
 def _lz4_compress(data: Buffer) -> bytes:
@@ -52,10 +56,26 @@ def _snappy_compress(data: Buffer) -> bytes:
     return b"".join(parts)
 
 
+def _snappy_raw(block: memoryview) -> bytes:
+    """One raw snappy block, its declared length checked first: cramjam reserves that much
+    before reading (a 5-byte preamble of 4 GiB ends a process whose allocation fails), and
+    no snappy element expands more than 64 bytes from 3, so a larger claim is corrupt."""
+    declared = shift = 0
+    for position in range(min(len(block), 5)):
+        declared |= (block[position] & 0x7F) << shift
+        if block[position] < 0x80:
+            break
+        shift += 7
+    if declared > _SNAPPY_MAX_EXPANSION * len(block):
+        raise CorruptRecordError(f"snappy block of {len(block)} bytes claims {declared} "
+                                 f"uncompressed bytes")
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
 def _snappy_decompress(data: Buffer) -> bytes:
     view = memoryview(data)
     if view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(view))
+        return _snappy_raw(view)
     pos, end = len(_XERIAL_HEADER), len(view)
     if end < pos:
         raise CorruptRecordError(f"xerial snappy header cut short ({end} bytes)")
@@ -70,7 +90,7 @@ def _snappy_decompress(data: Buffer) -> bytes:
                 f"xerial snappy block of {length} bytes at byte {pos} overruns the payload "
                 f"({end} bytes)"
             )
-        blocks.append(bytes(cramjam.snappy.decompress_raw(view[pos : pos + length])))
+        blocks.append(_snappy_raw(view[pos : pos + length]))
         pos += length
     return b"".join(blocks)
 

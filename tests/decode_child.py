@@ -1,0 +1,145 @@
+"""A child process that decodes what its parent sends, for fuzz tests of the decoders of
+network input (``test_decoder_fuzz``): if a decoder can be made to end the process, it ends
+this one, and the parent sees the signal.
+
+Protocol, on stdin: one message per input, ``kind`` (1 byte: ``q`` a request frame without
+its size, ``r`` a response frame of (api key, version) without its size, ``d`` a data record
+of the named embedded or internal-topic schema, ``b`` the records of a Fetch answer, read
+by the Spark source's compiled columnar decoder and by the broker's record decoder), int16
+api key (or schema index), int16 version, int32 length, the bytes. On stdout, per input:
+one status byte (``0`` decoded, ``1`` refused with the decoder's own error) and the
+process's peak RSS in KiB (int64).
+Any other exception is written to stderr and ends the process with exit code 3.
+
+Before its first input it builds every reader its parent may ask for, writes ``ready``
+and its peak RSS, and limits its address space to what it has plus ``SPARKLOG_FUZZ_AS_MB``
+(default 1024): an allocation that asks for more fails, as it would on a host whose memory
+ran out, and kio's native reader aborts the process on that.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import struct
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from kio.index import UnknownEntity, load_response_schema
+
+from sparklog.broker.registry import load_handlers, served
+from sparklog.coordinator import consumer_protocol, group_records, txn_records
+from sparklog.datasource.read.arrow_records import ColumnarRecordBuilder
+from sparklog.errors import KafkaError
+from sparklog.protocol.codec import MalformedResponseError, decode_request, decode_response
+from sparklog.protocol.framing import FrameError, parse_request_header
+from sparklog.record.batch import split_batches
+from sparklog.record.records import decode_records
+
+_HEAD = struct.Struct(">chhi")
+_ANSWER = struct.Struct(">Bq")
+
+DATA_DECODERS: tuple[Callable[[bytes], Any], ...] = (
+    consumer_protocol.subscribed_topics,
+    consumer_protocol.assigned_partitions,
+    group_records.decode_key,
+    group_records.decode_offset_value,
+    group_records.decode_group_value,
+    txn_records.decode_txn_key,
+    txn_records.decode_txn_value,
+)
+"""The data-record decoders fed by 'd' messages, by index (see ``test_decoder_fuzz``)."""
+
+REFUSALS: dict[bytes, tuple[type[BaseException], ...]] = {
+    b"q": (FrameError, KafkaError),  # the server closes the connection on either
+    b"r": (MalformedResponseError,),
+    b"d": (ValueError,),
+    b"b": (KafkaError, ValueError),  # CorruptRecordError, a legacy format
+}
+"""Each kind's own errors: any other exception is a defect, and ends the child."""
+
+
+def _status_kib(name: str) -> int:
+    """A figure of this process's /proc status, in KiB (``VmHWM``: peak RSS)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(name + ":"):
+                return int(line.split()[1])
+    raise LookupError(name)
+
+
+def _read_records(data: bytes) -> None:
+    builder = ColumnarRecordBuilder("fuzz", 0, include_headers=True)
+    for _ in builder.add(data, 0, 2**62):
+        pass
+    builder.build()
+    for header in split_batches(data):
+        decode_records(data, header)
+
+
+def _decode(kind: bytes, key: int, version: int, data: bytes) -> None:
+    if kind == b"b":
+        _read_records(data)
+    elif kind == b"q":
+        header, offset = parse_request_header(data)
+        decode_request(header, data, offset)
+    elif kind == b"r":
+        decode_response(key, version, data)
+    else:
+        DATA_DECODERS[key](data)
+
+
+def _warm_up() -> None:
+    """Build every reader once (kio compiles its schemas, the walk its plans), so memory
+    measured later is what decoding costs, not what importing costs."""
+    for key, (low, high) in served().items():
+        for version in range(low, high + 1):
+            kinds = (b"q", b"r") if has_response_schema(key, version) else (b"q",)
+            for kind in kinds:
+                data = struct.pack(">hhih", key, version, 0, -1) if kind == b"q" else b""
+                try:
+                    _decode(kind, key, version, data)
+                except REFUSALS[kind]:
+                    pass
+
+
+def has_response_schema(key: int, version: int) -> bool:
+    """Whether kio reads this response (clients ask only for versions it has)."""
+    try:
+        load_response_schema(key, version)
+    except UnknownEntity:
+        return False
+    return True
+
+
+def main() -> int:
+    load_handlers()
+    _warm_up()
+    budget = int(os.environ.get("SPARKLOG_FUZZ_AS_MB", "1024")) * 1024 * 1024
+    limit = _status_kib("VmSize") * 1024 + budget
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    out, stdin = sys.stdout.buffer, sys.stdin.buffer
+    out.write(b"ready" + _ANSWER.pack(0, _status_kib("VmHWM")))
+    out.flush()
+    while True:
+        head = stdin.read(_HEAD.size)
+        if len(head) < _HEAD.size:
+            return 0
+        kind, key, version, length = _HEAD.unpack(head)
+        data = stdin.read(length)
+        try:
+            _decode(kind, key, version, data)
+            status = 0
+        except REFUSALS[kind]:
+            status = 1
+        except BaseException:
+            traceback.print_exc()
+            return 3
+        out.write(_ANSWER.pack(status, _status_kib("VmHWM")))
+        out.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
