@@ -5,7 +5,7 @@ this one, and the parent sees the signal.
 Protocol, on stdin: one message per input, ``kind`` (1 byte: ``q`` a request frame without
 its size, ``r`` a response frame of (api key, version) without its size, ``d`` a data record
 of the named embedded or internal-topic schema, ``b`` the records of a Fetch answer, read
-by the Spark source's compiled columnar decoder and by the broker's record decoder), int16
+by the Spark source's decoders, compiled and aiokafka's, and the broker's), int16
 api key (or schema index), int16 version, int32 length, the bytes. On stdout, per input:
 one status byte (``0`` decoded, ``1`` refused with the decoder's own error) and the
 process's peak RSS in KiB (int64).
@@ -31,7 +31,11 @@ from kio.index import UnknownEntity, load_response_schema
 
 from sparklog.broker.registry import load_handlers, served
 from sparklog.coordinator import consumer_protocol, group_records, txn_records
-from sparklog.datasource.read.arrow_records import ColumnarRecordBuilder
+from sparklog.datasource.read.arrow_records import (
+    AiokafkaRecordBuilder,
+    ColumnarRecordBuilder,
+    RecordBuilder,
+)
 from sparklog.errors import KafkaError
 from sparklog.protocol.codec import MalformedResponseError, decode_request, decode_response
 from sparklog.protocol.framing import FrameError, parse_request_header
@@ -71,10 +75,32 @@ def _status_kib(name: str) -> int:
 
 
 def _read_records(data: bytes) -> None:
-    builder = ColumnarRecordBuilder("fuzz", 0, include_headers=True)
+    """Each decoder on its own: one refusing must not keep the others from the bytes."""
+    refused = None
+    for read in (_columnar, _aiokafka, _broker):
+        try:
+            read(data)
+        except REFUSALS[b"b"] as exc:
+            refused = exc
+    if refused is not None:
+        raise refused
+
+
+def _spark_source(builder: RecordBuilder, data: bytes) -> None:
     for _ in builder.add(data, 0, 2**62):
         pass
     builder.build()
+
+
+def _columnar(data: bytes) -> None:
+    _spark_source(ColumnarRecordBuilder("fuzz", 0, include_headers=True), data)
+
+
+def _aiokafka(data: bytes) -> None:
+    _spark_source(AiokafkaRecordBuilder("fuzz", 0, include_headers=True), data)
+
+
+def _broker(data: bytes) -> None:
     for header in split_batches(data):
         decode_records(data, header)
 

@@ -19,7 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import cramjam
 
@@ -56,10 +56,10 @@ def _snappy_compress(data: Buffer) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_raw(block: memoryview) -> bytes:
-    """One raw snappy block, its declared length checked first: cramjam reserves that much
-    before reading (a 5-byte preamble of 4 GiB ends a process whose allocation fails), and
-    no snappy element expands more than 64 bytes from 3, so a larger claim is corrupt."""
+def _check_claim(block: memoryview) -> None:
+    """Refuse a raw snappy block whose declared length it cannot hold: cramjam reserves that
+    much before reading (a 5-byte preamble of 4 GiB ends a process whose allocation fails),
+    and no snappy element expands more than 64 bytes from 3."""
     declared = shift = 0
     for position in range(min(len(block), 5)):
         declared |= (block[position] & 0x7F) << shift
@@ -69,17 +69,16 @@ def _snappy_raw(block: memoryview) -> bytes:
     if declared > _SNAPPY_MAX_EXPANSION * len(block):
         raise CorruptRecordError(f"snappy block of {len(block)} bytes claims {declared} "
                                  f"uncompressed bytes")
-    return bytes(cramjam.snappy.decompress_raw(block))
 
 
-def _snappy_decompress(data: Buffer) -> bytes:
-    view = memoryview(data)
+def _snappy_blocks(view: memoryview) -> Iterator[memoryview]:
+    """The raw snappy blocks of a payload: xerial-framed, or one raw block."""
     if view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
-        return _snappy_raw(view)
+        yield view
+        return
     pos, end = len(_XERIAL_HEADER), len(view)
     if end < pos:
         raise CorruptRecordError(f"xerial snappy header cut short ({end} bytes)")
-    blocks = []
     while pos < end:
         if end - pos < _BLOCK_LENGTH.size:
             raise CorruptRecordError(f"xerial snappy block length cut short at byte {pos}")
@@ -90,9 +89,25 @@ def _snappy_decompress(data: Buffer) -> bytes:
                 f"xerial snappy block of {length} bytes at byte {pos} overruns the payload "
                 f"({end} bytes)"
             )
-        blocks.append(_snappy_raw(view[pos : pos + length]))
+        yield view[pos : pos + length]
         pos += length
-    return b"".join(blocks)
+
+
+def _snappy_raw(block: memoryview) -> bytes:
+    _check_claim(block)
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _snappy_decompress(data: Buffer) -> bytes:
+    return b"".join(map(_snappy_raw, _snappy_blocks(memoryview(data))))
+
+
+def check_claims(codec: int, data: Buffer) -> None:
+    """Raise ``CorruptRecordError`` where ``decompress`` would refuse a claimed size, without
+    decompressing: for a decoder of its own (aiokafka's) that trusts those sizes."""
+    if codec == SNAPPY:
+        for block in _snappy_blocks(memoryview(data)):
+            _check_claim(block)
 
 
 _COMPRESSORS: dict[int, Callable[[Buffer], bytes]] = {

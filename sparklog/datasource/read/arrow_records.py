@@ -18,6 +18,9 @@ Invariants:
 - Every batch ``build`` returns has exactly ``arrow_source_schema(include_headers)``: the
   schema pyspark requires of a Python data source's Arrow output. Timestamps are
   microseconds, UTC; a tombstone has a null value. Both decoders give equal batches.
+- Records that do not decode raise ``CorruptRecordError`` from either decoder (aiokafka's
+  and cramjam's own exceptions are turned into it); a compressed batch's claimed sizes are
+  checked before aiokafka, which trusts them, sees it (``compression.check_claims``).
 - Output chunks are bounded by ``MAX_ROWS`` rows and about ``max_bytes`` of keys and values
   (``COLUMNAR_MAX_BYTES`` for the compiled decoder, ``MAX_BYTES`` for aiokafka's): the row
   limit of a chunk is ``max_bytes`` over the bytes per row measured so far (the
@@ -30,9 +33,9 @@ from __future__ import annotations
 import gc
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from operator import attrgetter
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +43,7 @@ import pyarrow.compute as pc
 from sparklog.datasource.schema import arrow_source_schema
 from sparklog.errors import CorruptRecordError
 from sparklog.record.batch import HEADER_SIZE, MAGIC_V2, BatchHeader, batch_size, parse_header
+from sparklog.record.compression import check_claims
 from sparklog.record.records import records_section
 
 try:
@@ -47,6 +51,7 @@ try:
 except ImportError:  # not built: aiokafka's decoder serves
     RecordColumns = None
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 MAX_ROWS = 1 << 16
@@ -222,6 +227,17 @@ class ColumnarRecordBuilder(RecordBuilder):
         return pa.ListArray.from_arrays(offsets, entries, type=self._header_type)
 
 
+def _aiokafka_read(read: Callable[[], T]) -> T:
+    """``read()``, with what aiokafka raises for bytes it cannot decode (its
+    CorruptRecordException, cramjam's errors, struct's) as ``CorruptRecordError``."""
+    try:
+        return read()
+    except CorruptRecordError:
+        raise
+    except Exception as exc:
+        raise CorruptRecordError(f"aiokafka cannot decode the records: {exc}") from exc
+
+
 def _binary_array(column: object, kind: pa.DataType) -> pa.Array:
     """A compiled ``BinaryColumn`` as an Arrow binary or string array (no copy)."""
     validity = pa.py_buffer(column.validity) if column.null_count else None
@@ -257,16 +273,20 @@ class AiokafkaRecordBuilder(RecordBuilder):
         from aiokafka.record.default_records import DefaultRecordBatch
         from aiokafka.record.memory_records import MemoryRecords
 
+        for header in data_batches(records, start, until):
+            section = memoryview(records)[header.position + HEADER_SIZE:
+                                          header.position + header.size]
+            check_claims(header.compression, section)
         reader = MemoryRecords(records)
         while reader.has_next():
-            batch = reader.next_batch()
+            batch = _aiokafka_read(reader.next_batch)
             if not isinstance(batch, DefaultRecordBatch):
                 raise _legacy_format(batch.next_offset - 1)
             if batch.is_control_batch or batch.next_offset <= start:
                 continue
             if batch.base_offset >= until:
                 break
-            added = self._add_batch(batch, start, until)
+            added = _aiokafka_read(lambda: self._add_batch(batch, start, until))  # noqa: B023
             if added:
                 self._type_runs.append((added, batch.timestamp_type))
             if self.full:
