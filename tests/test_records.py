@@ -33,6 +33,8 @@ from sparklog.record.batch import (
     LOG_OVERHEAD,
     RECORDS_COUNT_OFFSET,
     BatchHeader,
+    complete_batches,
+    end_of,
     parse_header,
     set_log_append_time,
     validate_batch,
@@ -392,3 +394,32 @@ def test_malformed_records_are_named(batch: bytes, message: str,
 def test_well_formed_hand_written_record_decodes() -> None:
     """The fixture the malformed cases above start from is itself valid."""
     assert decode(reseal(ONE_RECORD, framed(RECORD_BODY))) == [Record(0, 1, b"k", b"v")]
+
+
+# -- walking the batches of a buffer ------------------------------------------------------------
+
+
+@given(st.lists(record_specs.filter(bool), min_size=1, max_size=4), st.data())
+def test_complete_batches_are_the_whole_ones_before_a_cut(batches: list, data) -> None:
+    """Any concatenation of batches, cut anywhere: the walk yields exactly the batches that
+    end before the cut, at their positions, and ``end_of`` the last is where the cut one
+    (or nothing) begins."""
+    built = [build_batch(specs, base_offset=1000 * i) for i, specs in enumerate(batches)]
+    blob = b"".join(built)
+    cut = data.draw(st.integers(0, len(blob)))
+    ends = [sum(map(len, built[:i + 1])) for i in range(len(built))]
+    whole = [end for end in ends if end <= cut]
+    headers = list(complete_batches(blob[:cut]))
+    assert [end_of(h) for h in headers] == whole
+    assert [h.base_offset for h in headers] == [1000 * i for i in range(len(whole))]
+    assert end_of(headers[-1] if headers else None) == (whole[-1] if whole else 0)
+
+
+@pytest.mark.parametrize("length", [-12, -1, 0, HEADER_SIZE - LOG_OVERHEAD - 1])
+def test_a_length_the_walk_cannot_advance_by_is_corrupt(length: int) -> None:
+    """A batch length below the header's own would leave the walk where it is (or send it
+    back): corrupt, never a loop."""
+    batch = bytearray(build_batch([(b"k", b"v", [], 1)]))
+    struct.pack_into(">i", batch, LENGTH_OFFSET, length)
+    with pytest.raises(CorruptRecordError, match="below the header"):
+        list(complete_batches(bytes(batch) * 2))

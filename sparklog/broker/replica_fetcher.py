@@ -13,7 +13,8 @@ Invariants:
   The follower's high watermark is min(leader's, own log end).
 - It connects to the leader's endpoint of the inter-broker listener, logged in as that
   listener asks (``inter_broker``); a leader without that endpoint is waited for.
-- Connection failures, refused logins and errors back off and retry; each new failure is
+- Connection failures, refused logins, records that do not frame (a misbehaving leader)
+  and errors back off and retry; each new failure is
   logged once (a refused login or Fetch, e.g. without CLUSTER_ACTION, a failed TLS
   handshake, a leader without the listener, as warnings), not every retry. The task ends
   only when cancelled (the partition's state changed), so it never outlives its role.
@@ -24,14 +25,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import struct
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sparklog.broker.inter_broker import InterBrokerError, LeaderConnection
-from sparklog.errors import ErrorCode, error_name
+from sparklog.errors import CorruptRecordError, ErrorCode, error_name
 from sparklog.protocol.versions import ApiKey
-from sparklog.record.batch import LOG_OVERHEAD, parse_header
+from sparklog.record.batch import complete_batches, end_of
 
 if TYPE_CHECKING:
     from sparklog.broker.replication import Replica, ReplicaManager
@@ -41,21 +41,9 @@ log = logging.getLogger(__name__)
 FETCH_VERSION = 11
 EPOCH_VERSION = 3
 BACKOFF_S = 0.2
-_SIZE = struct.Struct(">i")
 _REFUSED = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 _WHY = {code: " (this broker's principal needs CLUSTER_ACTION on the cluster, or to be in "
               "super.users)" for code in _REFUSED}
-
-
-def whole_batches(records: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
-    """``records`` without a partial batch at its end (a view of them: nothing copied)."""
-    position = 0
-    while position + LOG_OVERHEAD + 4 <= len(records):
-        length = _SIZE.unpack_from(records, position + 8)[0]
-        if position + LOG_OVERHEAD + length > len(records):
-            break
-        position += LOG_OVERHEAD + length
-    return records if position == len(records) else memoryview(records)[:position]
 
 
 async def follow(manager: ReplicaManager, replica: Replica) -> None:
@@ -97,7 +85,7 @@ async def follow(manager: ReplicaManager, replica: Replica) -> None:
                             replica.name, state.leader, trouble,
                             _WHY.get(code, ""))
                 await asyncio.sleep(BACKOFF_S)
-            except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
+            except (OSError, EOFError, asyncio.IncompleteReadError, CorruptRecordError) as exc:
                 if str(exc) != trouble:
                     trouble = str(exc)
                     log.log(logging.WARNING if isinstance(exc, (InterBrokerError,
@@ -155,13 +143,12 @@ async def _fetch(manager: ReplicaManager, replica: Replica, connection: LeaderCo
         return ErrorCode.NONE
     if result.error_code != ErrorCode.NONE:
         return ErrorCode(result.error_code)
-    records = whole_batches(result.records or b"")
-    if records:
-        position = 0
-        while position < len(records):
-            header = parse_header(records, position)
-            replica.epochs.assign(header.leader_epoch, header.base_offset)
-            position += header.size
-        partition_log.append_as_follower(records, now_ms=manager.broker.now_ms())
+    records = result.records or b""
+    header = None
+    for header in complete_batches(records):  # a partial batch at the end waits (not copied)
+        replica.epochs.assign(header.leader_epoch, header.base_offset)
+    if header is not None:
+        whole = records if end_of(header) == len(records) else memoryview(records)[:end_of(header)]
+        partition_log.append_as_follower(whole, now_ms=manager.broker.now_ms())
     manager.follower_high_watermark(replica, result.high_watermark)
     return ErrorCode.NONE

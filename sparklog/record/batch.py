@@ -8,6 +8,9 @@ Invariants:
   batch per partition, holding ``lastOffsetDelta + 1`` records; a batch read back from disk
   may hold fewer (compaction removes records but keeps lastOffsetDelta), or none (an empty
   batch kept for producer state).
+- ``complete_batches`` is the one walk over the batches of a buffer that may end inside one
+  (Fetch answers, reads of a log, a follower's appends); ``split_batches`` the strict one
+  over what a producer or a log holds, where anything left over is corrupt.
 - The broker only ever rewrites baseOffset (bytes 0-7) and partitionLeaderEpoch (12-15), both
   outside the CRC, so a batch is stored and served exactly as the producer sent it. The one
   exception is LogAppendTime, which rewrites attributes and maxTimestamp and recomputes the CRC.
@@ -16,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from crc32c import crc32c as _crc32c
@@ -175,6 +179,32 @@ def validate_batch(
     if not crc_matches(buf, header):
         raise CorruptRecordError(f"record batch at position {pos} fails its CRC-32C check")
     return header
+
+
+def complete_batches(buf: bytes | bytearray | memoryview, position: int = 0
+                     ) -> Iterator[BatchHeader]:
+    """The headers of the complete batches in ``buf`` from ``position``, in order, as Kafka's
+    ``ByteBufferLogInputStream.nextBatch`` reads them: a cut-short last batch (a Fetch answer
+    or a read may end inside one) ends the walk, and the caller resumes at
+    ``end_of(last header)``. Only each header's framing is read, not its CRC or records; a
+    length below the header's own ends the walk with ``CorruptRecordError`` (the walk could
+    not advance past it)."""
+    size = len(buf)
+    while position + HEADER_SIZE <= size:
+        header = parse_header(buf, position)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+            raise CorruptRecordError(f"record batch length {header.batch_length} at position "
+                                     f"{position} is below the header")
+        end = position + header.batch_length + LOG_OVERHEAD
+        if end > size:
+            return
+        yield header
+        position = end
+
+
+def end_of(header: BatchHeader | None) -> int:
+    """The position after the batch of ``header`` (0 for None: nothing was complete)."""
+    return 0 if header is None else header.position + header.size
 
 
 def split_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
-from sparklog.record.batch import HEADER_SIZE, BatchHeader, parse_header
+from sparklog.record.batch import BatchHeader, complete_batches, end_of
 from sparklog.record.control import ControlType, batch_marker
 
 AbortedTransaction = tuple[int, int]
@@ -36,21 +36,16 @@ def committed_only(records: bytes, aborted: Iterable[AbortedTransaction]) -> byt
     aborting: set[int] = set()
     kept: list[memoryview] = []
     view = memoryview(records)
-    position, size = 0, len(records)
-    while position + HEADER_SIZE <= size:
-        header = parse_header(records, position)
-        end = position + header.size
-        if end > size:
-            break  # cut short: kept below, as it is
+    header = None
+    for header in complete_batches(records):
         while pending and pending[0][0] <= header.last_offset:
             aborting.add(heapq.heappop(pending)[1])
         if header.is_control:
             if header.producer_id in aborting and _is_abort(records, header):
                 aborting.discard(header.producer_id)
         elif not (header.is_transactional and header.producer_id in aborting):
-            kept.append(view[position:end])
-        position = end
-    kept.append(view[position:])
+            kept.append(view[header.position:end_of(header)])
+    kept.append(view[end_of(header):])  # a cut-short last batch, as it is
     return b"".join(kept)
 
 

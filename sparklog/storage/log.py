@@ -59,9 +59,10 @@ from sparklog.errors import (
     OffsetOutOfRangeError,
 )
 from sparklog.record.batch import (
-    HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
+    complete_batches,
+    end_of,
     parse_header,
     prepare_append,
     split_batches,
@@ -492,15 +493,11 @@ class PartitionLog:
             if found is None:
                 return
             data = found.read()
-            position = 0
-            while position + HEADER_SIZE <= len(data):
-                header = parse_header(data, position)
-                if position + header.size > len(data):
-                    break  # cut short by the buffer: read again from this batch
-                yield data[position:position + header.size]
+            header = None
+            for header in complete_batches(data):  # a batch cut short is read again
+                yield data[header.position:end_of(header)]
                 offset = header.next_offset
-                position += header.size
-            if position == 0:
+            if header is None:
                 raise CorruptRecordError(f"no whole batch at offset {offset} of {self}")
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:

@@ -42,7 +42,13 @@ import pyarrow.compute as pc
 
 from sparklog.datasource.schema import arrow_source_schema
 from sparklog.errors import CorruptRecordError
-from sparklog.record.batch import HEADER_SIZE, MAGIC_V2, BatchHeader, batch_size, parse_header
+from sparklog.record.batch import (
+    HEADER_SIZE,
+    MAGIC_V2,
+    BatchHeader,
+    batch_size,
+    complete_batches,
+)
 from sparklog.record.compression import check_claims
 from sparklog.record.records import records_section
 
@@ -74,16 +80,10 @@ class UnsupportedRecordFormatError(ValueError):
 
 def next_position(records: bytes, position: int) -> int:
     """The offset after the last complete batch in ``records`` (``position`` if none)."""
-    pos, size = 0, len(records)
-    while pos + HEADER_SIZE <= size:
-        header = parse_header(records, pos)
-        end = pos + header.size
-        if end > size:
-            break
+    for header in complete_batches(records):
         if header.magic < MAGIC_V2:
             raise _legacy_format(header.base_offset)
         position = max(position, header.next_offset)
-        pos = end
     return position
 
 
@@ -120,13 +120,10 @@ def data_batches(records: bytes, start: int, until: int) -> Iterator[BatchHeader
     in order: control batches are skipped, a cut-short last batch is ignored, a batch of
     format v0/v1 is refused. (Dropping the batches of aborted transactions, for
     read_committed, is one more test here: Kafka's consumers drop them batch by batch.)"""
-    pos, size = 0, len(records)
-    while pos + HEADER_SIZE <= size:
-        header = parse_header(records, pos)
+    for header in complete_batches(records):
         if header.magic < MAGIC_V2:
             raise _legacy_format(header.base_offset)
-        pos += header.size
-        if pos > size or header.base_offset >= until:
+        if header.base_offset >= until:
             return
         if not header.is_control and header.next_offset > start:
             yield header
