@@ -12,6 +12,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from sparklog.datasource.checkpoints import clear_interrupted_first_batch
+
 MAX_OFFSETS_PER_TRIGGER = "300"
 
 
@@ -27,6 +29,7 @@ def main(bootstrap: str, source: str, sink: str, checkpoint: str, guarantee: str
               .option("startingOffsets", "earliest")
               .option("maxOffsetsPerTrigger", MAX_OFFSETS_PER_TRIGGER)
               .load())
+    clear_interrupted_first_batch(checkpoint)  # as a user's restart script would
     query = (stream.select("key", "value").writeStream.format("sparklog")
              .option("kafka.bootstrap.servers", bootstrap)
              .option("topic", sink)

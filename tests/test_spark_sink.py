@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.partitioner import murmur2
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.datasource.checkpoints import clear_interrupted_first_batch
 from sparklog.datasource.write.producer import TaskProducer
 from sparklog.datasource.write.write_options import sink_spec
 
@@ -187,6 +188,47 @@ def test_streaming_write_with_a_checkpoint(spark: Any, broker: BrokerProcess, to
     run()  # restarts from the checkpoint: only the new file is written
     values = Counter(r.value for r in consume_all(broker, topic))
     assert len(values) == 800 and set(values.values()) == {1}
+
+
+def test_a_query_killed_during_its_first_offsets_write_starts_again(
+        spark: Any, broker: BrokerProcess, topic: str, tmp_path: Path) -> None:
+    """A driver SIGKILLed while Spark wrote batch 0's offsets leaves only
+    ``offsets/.0.<uuid>.tmp`` (as one of the kill tests' runs did). Spark refuses to start
+    from it; after ``clear_interrupted_first_batch`` the query runs and writes everything."""
+    source, checkpoint = tmp_path / "in", tmp_path / "ck"
+    source.mkdir()
+    (source / "1.txt").write_text("".join(f"a{i}\n" for i in range(50)))
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    (checkpoint / "metadata").write_text('{"id":"0d6b3b4e-6f7e-4bdf-9d3c-6f0e0e0e0e0e"}')
+    leftover = checkpoint / "offsets" / ".0.7bd9d556-1b31-4711-9aba-61ce4bf260aa.tmp"
+    leftover.touch()
+
+    def start() -> Any:
+        return (spark.readStream.format("text").load(str(source)).writeStream
+                .format("sparklog").option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("topic", topic).option("checkpointLocation", str(checkpoint))
+                .trigger(availableNow=True).start())
+
+    with pytest.raises(Exception, match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
+        start().awaitTermination(120)
+    assert clear_interrupted_first_batch(str(checkpoint)) == [leftover]
+    query = start()
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert sorted(r.value for r in consume_all(broker, topic)) == sorted(
+        f"a{i}".encode() for i in range(50))
+
+
+@pytest.mark.parametrize("names", [["0"], ["0", ".1.7bd9d556.tmp"], ["notes.txt"], []])
+def test_only_a_first_batch_leftover_is_cleared(tmp_path: Path, names: list[str]) -> None:
+    """Offsets of a batch (or anything else) in the directory: nothing is deleted."""
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    for name in names:
+        (offsets / name).touch()
+    assert clear_interrupted_first_batch(f"file://{tmp_path}") == []
+    assert sorted(p.name for p in offsets.iterdir()) == sorted(names)
 
 
 def test_round_trip_through_the_source(spark: Any, broker: BrokerProcess) -> None:

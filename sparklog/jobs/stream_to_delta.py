@@ -34,6 +34,7 @@ import time
 from typing import TYPE_CHECKING
 
 from sparklog.client.admin import ensure_topics, partition_count
+from sparklog.datasource.checkpoints import clear_interrupted_first_batch
 from sparklog.delta.sink import DeltaSink
 from sparklog.dlq.parse import ParseSpec
 from sparklog.dlq.producer import DeadLetterProducer
@@ -143,6 +144,7 @@ def start(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
         reader = reader.option("maxOffsetsPerTrigger", settings["stream.maxOffsetsPerTrigger"])
     if args.group_id:
         reader = reader.option("groupId", args.group_id)
+    clear_interrupted_first_batch(args.checkpoint)
     return (reader.load().writeStream.queryName("stream_to_delta").foreachBatch(writer)
             .option("checkpointLocation", args.checkpoint)
             .trigger(**trigger(args.trigger or settings["stream.trigger"]))
