@@ -122,7 +122,7 @@ def _warm_up() -> None:
     measured later is what decoding costs, not what importing costs."""
     for key, (low, high) in served().items():
         for version in range(low, high + 1):
-            kinds = (b"q", b"r") if has_response_schema(key, version) else (b"q",)
+            kinds = (b"q", b"r") if has_schema(load_response_schema, key, version) else (b"q",)
             for kind in kinds:
                 data = struct.pack(">hhih", key, version, 0, -1) if kind == b"q" else b""
                 try:
@@ -131,10 +131,11 @@ def _warm_up() -> None:
                     pass
 
 
-def has_response_schema(key: int, version: int) -> bool:
-    """Whether kio reads this response (clients ask only for versions it has)."""
+def has_schema(load: Callable[[int, int], type], key: int, version: int) -> bool:
+    """Whether kio has a class of this version (``load``: kio's request or response
+    loader); clients ask only for versions it has."""
     try:
-        load_response_schema(key, version)
+        load(key, version)
     except UnknownEntity:
         return False
     return True

@@ -64,9 +64,8 @@ def test_the_walk_ends_where_kio_ends(data: st.DataObject) -> None:
     cls, _, body = data.draw(_encoded(CLASSES))
     prefix = data.draw(st.binary(max_size=3))
     assert walk(cls, prefix + body, len(prefix)) == len(prefix) + len(body)
-    read = entity_reader(cls)
-    assert checked_reader(cls, read)(prefix + body + b"\xff", len(prefix)) == \
-        read(prefix + body, len(prefix))
+    assert checked_reader(cls)(prefix + body + b"\xff", len(prefix)) == \
+        entity_reader(cls)(prefix + body, len(prefix))
 
 
 def _with_unknown_tags(body: bytes, sections: list[int]) -> bytes:
@@ -112,7 +111,7 @@ def test_unknown_tags_are_dropped_everywhere(data: st.DataObject) -> None:
         assert stripped is None
         return
     assert stripped == body
-    assert checked_reader(cls, entity_reader(cls))(tagged, 0)[0] == entity
+    assert checked_reader(cls)(tagged, 0)[0] == entity
 
 
 def _metadata_v8(topics_count: bytes) -> bytes:

@@ -27,15 +27,17 @@ import io
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from decode_child import DATA_DECODERS, has_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.index import UnknownEntity, load_request_schema, load_response_schema
+from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
-from kio.static.primitive import Records
+from kio.serial.writers import write_unsigned_varint
+from kio.static.primitive import Records, uvarint
 from test_records import record_specs, reseal
 
 from sparklog.broker.registry import load_handlers, served
@@ -47,7 +49,6 @@ from sparklog.record.records import build_batch
 CHILD = Path(__file__).with_name("decode_child.py")
 _HEAD = struct.Struct(">chhi")
 _ANSWER = struct.Struct(">Bq")
-DATA_DECODERS = 7  # len(decode_child.DATA_DECODERS)
 
 st.register_type_strategy(Records, st.binary(max_size=300).map(Records))
 
@@ -135,23 +136,15 @@ def _served_pairs() -> list[tuple[int, int]]:
 SERVED = _served_pairs()
 
 
-def _has(load: object, key: int, version: int) -> bool:
-    try:
-        load(key, version)  # type: ignore[operator]
-    except UnknownEntity:
-        return False
-    return True
+RESPONSES = [(k, v) for k, v in SERVED if has_schema(load_response_schema, k, v)]
 
 
-RESPONSES = [(k, v) for k, v in SERVED if _has(load_response_schema, k, v)]
-
-
-def _oldest_schema(load: object, key: int, version: int) -> type:
+def _oldest_schema(load: Callable[[int, int], type], key: int, version: int) -> type:
     """kio's class of ``version``, or of the oldest version it has (Kafka 4 dropped some
     old versions: their bytes are close enough to seed mutations)."""
-    while not _has(load, key, version):
+    while not has_schema(load, key, version):
         version += 1
-    return load(key, version)  # type: ignore[operator,no-any-return]
+    return load(key, version)
 
 
 def _encode(cls: type, entity: object) -> bytes:
@@ -219,7 +212,7 @@ def test_no_response_frame_ends_or_bloats_a_client_decoder(child: DecodeChild,
 
 
 @FUZZ
-@given(decoder=st.integers(0, DATA_DECODERS - 1), version=st.integers(0, 3),
+@given(decoder=st.integers(0, len(DATA_DECODERS) - 1), version=st.integers(0, 3),
        body=st.binary(max_size=200), data=st.data())
 def test_no_data_record_ends_or_bloats_its_decoder(child: DecodeChild, decoder: int,
                                                    version: int, body: bytes,
@@ -265,13 +258,9 @@ def test_the_cheapest_elements_cost_a_bounded_multiple_of_their_bytes(
     v0 with 400,000 users of two bytes each (an empty compact string, no tags), each a
     Python object once decoded. Peak RSS grows by less than 64 times the frame."""
     users = 400_000
-    count = users + 1
-    varint = bytearray()
-    while count >= 0x80:
-        varint.append(count & 0x7F | 0x80)
-        count >>= 7
-    varint.append(count)
-    frame = _request_frame(50, 0, bytes(varint) + b"\x01\x00" * users + b"\x00")
+    count = io.BytesIO()
+    write_unsigned_varint(count, uvarint(users + 1))  # a compact array's count
+    frame = _request_frame(50, 0, count.getvalue() + b"\x01\x00" * users + b"\x00")
     status, growth_kib = child.decode(b"q", 50, 0, frame)
     assert status == 0
     assert growth_kib * 1024 < 64 * len(frame)  # measured: about 32 times

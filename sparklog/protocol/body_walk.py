@@ -34,12 +34,14 @@ Invariants:
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Callable
 from dataclasses import fields
 from functools import cache
 from typing import Any
 
+from kio.serial import entity_reader
 from kio.serial._introspect import (
     EntityField,
     EntityTupleField,
@@ -49,6 +51,10 @@ from kio.serial._introspect import (
     get_schema_field_type,
     is_optional,
 )
+from kio.serial.writers import write_unsigned_varint
+from kio.static.primitive import uvarint
+
+from sparklog.protocol.framing import FrameError, read_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -171,7 +177,10 @@ class _Walk:
         self.cuts = cuts
 
     def body(self, plan: Plan, offset: int) -> int:
-        offset = self.entity(plan, offset)
+        try:
+            offset = self.entity(plan, offset)
+        except FrameError as exc:  # a varint (``read_uvarint``) past the end or too long
+            raise BodyError(str(exc)) from None
         if offset > self.end:
             raise BodyError(f"the body runs past its end ({offset} > {self.end})")
         return offset
@@ -190,12 +199,12 @@ class _Walk:
         """The offset after one field; one past the end is caught by the next read, or by
         the check at the end of the walk (kio fails there too)."""
         if kind == _COMPACT:
-            length, offset = self.uvarint(offset)
+            length, offset = read_uvarint(self.buffer, offset)
             return offset + length - 1 if length else offset
         if kind == _ENTITY:
             return self.entity(argument, offset)
         if kind == _COMPACT_ARRAY:
-            count, offset = self.uvarint(offset)
+            count, offset = read_uvarint(self.buffer, offset)
             return self.array(argument, count - 1, offset)
         if kind == _FIXED:
             return offset + argument
@@ -220,23 +229,25 @@ class _Walk:
             return offset
         if count > self.end - offset:  # also when a field before ran past the end
             raise BodyError(f"an array of {count} elements in {self.end - offset} bytes")
-        step = self.step
         kind, argument = element
+        if kind == _FIXED:  # checked at the end of the walk, as any fixed field
+            return offset + count * argument
+        step = self.step
         for _ in range(count):
             offset = step(kind, argument, offset)
         return offset
 
     def tagged_fields(self, plan: Plan, offset: int) -> int:
         start = offset
-        count, offset = self.uvarint(offset)
+        count, offset = read_uvarint(self.buffer, offset)
         if count > self.end - offset:
             raise BodyError(f"{count} tagged fields in {self.end - offset} bytes")
         count_end = offset
         kept = 0
         for _ in range(count):
             field_start = offset
-            tag, offset = self.uvarint(offset)
-            size, offset = self.uvarint(offset)
+            tag, offset = read_uvarint(self.buffer, offset)
+            size, offset = read_uvarint(self.buffer, offset)
             known = plan.tags.get(tag)
             if known is None:
                 offset += size
@@ -246,22 +257,10 @@ class _Walk:
                 offset = self.step(*known, offset)
                 kept += 1
         if self.cuts is not None and kept < count:
-            self.cuts.append((start, count_end, _uvarint_bytes(kept)))
+            count_bytes = io.BytesIO()
+            write_unsigned_varint(count_bytes, uvarint(kept))
+            self.cuts.append((start, count_end, count_bytes.getvalue()))
         return offset
-
-    def uvarint(self, offset: int) -> tuple[int, int]:
-        buffer, end = self.buffer, self.end
-        value = shift = 0
-        for _ in range(5):
-            if offset >= end:
-                raise BodyError("an unsigned varint runs past the end of the body")
-            byte = buffer[offset]
-            offset += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value, offset
-            shift += 7
-        raise BodyError("an unsigned varint longer than five bytes")
 
     def int(self, form: struct.Struct, offset: int) -> int:
         if offset + form.size > self.end:
@@ -269,19 +268,12 @@ class _Walk:
         return form.unpack_from(self.buffer, offset)[0]
 
 
-def _uvarint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def checked_reader(cls: type, read: Reader) -> Reader:
-    """``read`` (kio's reader of ``cls``) given only bodies the walk passed, with unknown
-    tagged fields dropped first: the one way network bytes reach kio's native reader. (The
-    size it returns is that of the body kio read, without the dropped tags.)"""
+@cache
+def checked_reader(cls: type) -> Reader:
+    """kio's reader of ``cls``, given only bodies the walk passed, with unknown tagged fields
+    dropped first: the one way network bytes reach kio's native reader. (The size it
+    returns is that of the body kio read, without the dropped tags.)"""
+    read = entity_reader(cls)
 
     def read_checked(buffer: Any, offset: int) -> tuple[Any, int]:
         body = without_unknown_tags(cls, buffer, offset)

@@ -61,7 +61,7 @@ from typing import IO, Any, get_args, get_origin
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 from kio.serial.errors import SerialError
 from kio.serial.readers import Reader
 from kio.static.primitive import i32, i64
@@ -154,7 +154,7 @@ def _client_codec(api_key: int, version: int) -> _ClientCodec:
     if _has_instant(response_cls):
         response_cls = _wire_class(response_cls, version, _Legacy(version, instants_as_ms=True))
     flexible = request_header_version(api_key, version) == 2
-    return _ClientCodec(request_cls, entity_writer(request_cls), _reader(response_cls),
+    return _ClientCodec(request_cls, entity_writer(request_cls), checked_reader(response_cls),
                         b"\x00" if flexible else b"",
                         response_header_version(api_key, version) == 1)
 
@@ -359,12 +359,6 @@ _LEGACY_RESPONSES: dict[tuple[int, int], _Legacy] = {
 # --- cached readers and writers ------------------------------------------------------------
 
 
-def _reader(cls: type) -> Reader[Any]:
-    """kio's reader of ``cls`` behind the bounds walk (``body_walk``): network bytes reach
-    kio's native reader only through it."""
-    return checked_reader(cls, entity_reader(cls))
-
-
 def _schema(load: Callable[[int, int], type], api_key: int, version: int) -> type:
     try:
         return load(api_key, version)
@@ -376,11 +370,11 @@ def _schema(load: Callable[[int, int], type], api_key: int, version: int) -> typ
 def _request_reader(api_key: int, version: int) -> Reader[RequestPayload]:
     legacy = _LEGACY_REQUESTS.get((api_key, version))
     if legacy is None:
-        return _reader(_schema(load_request_schema, api_key, version))
+        return checked_reader(_schema(load_request_schema, api_key, version))
     canonical = load_request_schema(api_key, legacy.base)
     if legacy.same_wire_format:
-        return _reader(canonical)
-    read_wire = _reader(_wire_class(canonical, version, legacy))
+        return checked_reader(canonical)
+    read_wire = checked_reader(_wire_class(canonical, version, legacy))
 
     def read_legacy(buffer: bytes, offset: int) -> tuple[RequestPayload, int]:
         wire, size = read_wire(buffer, offset)

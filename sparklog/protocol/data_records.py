@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, make_dataclass
 from functools import cache
 from typing import Any, ClassVar
 
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i64
@@ -118,13 +118,6 @@ def _build(schema: DataSchema, version: int, values: Mapping[str, Any]) -> Any:
     return schema.entity(version)(**kwargs)
 
 
-@cache
-def _reader(cls: type) -> Any:
-    """kio's reader behind the bounds walk: these records come from clients (embedded
-    protocols) and from disk, and a count kio would trust must not end the process."""
-    return checked_reader(cls, entity_reader(cls))
-
-
 def decode(schema: DataSchema, data: bytes, *, read_newer: bool = False) -> tuple[int, Any]:
     """(version, entity) of a record of ``schema`` (see the module invariants)."""
     if len(data) < _VERSION.size:
@@ -136,7 +129,7 @@ def decode(schema: DataSchema, data: bytes, *, read_newer: bool = False) -> tupl
     elif not 0 <= version <= schema.newest:
         raise ValueError(f"{schema.name}: unknown version {version}")
     try:
-        entity, _ = _reader(schema.entity(read_as))(data, _VERSION.size)
+        entity, _ = checked_reader(schema.entity(read_as))(data, _VERSION.size)
     except (SerialError, ValueError) as exc:
         raise ValueError(f"{schema.name} v{version}: {exc}") from None
     return version, entity

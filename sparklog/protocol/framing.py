@@ -56,17 +56,18 @@ def parse_request_header(frame: bytes | memoryview) -> tuple[RequestHeader, int]
 
 def skip_tagged_fields(frame: bytes | memoryview, offset: int) -> int:
     """The position after the tagged-field section at ``offset`` (KIP-482)."""
-    count, offset = _read_uvarint(frame, offset)
+    count, offset = read_uvarint(frame, offset)
     for _ in range(count):
-        _tag, offset = _read_uvarint(frame, offset)
-        size, offset = _read_uvarint(frame, offset)
+        _tag, offset = read_uvarint(frame, offset)
+        size, offset = read_uvarint(frame, offset)
         offset += size
     if offset > len(frame):
         raise FrameError("tagged fields run past the end of the frame")
     return offset
 
 
-def _read_uvarint(frame: bytes | memoryview, offset: int) -> tuple[int, int]:
+def read_uvarint(frame: bytes | memoryview, offset: int) -> tuple[int, int]:
+    """(value, offset after it) of the unsigned varint at ``offset`` (at most 5 bytes)."""
     value = 0
     for shift in range(0, 35, 7):
         if offset >= len(frame):

@@ -195,7 +195,7 @@ def complete_batches(buf: bytes | bytearray | memoryview, position: int = 0
         if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
             raise CorruptRecordError(f"record batch length {header.batch_length} at position "
                                      f"{position} is below the header")
-        end = position + header.batch_length + LOG_OVERHEAD
+        end = position + header.size
         if end > size:
             return
         yield header
