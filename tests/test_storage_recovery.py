@@ -283,3 +283,17 @@ def test_local_partitions_survive_a_restart(tmp_path: Path) -> None:
         assert not (data_dir / "placed-0").exists()
     finally:
         reopened.close()
+
+
+def test_a_second_close_leaves_other_data_directories_alone(tmp_path: Path) -> None:
+    first = LogManager(tmp_path / "first", clock=Clock())
+    first.create_topic(TOPIC, 1, CONFIGS)
+    append_all(first.get_log(TOPIC, 0), [make_batch(2) for _ in range(5)])
+    first.close()
+    second = LogManager(tmp_path / "second", clock=Clock())  # takes the numbers first freed
+    second.create_topic(TOPIC, 1, CONFIGS)
+    first.close()  # closed descriptors stay closed: the second's lock and files are its own
+    stored = append_all(second.get_log(TOPIC, 0), [make_batch(3)])
+    check_log(second.get_log(TOPIC, 0), stored)
+    second.close()
+    assert (tmp_path / "second" / CLEAN_SHUTDOWN_FILE).exists()

@@ -29,7 +29,8 @@ Invariants:
   ``file.delete.delay.ms``, so a fetch already sending from them completes. A deleted
   partition log (topic deleted, replica moved away) is likewise renamed at once, to
   ``<dir>.<uuid>-delete`` (the name is free again), and closed and removed after the
-  delay, as Kafka's ``asyncDelete``; ``close`` removes whatever is still waiting.
+  delay, as Kafka's ``asyncDelete``; ``close`` removes whatever is still waiting, and
+  closes once: a second call does nothing, a segment closes its descriptor once.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class LogManager:
         self.data_dir = data_dir
         self.clock = clock
         self._lock = lock_data_dir(data_dir)
+        self._closed = False
         try:
             self._load(broker_props or {})
         except BaseException:
@@ -389,7 +391,11 @@ class LogManager:
         self._pending_deletes = keep
 
     def close(self) -> None:
-        """Clean shutdown: flush every log, checkpoint, then write the clean-shutdown marker."""
+        """Clean shutdown: flush every log, checkpoint, then write the clean-shutdown marker.
+        A second call does nothing (its descriptors may since have been reused)."""
+        if self._closed:
+            return
+        self._closed = True
         now = self.now_ms()
         for partition_log in self.logs.values():
             partition_log.close(now)

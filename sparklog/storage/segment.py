@@ -16,6 +16,8 @@ Invariants:
   first offsets, from producer state); ``recover`` rebuilds the other two indexes.
 - Reads return file ranges (``FileSlice``) that start on a batch boundary; nothing is copied
   into Python memory except 61-byte headers while searching.
+- ``close`` closes the descriptor once (a second close, or the flusher thread's ``flush`` of
+  a segment deleted meanwhile, must not reach a descriptor its number was reused for).
 """
 
 from __future__ import annotations
@@ -330,7 +332,8 @@ class LogSegment:
 
     # -- lifecycle -----------------------------------------------------------------------
     def flush(self) -> None:
-        os.fsync(self.fd)
+        if self.fd >= 0:  # closed: deleted, or its log flushed it before closing
+            os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
@@ -352,7 +355,9 @@ class LogSegment:
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1  # a second close must not close a descriptor the number was reused for
 
     def _path(self, extension: str, suffix: str) -> Path:
         return self.directory / f"{segment_name(self.base_offset)}{extension}{suffix}"
