@@ -83,7 +83,7 @@ def test_a_second_handler_for_a_key_is_refused_at_import() -> None:
     async def impostor(*args: object) -> None:
         return None
 
-    with pytest.raises(DuplicateHandlerError, match=r"sparklog\.broker\.produce\.produce"):
+    with pytest.raises(DuplicateHandlerError, match=r"sparklog\.broker\.api\.produce\.produce"):
         handles(ApiKey.PRODUCE, versions=(0, 8))(impostor)
     assert served() == SERVED  # the first registration stands
 

@@ -1,11 +1,11 @@
-"""Metadata's broker list on a cluster broker (``broker/departures.py``): a broker that left
-stays listed for a few seconds, so that librdkafka moves its partitions to their new
-leaders before it forgets the broker (else it undoes the move and waits one more second
+"""Metadata's broker list on a cluster broker (``broker/replication/departures.py``): a
+broker that left stays listed for a few seconds, so that librdkafka moves its partitions to
+their new leaders before it forgets the broker (else it undoes the move and waits one more second
 per failover); after that only live brokers are listed."""
 
 from __future__ import annotations
 
-from sparklog.broker.departures import Departures
+from sparklog.broker.replication.departures import Departures
 from sparklog.cluster.layout import BrokerInfo, Endpoint
 
 

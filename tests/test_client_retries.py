@@ -17,7 +17,7 @@ from broker_fixtures import (
 )
 
 from sparklog.broker.embedded import EmbeddedBroker
-from sparklog.broker.faults import Fault
+from sparklog.broker.fault_hooks import Fault
 from sparklog.client.cluster import TopicPartition
 from sparklog.client.errors import KafkaClientError
 from sparklog.client.kafka import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, KafkaClient

@@ -49,8 +49,8 @@ from confluent_kafka import KafkaError, Producer
 from kazoo.client import KazooClient
 from security_support import certificates, plain_jaas, sasl_raw
 
-from sparklog.broker.inter_broker import InterBrokerSecurity, inter_broker_listener
 from sparklog.broker.process import BrokerProcess
+from sparklog.broker.replication.inter_broker import InterBrokerSecurity, inter_broker_listener
 from sparklog.broker.security.acls import Operation
 from sparklog.cli import main as sparklog_main
 from sparklog.cluster import security_store

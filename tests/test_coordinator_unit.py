@@ -22,8 +22,8 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.state import Broker
 from sparklog.coordinator.consumer_protocol import subscribed_topics
-from sparklog.coordinator.coordinator import GroupConfig, GroupCoordinator, OffsetCommit
 from sparklog.coordinator.group import GroupState, JoinResult
+from sparklog.coordinator.group_coordinator import GroupConfig, GroupCoordinator, OffsetCommit
 from sparklog.coordinator.group_records import (
     OFFSETS_TOPIC,
     GroupKey,

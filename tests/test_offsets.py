@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparklog.broker.embedded import EmbeddedBroker
-from sparklog.broker.faults import Fault
+from sparklog.broker.fault_hooks import Fault
 from sparklog.broker.process import BrokerProcess
 from sparklog.errors import ErrorCode
 from sparklog.offsets import CommitFailedError, ConsumerLoop, OffsetCommitter

@@ -33,9 +33,13 @@ from confluent_kafka.admin import AdminClient
 from security_support import USERS, certificates, listeners_config, security
 
 from sparklog.broker.embedded import EmbeddedBroker
-from sparklog.broker.inter_broker import InterBrokerError, InterBrokerSecurity, LeaderConnection
 from sparklog.broker.process import BrokerProcess
-from sparklog.broker.security.scram import STORE_FILE
+from sparklog.broker.replication.inter_broker import (
+    InterBrokerError,
+    InterBrokerSecurity,
+    LeaderConnection,
+)
+from sparklog.broker.security.scram_credentials import STORE_FILE
 from sparklog.cli import main as sparklog_main
 from sparklog.errors import ErrorCode
 from sparklog.protocol.versions import ApiKey

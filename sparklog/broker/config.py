@@ -9,8 +9,8 @@ Invariants:
 - ``metrics.listener`` (sparklog's own: the Prometheus endpoint and status page) is empty
   (off) or ``http://HOST:PORT``; port 0 takes any free port.
 - ``zookeeper.connect`` empty (the default) is the single-node broker; set, the broker joins
-  the cluster it names (``sparklog.broker.replication``) as ``broker_id`` (``broker.id``,
-  else ``node.id``).
+  the cluster it names (``sparklog.broker.replication.replica_manager``) as ``broker_id``
+  (``broker.id``, else ``node.id``).
 - ``listeners`` and ``advertised.listeners`` are Kafka's ``NAME://HOST:PORT`` lists: names
   are unique, every advertised name is a listener's, and every listener's name maps to a
   security protocol in ``listener.security.protocol.map`` whose settings check out

@@ -2,14 +2,15 @@
 
 ``EmbeddedBroker`` runs a ``BrokerService`` on an event loop of its own thread, listening on
 127.0.0.1 (an ephemeral port by default), so a test talks to it with real clients over TCP
-and reaches into it directly: its fault hooks (``faults``) and, through ``call``, its state.
+and reaches into it directly: its fault hooks (``fault_hooks``) and, through ``call``, its state.
 
 Invariants:
 - ``start`` returns once the broker accepts connections (``bootstrap`` is usable) and raises
   what the broker raised if it could not start; ``stop`` is a clean shutdown (logs flushed,
   marker written) and is idempotent.
 - Broker state belongs to the broker's loop thread: ``call(fn)`` runs ``fn(broker)`` there
-  and returns its result; only ``faults`` may be touched from other threads directly.
+  and returns its result; only ``faults`` (``fault_hooks.Faults``) may be touched from
+  other threads directly.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from sparklog.broker.config import BrokerConfig
-from sparklog.broker.faults import Faults
+from sparklog.broker.fault_hooks import Faults
 from sparklog.broker.runner import BrokerService
 from sparklog.broker.state import Broker
 

@@ -2,7 +2,8 @@
 
 Every handler module declares what it serves next to its code, as franz-go's kfake does:
 ``@handles(ApiKey.PRODUCE, versions=(0, 8))``. ``load_handlers`` imports every module of
-``sparklog.broker``, so a new API module registers itself by existing.
+``sparklog.broker.api`` (which holds handler modules and nothing else), so a new API module
+registers itself by existing.
 
 Invariants:
 - This table is the only list of supported APIs: ApiVersions advertises exactly ``served()``,
@@ -89,7 +90,7 @@ def serves(api_key: int, version: int) -> bool:
 
 
 def load_handlers() -> None:
-    """Import every module of ``sparklog.broker`` (each API module registers itself)."""
-    package = importlib.import_module("sparklog.broker")
-    for module in pkgutil.iter_modules(package.__path__, "sparklog.broker."):
+    """Import every module of ``sparklog.broker.api`` (each registers its APIs)."""
+    package = importlib.import_module("sparklog.broker.api")
+    for module in pkgutil.iter_modules(package.__path__, "sparklog.broker.api."):
         importlib.import_module(module.name)

@@ -25,9 +25,10 @@ Invariants:
   every log and writes the clean-shutdown marker. SIGTERM and SIGINT stop ``run``, which
   then exits 0.
 - With ``zookeeper.connect`` set, the broker joins that cluster once its listeners are
-  bound (``replication.ReplicaManager``, registered with every listener's advertised address
-  and security protocol, as Kafka's ``/brokers/ids/<id>``) and before ``start`` returns;
-  it accepts connections only once joined (until then they wait in the listen backlog), so
+  bound (``replication.replica_manager.ReplicaManager``, registered with every
+  listener's advertised address and security protocol, as Kafka's ``/brokers/ids/<id>``) and before
+  ``start`` returns; it accepts connections only once joined (until then they wait in the listen
+  backlog), so
   a restarting broker never answers as a single node or without the cluster's topics;
   ZooKeeper out of reach or ``broker.id`` taken is a ``StartupError``. ``stop`` leaves the
   cluster (its registration goes at once) before it closes connections. Without it
@@ -54,11 +55,11 @@ from functools import partial
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
-from sparklog.broker.inter_broker import InterBrokerSecurity
 from sparklog.broker.monitoring.listener import MetricsListener
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import load_handlers
-from sparklog.broker.replication import ReplicaManager
+from sparklog.broker.replication.inter_broker import InterBrokerSecurity
+from sparklog.broker.replication.replica_manager import ReplicaManager
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker

@@ -49,11 +49,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.broker.faults import ACTIVE
+from sparklog.broker.api.sasl_authenticate import step
+from sparklog.broker.fault_hooks import ACTIVE
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.pipelining import RELEASE
 from sparklog.broker.registry import CLIENT_HOST, HANDLERS, served, serves
-from sparklog.broker.sasl import step
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.security.session import SESSION, Session
 from sparklog.broker.security.tls import certificate_principal

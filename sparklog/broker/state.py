@@ -6,9 +6,9 @@ Invariants:
 - Without ``zookeeper.connect`` this is a single-node cluster: the node is the leader of
   every partition with leader epoch ``LEADER_EPOCH``, the only replica and the only in-sync
   replica; the high watermark is the log end offset (nothing is acknowledged before it is
-  in the log). With it, ``cluster`` (``replication.ReplicaManager``) says who leads what,
-  and handlers ask it first; ``get_log`` of a partition without a replica here answers
-  what Kafka answers (NOT_LEADER_OR_FOLLOWER, or UNKNOWN_TOPIC_OR_PARTITION).
+  in the log). With it, ``cluster`` (``replication.replica_manager.ReplicaManager``)
+  says who leads what, and handlers ask it first; ``get_log`` of a partition without a replica here
+  answers what Kafka answers (NOT_LEADER_OR_FOLLOWER, or UNKNOWN_TOPIC_OR_PARTITION).
 - Producer ids are handed out from blocks whose end is persisted before any id of the block
   is used, so ids are never reused across restarts; in a cluster the blocks come from
   ZooKeeper's ``/latest_producer_id_block`` (compare-and-set), unique across brokers, fetched
@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparklog.broker.config import BrokerConfig
-from sparklog.broker.faults import ACTIVE, Faults
+from sparklog.broker.fault_hooks import ACTIVE, Faults
 from sparklog.broker.internal_topics import LogTopic
-from sparklog.broker.markers import local_marker_writer
+from sparklog.broker.replication.markers import local_marker_writer
 from sparklog.broker.security.broker_security import BrokerSecurity
-from sparklog.coordinator.coordinator import GroupConfig, GroupCoordinator
+from sparklog.coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.coordinator.offsets_store import OffsetsStore
 from sparklog.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
@@ -54,7 +54,7 @@ from sparklog.storage.log import PartitionLog
 from sparklog.storage.log_manager import LogManager, TopicMetadata
 
 if TYPE_CHECKING:
-    from sparklog.broker.replication import ReplicaManager
+    from sparklog.broker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class Broker:
 
     def get_log(self, topic: str, partition: int) -> PartitionLog:
         """The log of a partition this broker serves to clients (a fault hook may refuse
-        it: see ``faults``)."""
+        it: see ``fault_hooks``)."""
         refused = self.refused(topic, partition)
         if refused is not None:
             raise KafkaError(f"{topic}-{partition} refused by a fault hook", refused)

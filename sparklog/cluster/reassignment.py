@@ -5,7 +5,7 @@ is the full replica set RS = target + original (target first, so the target's fi
 is the preferred leader), ``adding[p]`` the target replicas the original lacks and
 ``removing[p]`` the replicas the target drops. Brokers see RS as the partition's replicas:
 the new ones create their logs and fetch, and the leader takes them into the ISR once
-caught up (``broker/replication.py``).
+caught up (``broker/replication/replica_manager.py``).
 
 Invariants:
 - ``reassign`` (any broker, on AlterPartitionReassignments, written by compare-and-set)

@@ -47,7 +47,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from sparklog.broker.security.scram import (
+from sparklog.broker.security.scram_credentials import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
     ScramCredential,

@@ -19,7 +19,7 @@ Invariants:
   Members' assignments are decoded only for Stable ``consumer`` groups; one that does not
   decode shows none.
 - Leader, replicas and ISR are this node for every partition on a single node, as Metadata
-  answers (``broker/metadata.py``); in a cluster they are the replica manager's view (the
+  answers (``broker/api/metadata.py``); in a cluster they are the replica manager's view (the
   partition state znodes), for the partitions with a replica here (the only ones with a
   log), and ``controller_id`` is the controller it knows. Under-replicated partitions are
   counted over the led ones; ``topic_partitions`` is every topic's partition count and

@@ -4,7 +4,7 @@ the checks handlers make against the current request's principal.
 Invariants:
 - On a single node everything here lives in the data directory; on a cluster
   (``join_cluster``) in ZooKeeper, and the stores are this broker's view of it
-  (``cluster_store``). Either way it is touched from the event loop thread only, like the
+  (``cluster_view``). Either way it is touched from the event loop thread only, like the
   rest of ``Broker``, and changed only through ``set_credential``, ``add_acls`` and
   ``remove_acls``, which write where the record is.
 - Without an authorizer (``authorizer.class.name`` empty, Kafka's default) every check
@@ -33,8 +33,8 @@ from sparklog.broker.security.acls import (
     Operation,
     ResourceType,
 )
-from sparklog.broker.security.cluster_store import ClusterSecurityStore
-from sparklog.broker.security.scram import ScramCredential, ScramStore
+from sparklog.broker.security.cluster_view import ClusterSecurityStore
+from sparklog.broker.security.scram_credentials import ScramCredential, ScramStore
 from sparklog.broker.security.session import principal
 from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
 

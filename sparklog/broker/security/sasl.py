@@ -21,7 +21,7 @@ import hmac
 import os
 from collections.abc import Callable
 
-from sparklog.broker.security.scram import ScramCredential
+from sparklog.broker.security.scram_credentials import ScramCredential
 from sparklog.protocol.scram import signature, stored_key, xor
 
 

@@ -33,14 +33,14 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparklog.broker.inter_broker import LeaderConnection
-from sparklog.broker.markers import GIVEN_UP, log_marker_error, write_marker
+from sparklog.broker.replication.inter_broker import LeaderConnection
+from sparklog.broker.replication.markers import GIVEN_UP, log_marker_error, write_marker
 from sparklog.cluster.layout import NO_LEADER, BrokerInfo
 from sparklog.errors import ErrorCode
 from sparklog.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
-    from sparklog.broker.replication import ReplicaManager
+    from sparklog.broker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 

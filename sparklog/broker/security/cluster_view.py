@@ -31,7 +31,7 @@ from sparklog.broker.security.acls import (
     Permission,
     ResourceType,
 )
-from sparklog.broker.security.scram import ScramCredential, credentials_of
+from sparklog.broker.security.scram_credentials import ScramCredential, credentials_of
 from sparklog.cluster.security_store import AclEntry, AclResource, SecurityStore
 
 if TYPE_CHECKING:

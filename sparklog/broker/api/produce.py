@@ -19,8 +19,8 @@ Behaviour:
   (TOPIC_AUTHORIZATION_FAILED for its partitions); nothing refused is appended.
 - acks 0 gets no response; acks 1 and -1 are answered after the append (a single node is the
   whole ISR, so both mean "in the log"; in a cluster acks -1 waits for the ISR, see
-  ``replication.ReplicaManager.produce``). Produce does not auto-create topics (Metadata
-  does).
+  ``replication.replica_manager.ReplicaManager.produce``). Produce does not auto-create
+  topics (Metadata does).
 - Every partition of a request is appended, in request order, before any waits for its
   acks; then the request ``release``s its connection (``pipelining``), so on a cluster the
   connection's next request starts while this one waits for the ISR.
@@ -85,7 +85,7 @@ async def produce(broker: Broker, header: RequestHeader,
 def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
             timeout: timedelta, denied: ErrorCode | None) -> Awaitable[Any]:
     """Append the partition's records now; the result gives its answer once ``acks`` is
-    satisfied (in a cluster acks=all waits for the ISR, see ``replication``)."""
+    satisfied (in a cluster acks=all waits for the ISR, see ``replication.replica_manager``)."""
     def answer(code: ErrorCode, base_offset: int = -1, append_time: int = -1,
                log_start: int = -1, message: str | None = None,
                record_errors: tuple[Any, ...] = ()) -> Any:

@@ -11,9 +11,10 @@ Behaviour:
   ``default.replication.factor``, or the request's manual assignment over live brokers,
   checked as Kafka checks it); every broker then creates its logs and the controller
   elects leaders, which the answer waits for (up to the request's ``timeout_ms``).
-  DeleteTopics and CreatePartitions go through ZooKeeper too (``cluster_topics.py``): the
-  controller deletes a topic, or elects the leaders of added partitions, and the answer
-  waits for it up to the request's timeout. ACL checks are the single node's.
+  DeleteTopics and CreatePartitions go through ZooKeeper too
+  (``replication/cluster_topics.py``): the controller deletes a topic, or elects the leaders of
+  added partitions, and the answer waits for it up to the request's timeout. ACL checks are the
+  single node's.
 - DeleteTopics: removes the topic's logs and metadata; TOPIC_DELETION_DISABLED when
   ``delete.topic.enable`` is false.
 - CreatePartitions: only grows a topic (INVALID_PARTITIONS otherwise); ``validate_only``
@@ -30,8 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from sparklog.broker import cluster_topics
 from sparklog.broker.registry import handles
+from sparklog.broker.replication import cluster_topics
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError

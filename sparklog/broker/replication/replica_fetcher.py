@@ -28,13 +28,13 @@ import ssl
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from sparklog.broker.inter_broker import InterBrokerError, LeaderConnection
+from sparklog.broker.replication.inter_broker import InterBrokerError, LeaderConnection
 from sparklog.errors import CorruptRecordError, ErrorCode, error_name
 from sparklog.protocol.versions import ApiKey
 from sparklog.record.batch import complete_batches, end_of
 
 if TYPE_CHECKING:
-    from sparklog.broker.replication import Replica, ReplicaManager
+    from sparklog.broker.replication.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
 

@@ -75,10 +75,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sparklog.broker.departures import Departures
-from sparklog.broker.inter_broker import InterBrokerSecurity
-from sparklog.broker.marker_channel import MarkerChannel
-from sparklog.broker.replica_fetcher import follow
+from sparklog.broker.replication.departures import Departures
+from sparklog.broker.replication.inter_broker import InterBrokerSecurity
+from sparklog.broker.replication.marker_channel import MarkerChannel
+from sparklog.broker.replication.replica_fetcher import follow
 from sparklog.cluster.assignment import assign_replicas, check_assignment
 from sparklog.cluster.controller import ControllerConfig, FencedError
 from sparklog.cluster.layout import (

@@ -31,14 +31,14 @@ import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from sparklog.broker.markers import write_marker
-from sparklog.broker.offset_commit import (
+from sparklog.broker.api.offset_commit import (
     authorized_offsets,
     commit_response,
     replicated,
     requested_offsets,
 )
 from sparklog.broker.registry import handles
+from sparklog.broker.replication.markers import write_marker
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.coordinator.txn_metadata import TransactionState

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import Operation
-from sparklog.broker.security.scram import (
+from sparklog.broker.security.scram_credentials import (
     MAX_ITERATIONS,
     MECHANISM_IDS,
     MIN_ITERATIONS,

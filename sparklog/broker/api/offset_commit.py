@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
-from sparklog.coordinator.coordinator import NO_GENERATION, OffsetCommit
+from sparklog.coordinator.group_coordinator import NO_GENERATION, OffsetCommit
 from sparklog.coordinator.group_records import OffsetAndMetadata, TopicPartition
 from sparklog.errors import ErrorCode
 from sparklog.protocol.entities import Build

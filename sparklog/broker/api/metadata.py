@@ -20,7 +20,7 @@ metadata refresh late. Topic ids (v10+): a single node's own; in a cluster the z
 (no name) is UNKNOWN_TOPIC_ID.
 
 In a cluster (``broker.cluster``) the answer is what ZooKeeper says: every live broker
-(and for a few seconds one that just left, ``departures.py``) with its rack, at its
+(and for a few seconds one that just left, ``replication/departures.py``) with its rack, at its
 endpoint of the listener the request came in on (brokers without that listener are left
 out, as Kafka does), the controller, and per partition its leader
 (LEADER_NOT_AVAILABLE while it has none), leader epoch, replicas, ISR and offline replicas

@@ -31,7 +31,7 @@ from sparklog.errors import (
 )
 
 if TYPE_CHECKING:
-    from sparklog.broker.replication import ReplicaManager
+    from sparklog.broker.replication.replica_manager import ReplicaManager
 
 
 def _known(cluster: ReplicaManager, name: str) -> None:
