@@ -534,6 +534,7 @@ def test_stop_answers_parked_requests_and_refuses_new_ones(tmp_path: Path) -> No
     async def scenario() -> None:
         broker = Broker(BrokerConfig(BASE_CONFIG), tmp_path)
         broker.start()
+        await broker.replicas.start(())  # a single node: it leads every partition
         coord = broker.coordinator
         a = await join_new(coord)
         pending = asyncio.create_task(join_new(coord))
@@ -554,6 +555,7 @@ def test_offsets_topic_is_compacted_internal_and_replayed_in_chunks(tmp_path: Pa
     async def scenario() -> None:
         broker = Broker(BrokerConfig(big), tmp_path)
         broker.start()
+        await broker.replicas.start(())  # a single node: it leads every partition
         topic = broker.logs.topics[OFFSETS_TOPIC]
         assert (topic.partitions, topic.internal, topic.config.compact) == (4, True, True)
         broker.logs.create_topic("t", 1)
@@ -563,6 +565,7 @@ def test_offsets_topic_is_compacted_internal_and_replayed_in_chunks(tmp_path: Pa
         broker.close()
         broker = Broker(BrokerConfig({**big, "offsets.load.buffer.size": "50000"}), tmp_path)
         broker.start()
+        await broker.replicas.start(())  # a single node: it leads every partition
         coord = broker.coordinator
         loaded = {g: coord.fetch_offsets(g, None)[1][("t", 0)] for g in coord.groups}
         broker.close()

@@ -1,9 +1,11 @@
-"""The layering of docs/architecture.md holds: every module imports, at run time, only the
-sparklog packages and the restricted third-party libraries its package's row allows.
+"""The layering of docs/architecture.md holds: every module imports only the sparklog
+packages and the restricted third-party libraries its package's row allows, and no module
+imports itself back through others.
 
 The rules are read from the table in docs/architecture.md, so the document and the check
-cannot drift apart. Imports under ``if TYPE_CHECKING:`` are for type checkers only and are
-not counted. A module belongs to the longest package path of the table that contains it.
+cannot drift apart. Imports under ``if TYPE_CHECKING:`` count too: a type-only import is a
+dependency all the same (a part that needs its owner's type names a small ``Protocol``
+instead). A module belongs to the longest package path of the table that contains it.
 """
 
 from __future__ import annotations
@@ -48,15 +50,10 @@ def _owner(module: str, table: dict[str, object]) -> str:
     return max(owners, key=len)
 
 
-def _runtime_imports(tree: ast.Module, module: str) -> set[str]:
-    """Absolute names of what the module imports outside ``if TYPE_CHECKING:`` blocks."""
+def _imports(tree: ast.Module, module: str) -> set[str]:
+    """Absolute names of what the module imports (type-only imports included)."""
     found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -67,10 +64,6 @@ def _runtime_imports(tree: ast.Module, module: str) -> set[str]:
                                                                            else []))
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
     return found
 
 
@@ -92,7 +85,7 @@ def test_imports_follow_the_layering(path: Path) -> None:
     owner = _owner(module, table)
     allowed, third_party = table[owner]
     wrong = []
-    for name in sorted(_runtime_imports(ast.parse(path.read_text()), module)):
+    for name in sorted(_imports(ast.parse(path.read_text()), module)):
         top = name.split(".")[0]
         if top in ("sparklog", "pyspark_sparklog"):
             target = _owner(name, table)
@@ -103,3 +96,65 @@ def test_imports_follow_the_layering(path: Path) -> None:
             wrong.append(name)
     assert wrong == [], (f"{module} ({owner}) imports what {DOC.name} does not allow it: "
                          f"{', '.join(wrong)}")
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """module -> the sparklog modules it imports (type-only imports included)."""
+    modules = {_module_name(path): path for path in _modules()}
+    return {module: {name for name in _imports(ast.parse(path.read_text()), module)
+                     if name in modules and name != module}
+            for module, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_module_imports_itself_back() -> None:
+    assert _cycles(_module_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+HANDLERS = ROOT / "sparklog" / "broker" / "api"
+WHICH_BROKER = re.compile(r"zookeeper_connect|has_peers|\.store\b|LocalStore|ClusterSession|"
+                          r"inter_broker|broker\.cluster\b")
+"""What a handler would ask to tell a single node from a cluster."""
+
+
+@pytest.mark.parametrize("path", sorted(HANDLERS.glob("*.py")), ids=lambda p: p.name)
+def test_the_api_package_holds_handlers_that_never_ask_which_broker_they_run_in(
+        path: Path) -> None:
+    text = path.read_text()
+    assert path.name == "__init__.py" or "@handles(" in text, f"{path.name} serves no API"
+    assert WHICH_BROKER.findall(text) == [], path.name

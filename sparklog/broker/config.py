@@ -25,9 +25,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sparklog.broker.security.broker_security import check_authorizer_settings
 from sparklog.broker.security.listener import ListenerSecurity
-from sparklog.broker.security.settings import is_security_key
+from sparklog.broker.security.settings import check_authorizer_settings, is_security_key
 from sparklog.errors import InvalidConfigError
 from sparklog.properties import read_properties
 from sparklog.storage.config import CONFIG_KEYS, broker_defaults

@@ -6,7 +6,7 @@ API key, optionally only those naming a topic (and a partition), and acts on the
 - ``delay_s``: the request is handled that much later (past a client's timeout, a timeout);
 - ``drop``: the connection is closed without an answer (nothing is handled);
 - ``error`` with a ``topic``: the matched partitions fail with ``error`` inside the handler,
-  as partitions this broker cannot serve do (``Broker.get_log`` raises it: nothing is
+  as partitions this broker cannot serve do (``Broker.leader_partition`` raises it: nothing is
   appended to, read from or deleted in them); the request's other partitions are served;
 - ``error`` with ``lost_answer`` (or without a topic): the request is handled, then its
   answer carries ``error`` instead of the real outcome, in the matched partitions (a Fetch
@@ -27,14 +27,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 from sparklog.errors import ErrorCode
-
-ACTIVE: ContextVar[Fault | None] = ContextVar("active_fault", default=None)
-"""The fault acting on the request the current task handles (the server sets it)."""
 
 _TOPIC_FIELDS = ("name", "topic")
 _PARTITION_FIELDS = ("partition_index", "partition", "index")

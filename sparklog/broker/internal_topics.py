@@ -7,8 +7,9 @@ Invariants:
   its real partition count wins over the setting, as in Kafka.
 - Appends go through ``PartitionLog.append`` like produced data (same validation,
   durability and cleaning), stamped with the partition's current leader epoch
-  (``leader_epoch``: the single node's, or in a cluster the replica's), and wake fetches
-  waiting on the partition; nothing here bypasses the log.
+  (``leader_epoch``), and are then reported (``on_append``: the replica manager moves the
+  partition's high watermark and wakes fetches waiting on it); nothing here bypasses the
+  log.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -52,9 +51,6 @@ class Registration:
 _HANDLERS: dict[int, Registration] = {}
 HANDLERS: Mapping[int, Registration] = MappingProxyType(_HANDLERS)
 """api key -> its registration (read-only view)."""
-
-CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
-"""The address of the connection a handler serves, as Kafka shows it (``/127.0.0.1``)."""
 
 
 def handles(api_key: int, *, versions: tuple[int, int]) -> Callable[[Handler], Handler]:

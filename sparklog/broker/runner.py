@@ -24,15 +24,15 @@ Invariants:
 - ``stop`` stops accepting, closes connections, stops the cleaner, then flushes and closes
   every log and writes the clean-shutdown marker. SIGTERM and SIGINT stop ``run``, which
   then exits 0.
-- With ``zookeeper.connect`` set, the broker joins that cluster once its listeners are
-  bound (``replication.replica_manager.ReplicaManager``, registered with every
-  listener's advertised address and security protocol, as Kafka's ``/brokers/ids/<id>``) and before
-  ``start`` returns; it accepts connections only once joined (until then they wait in the listen
-  backlog), so
-  a restarting broker never answers as a single node or without the cluster's topics;
-  ZooKeeper out of reach or ``broker.id`` taken is a ``StartupError``. ``stop`` leaves the
-  cluster (its registration goes at once) before it closes connections. Without it
-  nothing here touches ZooKeeper.
+- The broker joins its cluster once its listeners are bound (the replica manager's
+  ``start``, with every listener's advertised address and security protocol): with
+  ``zookeeper.connect`` set it registers in ZooKeeper (Kafka's ``/brokers/ids/<id>``),
+  without it it becomes the leader of every partition of a single node; then transactions
+  left prepared are finished, and only then does it accept connections (until then they
+  wait in the listen backlog), so a restarting broker never answers without its topics
+  or as a single node. ZooKeeper out of reach or ``broker.id`` taken is a
+  ``StartupError``. ``stop`` leaves the cluster (its registration goes at once) before it
+  closes connections. Without ``zookeeper.connect`` nothing here touches ZooKeeper.
 - Maintenance (time-based flushes, retention, checkpoints) runs on the event loop at the
   intervals Kafka's settings name; log compaction runs in the ``LogCleaner`` threads
   (``log.cleaner.*``).
@@ -59,7 +59,6 @@ from sparklog.broker.monitoring.listener import MetricsListener
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import load_handlers
 from sparklog.broker.replication.inter_broker import InterBrokerSecurity
-from sparklog.broker.replication.replica_manager import ReplicaManager
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
@@ -169,7 +168,7 @@ class BrokerService:
         inter_broker = self._inter_broker_security()
         sockets = self._bind_listeners()
         try:
-            broker = self.broker = Broker(config, self.data_dir)
+            broker = self.broker = Broker(config, self.data_dir, inter_broker=inter_broker)
         except BaseException as exc:
             for sock in sockets.values():
                 sock.close()
@@ -177,7 +176,6 @@ class BrokerService:
                 raise StartupError(str(exc)) from None
             raise
         broker.start()
-        await broker.txn_coordinator.settle()
         metrics_at, requests = config.metrics_listener(), RequestMetrics()
         broker.logs.on_log_deleted.append(lambda tp: requests.forget_topic(tp[0]))
         advertised = config.listeners("advertised.listeners")
@@ -191,9 +189,9 @@ class BrokerService:
             broker.advertised[name] = server.advertised
             log.info("listener %s on %s:%d, advertised as %s:%d", name, host, server.port,
                      *server.advertised)
-        if inter_broker is not None:
-            await self._join_cluster(broker, inter_broker)
-        for server in self._servers:  # a cluster broker answers nothing before it joined
+        await self._join_cluster(broker)
+        await broker.txn_coordinator.settle()
+        for server in self._servers:  # a broker answers nothing before it joined
             await server.serve()
         self._cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
         if self._cleaner.config.enable:
@@ -236,12 +234,12 @@ class BrokerService:
         except InvalidConfigError as exc:
             raise StartupError(str(exc)) from None
 
-    async def _join_cluster(self, broker: Broker, inter_broker: InterBrokerSecurity) -> None:
-        """Register in ZooKeeper with every listener's advertised address."""
-        broker.cluster = ReplicaManager(broker, inter_broker)
+    async def _join_cluster(self, broker: Broker) -> None:
+        """Join the cluster (register in ZooKeeper, or lead every partition of a single
+        node) with every listener's advertised address."""
         protocols = self.config.security_protocols()
         try:
-            await broker.cluster.start(tuple(
+            await broker.replicas.start(tuple(
                 Endpoint(name, protocols[name], host, port)
                 for name, (host, port) in broker.advertised.items()))
         except ClusterError as exc:
@@ -266,8 +264,8 @@ class BrokerService:
             await self._listener.stop()
         for task in self._tasks:
             task.cancel()
-        if self.broker is not None and self.broker.cluster is not None:
-            await self.broker.cluster.stop()
+        if self.broker is not None:
+            await self.broker.replicas.stop()
         for server in self._servers:
             await server.stop()
         if self._cleaner is not None:

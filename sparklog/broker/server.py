@@ -13,19 +13,20 @@ Invariants:
 - With ``metrics`` (set when ``metrics.listener`` is), ``_dispatch`` records every request
   it decoded: its API, version, time to its encoded response and the response's error codes
   (``monitoring/requests.py``); without, that costs one attribute test.
-- Each server is one listener (``listener``, its name): every request of a connection it
-  accepted sees its ``advertised`` address (``state.ADVERTISED``), known before the first
-  connection is accepted.
+- Each server is one listener (``listener``, its name), with its ``advertised`` address
+  known before the first connection is accepted (the broker registers it; Metadata and
+  FindCoordinator name each broker by its endpoint of the request's listener).
 - Each server serves its listener's security (``security``): with TLS the handshake comes
   before the first frame; on a SASL listener a connection is served nothing but ApiVersions,
   SaslHandshake and SaslAuthenticate until it authenticated (anything else closes it), as
-  in Kafka. Every request of a connection sees its ``Session`` (``security.session.SESSION``:
-  principal, SASL state); a session marked ``closing`` is closed once its answer is written.
+  in Kafka. Every request of a connection sees its ``Session`` (principal, SASL state) in
+  its ``request_context.RequestContext``; a session marked ``closing`` is closed once its
+  answer is written.
 - Warnings about closed connections are rate-limited (``WarningLimiter``): a burst of bad
   connections gives a few lines and a count, not a line each.
 - Every accepted connection has TCP_NODELAY (``_no_delay``), as Kafka's sockets do: Nagle's
   algorithm would hold a small response back for the client's delayed ACK.
-- On a cluster broker a connection's requests are pipelined (``pipelining``): a request
+- On a cluster broker a connection's requests are pipelined (``request_context``: a request
   that released the connection (a Produce waiting for its ISR) lets the next one start,
   at most ``MAX_PIPELINED`` unanswered; answers are written in request order. A single
   node answers each request before reading the next, as Kafka does.
@@ -49,15 +50,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.broker.api.sasl_authenticate import step
-from sparklog.broker.fault_hooks import ACTIVE
 from sparklog.broker.monitoring.requests import RequestMetrics
-from sparklog.broker.pipelining import RELEASE
-from sparklog.broker.registry import CLIENT_HOST, HANDLERS, served, serves
+from sparklog.broker.registry import HANDLERS, served, serves
+from sparklog.broker.request_context import REQUEST, RequestContext, extended
 from sparklog.broker.security.listener import ListenerSecurity
-from sparklog.broker.security.session import SESSION, Session
+from sparklog.broker.security.session import Session
 from sparklog.broker.security.tls import certificate_principal
-from sparklog.broker.state import ADVERTISED, Broker
+from sparklog.broker.state import Broker
 from sparklog.broker.warning_limiter import WarningLimiter
 from sparklog.errors import KafkaError
 from sparklog.protocol.codec import decode_request, encode_api_versions_error, encode_response
@@ -162,12 +161,11 @@ class BrokerServer:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         _no_delay(writer.get_extra_info("socket"))
-        CLIENT_HOST.set(f"/{peer[0]}" if peer else "")  # this connection's task only
-        ADVERTISED.set(self.advertised)
         session = Session(self.security,
-                          certificate_principal(writer.get_extra_info("ssl_object")))
-        SESSION.set(session)
-        pipelined = self.broker.cluster is not None
+                          certificate_principal(writer.get_extra_info("ssl_object")),
+                          f"/{peer[0]}" if peer else "")
+        REQUEST.set(RequestContext(session))  # this connection's task and its requests
+        pipelined = self.broker.replicas.has_peers  # requests may wait for other brokers
         answers: deque[asyncio.Task[None]] = deque()  # started requests' answers, in order
         try:
             while not session.closing:
@@ -183,7 +181,7 @@ class BrokerServer:
                 while answers:  # the answers before this one's go first
                     await answers.popleft()
                 if session.raw_tokens:  # after SaslHandshake v0: a bare SASL token
-                    answer, failure = await step(session, bytes(frame))
+                    answer, failure = await session.step(bytes(frame))
                     parts = [] if failure else [len(answer).to_bytes(4, "big") + answer]
                 else:
                     parts = await self._dispatch(frame, session)
@@ -209,19 +207,16 @@ class BrokerServer:
     async def _start(self, frame: memoryview, session: Session, writer: asyncio.StreamWriter,
                      previous: asyncio.Task[None] | None) -> asyncio.Task[None]:
         """Start a request of a pipelined connection; return, once it was answered or
-        released (``pipelining``), the task that writes its answer after ``previous``. A
-        failed request closes the connection, so the reader sees its end."""
+        released (``request_context.release``), the task that writes its answer after
+        ``previous``. A failed request closes the connection, so the reader sees its end."""
         released = asyncio.get_running_loop().create_future()
 
         def let_go(*_: object) -> None:
             if not released.done():
                 released.set_result(None)
 
-        token = RELEASE.set(let_go)
-        try:
+        with extended(release=let_go):
             request = asyncio.create_task(self._dispatch(frame, session))
-        finally:
-            RELEASE.reset(token)
         request.add_done_callback(let_go)
         request.add_done_callback(_retrieved)
         answered = asyncio.create_task(self._answer_after(previous, request, writer))
@@ -276,11 +271,8 @@ class BrokerServer:
         handler = HANDLERS[header.api_key].handler
         if fault is None:
             return await handler(self.broker, header, request)
-        token = ACTIVE.set(fault)
-        try:
+        with extended(fault=fault):
             result = await handler(self.broker, header, request)
-        finally:
-            ACTIVE.reset(token)
         return fault.rewrite(result)
 
     async def _write(self, writer: asyncio.StreamWriter, parts: Parts) -> None:

@@ -115,6 +115,10 @@ def split_connect(connect: str) -> tuple[str, str]:
 
 
 class ClusterSession:
+    blocking = True
+    """Its writes are ZooKeeper round trips: callers on an event loop run them in an
+    executor."""
+
     def __init__(self, connect: str, session_timeout_ms: int, me: BrokerInfo,
                  listener: ClusterListener, controller_config: ControllerConfig,
                  proposed_cluster_id: str) -> None:

@@ -17,11 +17,11 @@ Behaviour:
   applies SET, DELETE, APPEND and SUBTRACT (the last two on list configs such as
   ``cleanup.policy``). Bad keys or values are INVALID_CONFIG naming the key and what is
   allowed; ``validate_only`` changes nothing. Changes apply to the live logs at once.
-- In a cluster a topic's config lives in ZooKeeper: an alteration is validated here, then
-  written to ``/config/topics/<t>`` with a change notification
-  (``ReplicaManager.set_topic_config``), which every broker applies, so every broker
-  describes and enforces the same config (the one answering at once, the others when the
-  notification reaches them).
+- A topic's config lives in the replica manager's store: an alteration is validated here,
+  then written there (``ReplicaManager.set_topic_config``; in a cluster ZooKeeper's
+  ``/config/topics/<t>`` with a change notification), which every broker applies, so every
+  broker describes and enforces the same config (the one answering at once, the others
+  when the notification reaches them).
 """
 
 from __future__ import annotations
@@ -168,13 +168,9 @@ async def alter_configs(broker: Broker, header: RequestHeader,
 
 async def _apply(broker: Broker, topic: str, overrides: dict[str, Any],
                  config: LogConfig) -> None:
-    """Make validated overrides the topic's: on a single node in its logs, in a cluster in
-    ZooKeeper, whence every broker applies them."""
-    if broker.cluster is None:
-        broker.logs.set_topic_config(topic, overrides)
-    else:
-        await broker.cluster.set_topic_config(
-            topic, {k: render(v) for k, v in config.overrides.items()})
+    """Make validated overrides the topic's, in the store whence every broker applies them."""
+    await broker.replicas.set_topic_config(
+        topic, {k: render(v) for k, v in config.overrides.items()})
 
 
 def _apply_incremental(config: LogConfig, changes: Any) -> dict[str, Any]:

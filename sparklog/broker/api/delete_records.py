@@ -4,7 +4,7 @@ Behaviour: advances each partition's log start offset to the requested offset (-
 the high watermark, as in Kafka) and answers the new low watermark; offsets below it become
 unreadable at once, and segments wholly below it are deleted by the next retention pass. An
 offset above the high watermark is OFFSET_OUT_OF_RANGE. The start offset is checkpointed
-at once, so a restart keeps it. In a cluster only the leader answers (NOT_LEADER_OR_FOLLOWER
+at once, so a restart keeps it. Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER
 elsewhere), up to its high watermark.
 """
 
@@ -41,10 +41,8 @@ async def delete_records(broker: Broker, header: RequestHeader,
 def _delete(build: Build, broker: Broker, topic: str, p: Any) -> Any:
     try:
         broker.security.require(Operation.DELETE, ResourceType.TOPIC, topic)
-        log = broker.get_log(topic, p.partition_index)
-        high = log.log_end_offset
-        if broker.cluster is not None:
-            high = broker.cluster.leader_replica(topic, p.partition_index).high_watermark
+        partition = broker.leader_partition(topic, p.partition_index)
+        log, high = partition.log, partition.high_watermark
         offset = high if p.offset == HIGH_WATERMARK else p.offset
         if offset > high:
             raise KafkaError(f"offset {offset} is above the high watermark {high}",

@@ -8,8 +8,8 @@ Behaviour, as Kafka's broker answers it:
   future replica (a move between directories, AlterReplicaLogDirs), which a single data
   directory never has. v4+ give the volume's total and usable bytes; v5's directory is
   never cordoned.
-- In a cluster, the partitions held are those whose replica assignment names this broker
-  (a broker may keep an empty log of another partition; it is no replica and not listed).
+- The partitions held are those whose replica assignment names this broker (a cluster
+  broker may keep an empty log of another partition; it is no replica and not listed).
 - DESCRIBE on the CLUSTER is required: without it the answer is CLUSTER_AUTHORIZATION_FAILED
   (top level) and no directory (Kafka's answer to v1-v2, which lack the top-level code, is
   the same empty list).
@@ -61,8 +61,6 @@ async def describe_log_dirs(broker: Broker, header: RequestHeader,
 
 def held_logs(broker: Broker) -> dict[TopicPartition, PartitionLog]:
     """The partition logs this broker holds a replica of (every one on a single node)."""
-    cluster = broker.cluster
-    if cluster is None:
-        return dict(broker.logs.logs)
+    cluster = broker.replicas
     return {(t, p): log for (t, p), log in broker.logs.logs.items()
             if broker.node_id in cluster.assignments.get(t, {}).get(p, ())}

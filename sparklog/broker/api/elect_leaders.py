@@ -6,14 +6,14 @@ Behaviour, as Kafka's ZooKeeper-era brokers answer it:
   partitions that needed no election are left out of the answer (Kafka's rule).
 - ALTER on the CLUSTER is required: without it every named partition, and the top-level
   error (v1+), is CLUSTER_AUTHORIZATION_FAILED, and nothing is elected.
-- In a cluster the controller answers, after the election (``ReplicaManager.elect_leaders``;
+- The controller answers, after the election (``ReplicaManager.elect_leaders``;
   the rules are ``cluster.controller.requested_election``): NONE, ELECTION_NOT_NEEDED,
   PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION
   per partition, with Kafka's messages. Another broker answers NOT_CONTROLLER (top level and
   per partition): clients send ElectLeaders to the controller Metadata names (librdkafka,
   kafka-python, Kafka's Admin; the last two refresh it and retry on NOT_CONTROLLER).
-- A single node leads every partition as its only (preferred) replica: every known
-  partition is ELECTION_NOT_NEEDED.
+- A single node is its own controller and leads every partition as its only (preferred)
+  replica: every known partition is ELECTION_NOT_NEEDED.
 """
 
 from __future__ import annotations
@@ -65,15 +65,13 @@ async def elect_leaders(broker: Broker, header: RequestHeader,
         top = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     elif election not in (PREFERRED, UNCLEAN):
         top = ErrorCode.INVALID_REQUEST
-    elif broker.cluster is None:
-        results = _single_node(broker, wanted)
     else:
-        answered = await broker.cluster.elect_leaders(wanted, election,
-                                                      request.timeout.total_seconds())
+        replicas = broker.replicas
+        answered = await replicas.elect_leaders(wanted, election, request.timeout.total_seconds())
         if answered is None:
             top = ErrorCode.NOT_CONTROLLER
             if wanted is None:
-                wanted = sorted((t, p) for t, assignment in broker.cluster.assignments.items()
+                wanted = sorted((t, p) for t, assignment in replicas.assignments.items()
                                 for p in assignment)
         else:
             results = answered
@@ -82,14 +80,6 @@ async def elect_leaders(broker: Broker, header: RequestHeader,
     elif wanted is None:
         results = {tp: c for tp, c in results.items() if c != ErrorCode.ELECTION_NOT_NEEDED}
     return _response(Build(header), top, results, election)
-
-
-def _single_node(broker: Broker, wanted: list[TopicPartition] | None,
-                 ) -> dict[TopicPartition, ErrorCode]:
-    """A single node leads every partition as its only replica: nothing to elect."""
-    known = {(t, p) for t, topic in broker.logs.topics.items() for p in range(topic.partitions)}
-    return {tp: ErrorCode.ELECTION_NOT_NEEDED if tp in known else
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in (known if wanted is None else wanted)}
 
 
 def _response(build: Build, top: ErrorCode, results: dict[TopicPartition, ErrorCode],

@@ -7,17 +7,15 @@ Behaviour:
   may be cut short, as with Kafka). Record data goes out with sendfile.
 - Long poll: while fewer than ``min_bytes`` are available the request waits, up to
   ``max_wait``, for an append to one of its partitions.
-- The high watermark is the log end offset on a single node (it is the whole ISR); in a
-  cluster (``broker.cluster``) only the partition's leader answers (NOT_LEADER_OR_FOLLOWER
-  elsewhere), a follower's Fetch (``replica_id`` >= 0) is recorded towards the ISR and high
-  watermark and reads to the log end, and a consumer's reads below the high watermark. The
-  last
-  stable offset (v4+) is the first offset of the oldest open transaction, else the high
-  watermark. ``isolation_level`` read_committed (v4+) returns nothing at or past the last
-  stable offset and lists, in ``aborted_transactions``, the transactions aborted in the
-  range returned, so the client drops their records; read_uncommitted reads to the high
-  watermark and gets an empty list (clients need it present). ``log_start_offset`` from
-  v5.
+- Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere); a follower's Fetch
+  (``replica_id`` >= 0) is recorded towards the ISR and high watermark and reads to the log
+  end, a consumer's reads below the high watermark (the log end once the leader is the
+  whole ISR). The last stable offset (v4+) is the first offset of the oldest open
+  transaction, else the high watermark. ``isolation_level`` read_committed (v4+) returns
+  nothing at or past the last stable offset and lists, in ``aborted_transactions``, the
+  transactions aborted in the range returned, so the client drops their records;
+  read_uncommitted reads to the high watermark and gets an empty list (clients need it
+  present). ``log_start_offset`` from v5.
 - With an authorizer, a consumer's Fetch needs READ on the topic, a follower's
   (``replica_id`` >= 0) CLUSTER_ACTION on the CLUSTER (it needs no topic ACL), as in Kafka;
   either refused is TOPIC_AUTHORIZATION_FAILED per partition, with nothing about the topic.
@@ -33,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import Operation, ResourceType
-from sparklog.broker.state import LEADER_EPOCH, Broker
+from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.fetch_response import FetchPartition, FetchResponse, FetchTopic, FileRegion
 from sparklog.protocol.framing import RequestHeader
@@ -55,7 +53,7 @@ async def fetch(broker: Broker, header: RequestHeader,
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
             break
-        await broker.wait_for_append(wanted, remaining)
+        await broker.replicas.wait_for_append(wanted, remaining)
     return FetchResponse(topics)
 
 
@@ -89,40 +87,32 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None,
         elif not broker.security.allows_cluster(Operation.CLUSTER_ACTION):
             raise KafkaError(f"replica {replica_id} may not CLUSTER_ACTION the cluster",
                              ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        leader_epoch, high, replica = LEADER_EPOCH, None, None
-        if broker.cluster is not None:
-            replica = broker.cluster.leader_replica(topic, p.partition)
-            leader_epoch = replica.leader_epoch
-            if replica_id >= 0:
-                broker.cluster.follower_fetched(replica, replica_id, p.fetch_offset)
-            else:
-                high = replica.high_watermark
+        partition = broker.leader_partition(topic, p.partition)
+        if replica_id >= 0:
+            broker.replicas.follower_fetched(partition, replica_id, p.fetch_offset)
         epoch = getattr(p, "current_leader_epoch", -1)
-        if epoch > leader_epoch:
+        if epoch > partition.leader_epoch:
             return FetchPartition(p.partition, ErrorCode.UNKNOWN_LEADER_EPOCH)
-        if 0 <= epoch < leader_epoch:
+        if 0 <= epoch < partition.leader_epoch:
             return FetchPartition(p.partition, ErrorCode.FENCED_LEADER_EPOCH)
-        log = broker.get_log(topic, p.partition)
-        end, start, stable = log.log_end_offset, log.log_start_offset, log.last_stable_offset
-        if replica is not None:  # clients see the log up to the high watermark
-            end = replica.high_watermark
-            stable = min(stable, end)
+        log = partition.log
+        start, high = log.log_start_offset, partition.high_watermark
+        stable = min(log.last_stable_offset, high)  # clients see the log up to the HW
         records, aborted = None, ()
         if budget is None or budget > 0:
             limit = p.partition_max_bytes if budget is None else min(p.partition_max_bytes, budget)
-            found = log.read(p.fetch_offset, limit, stable if committed else high)
+            found = log.read(p.fetch_offset, limit, stable if committed else
+                             None if replica_id >= 0 else high)
             if found is not None:
                 records = FileRegion(found.fd, found.position, found.length)
                 if committed:
                     aborted = tuple((t.producer_id, t.first_offset)
                                     for t in log.aborted_transactions(p.fetch_offset, stable))
-        return FetchPartition(p.partition, ErrorCode.NONE, end, stable, start, records, aborted)
+        return FetchPartition(p.partition, ErrorCode.NONE, high, stable, start, records, aborted)
     except KafkaError as exc:
         if exc.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:  # nothing about the topic
             return FetchPartition(p.partition, exc.code)
-        try:
-            log = broker.get_log(topic, p.partition)
-            end, start = log.log_end_offset, log.log_start_offset
-        except KafkaError:
-            end = start = -1
+        found = broker.logs.logs.get((topic, p.partition))
+        end, start = (-1, -1) if found is None else (found.log_end_offset,
+                                                     found.log_start_offset)
         return FetchPartition(p.partition, exc.code, end, -1, start)

@@ -3,12 +3,11 @@
 ListGroups (16, v0-v2), DeleteGroups (42, v0-v1).
 
 Behaviour (the group logic itself is ``sparklog.coordinator``; this module translates):
-- FindCoordinator: this node coordinates every group (key type 0) and every transactional
-  id (key type 1); another key type is INVALID_REQUEST, a stopped coordinator
-  COORDINATOR_NOT_AVAILABLE. In a cluster a group's coordinator is the leader of its
-  ``__consumer_offsets`` partition, a transactional id's the leader of its
+- FindCoordinator: a group's coordinator (key type 0) is the leader of its
+  ``__consumer_offsets`` partition, a transactional id's (key type 1) the leader of its
   ``__transaction_state`` partition (COORDINATOR_NOT_AVAILABLE while there is none; the
-  topic is created on the first such request). The
+  topic is created on the first such request; a single node leads them all); another key
+  type is INVALID_REQUEST, a stopped coordinator COORDINATOR_NOT_AVAILABLE. The
   API must be advertised in any case: librdkafka only enables LZ4 when it is.
 - JoinGroup: v0 has no rebalance timeout (the session timeout serves as both); from v4 a
   dynamic member (no ``group.instance.id``, v5+) joining with an empty member id gets
@@ -31,10 +30,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from sparklog.broker.registry import CLIENT_HOST, handles
+from sparklog.broker.registry import handles
+from sparklog.broker.request_context import client_host, listener_name
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.security.broker_security import REFUSED
-from sparklog.broker.security.session import listener_name
 from sparklog.broker.state import Broker
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.coordinator.txn_records import TRANSACTION_TOPIC
@@ -88,19 +87,16 @@ async def find_coordinator(broker: Broker, header: RequestHeader,
         else ResourceType.TRANSACTIONAL_ID
     if not broker.security.authorize(Operation.DESCRIBE, resource, request.key):
         return error(REFUSED[resource], f"not authorized to describe {request.key}")
-    if broker.cluster is not None:
-        group = key_type == CoordinatorType.GROUP
-        found = await (broker.cluster.group_coordinator(request.key) if group
-                       else broker.cluster.txn_coordinator(request.key))
-        endpoint = None if found is None else found.endpoint(listener_name())
-        if found is None or endpoint is None:
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                         f"no live leader of the {OFFSETS_TOPIC if group else TRANSACTION_TOPIC}"
-                         " partition of this key yet")
-        return build.response(error_code=ErrorCode.NONE, error_message=None,
-                              node_id=found.broker_id, host=endpoint.host, port=endpoint.port)
+    group = key_type == CoordinatorType.GROUP
+    found = await (broker.replicas.group_coordinator(request.key) if group
+                   else broker.replicas.txn_coordinator(request.key))
+    endpoint = None if found is None else found.endpoint(listener_name())
+    if found is None or endpoint is None:
+        return error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                     f"no live leader of the {OFFSETS_TOPIC if group else TRANSACTION_TOPIC}"
+                     " partition of this key yet")
     return build.response(error_code=ErrorCode.NONE, error_message=None,
-                          node_id=broker.node_id, host=broker.host, port=broker.port)
+                          node_id=found.broker_id, host=endpoint.host, port=endpoint.port)
 
 
 @handles(ApiKey.JOIN_GROUP, versions=(0, 5))
@@ -117,7 +113,7 @@ async def join_group(broker: Broker, header: RequestHeader,
     result = await broker.coordinator.join(
         request.group_id, request.member_id, instance_id,
         require_known_member_id=header.api_version >= 4 and instance_id is None,
-        client_id=header.client_id or "", client_host=CLIENT_HOST.get(),
+        client_id=header.client_id or "", client_host=client_host(),
         rebalance_timeout_ms=rebalance_ms, session_timeout_ms=session_ms,
         protocol_type=request.protocol_type,
         protocols=tuple((p.name, p.metadata) for p in request.protocols))

@@ -4,9 +4,8 @@ Behaviour: timestamp -2 is the log start offset (earliest), -1 latest: the log e
 (the high watermark), or under read_committed (``isolation_level`` 1, v2+) the last stable
 offset, as Kafka answers; any other timestamp gives the first record whose timestamp is at
 or after it, with that record's timestamp, or offset -1 when there is none.
-``leader_epoch`` is ``LEADER_EPOCH`` for a found offset. In a cluster only the leader
-answers (NOT_LEADER_OR_FOLLOWER elsewhere), latest is the high watermark and the epoch the
-current leader epoch.
+Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere); latest is its high
+watermark and ``leader_epoch`` its current leader epoch.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import per_partition
 from sparklog.broker.security.acls import Operation, ResourceType
-from sparklog.broker.state import LEADER_EPOCH, Broker
+from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
@@ -45,11 +44,8 @@ def _lookup(build: Build, broker: Broker, topic: str, p: Any, committed: bool) -
 
     try:
         broker.security.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
-        log = broker.get_log(topic, p.partition_index)
-        epoch, high = LEADER_EPOCH, log.log_end_offset
-        if broker.cluster is not None:
-            replica = broker.cluster.leader_replica(topic, p.partition_index)
-            epoch, high = replica.leader_epoch, replica.high_watermark
+        partition = broker.leader_partition(topic, p.partition_index)
+        log, epoch, high = partition.log, partition.leader_epoch, partition.high_watermark
     except KafkaError as exc:
         return answer(exc.code)
     if p.timestamp == EARLIEST:

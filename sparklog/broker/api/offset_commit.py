@@ -7,7 +7,7 @@ Behaviour (the checks themselves are ``GroupCoordinator.commit`` and ``fetch_off
   offsets are stamped with the broker's time and expire by ``offsets.retention.minutes``.
   v6 adds the committed leader epoch, v7 ``group.instance.id`` (FENCED_INSTANCE_ID for a
   zombie instance). Every partition of a request is answered; those that pass the checks
-  are appended in one batch, so they are stored together or not at all. In a cluster the
+  are appended in one batch, so they are stored together or not at all. The
   answer waits until the partition's ISR has the batch (REQUEST_TIMED_OUT after
   ``COMMIT_REPLICATION_TIMEOUT_S``, NOT_COORDINATOR if leadership moved meanwhile,
   COORDINATOR_NOT_AVAILABLE if the ISR is below ``min.insync.replicas``, as Kafka's acks=all
@@ -63,11 +63,11 @@ async def offset_commit(broker: Broker, header: RequestHeader,
 
 async def replicated(broker: Broker, group_id: str, errors: dict[TopicPartition, ErrorCode]
                      ) -> dict[TopicPartition, ErrorCode]:
-    """``errors`` of a commit once, in a cluster, the ISR has what it stored (the partitions
-    stored then answer the replication's error instead of NONE)."""
-    if broker.cluster is None or ErrorCode.NONE not in errors.values():
+    """``errors`` of a commit once the ISR has what it stored (the partitions stored then
+    answer the replication's error instead of NONE)."""
+    if ErrorCode.NONE not in errors.values():
         return errors
-    code = await broker.cluster.offsets_replicated(group_id, COMMIT_REPLICATION_TIMEOUT_S)
+    code = await broker.replicas.offsets_replicated(group_id, COMMIT_REPLICATION_TIMEOUT_S)
     return {tp: code if e == ErrorCode.NONE else e for tp, e in errors.items()}
 
 

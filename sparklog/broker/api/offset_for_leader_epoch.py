@@ -1,14 +1,13 @@
 """OffsetForLeaderEpoch (key 23), v0-v3.
 
-Behaviour: this node has led every partition since it was created with the single epoch
-``LEADER_EPOCH``, so the end offset of that epoch (and of any later one asked for by a
-client that saw it in Metadata) is the log end offset. An epoch below ours (none exists)
-is answered with the undefined (-1, -1) pair, as Kafka answers epochs it never had. A
-``current_leader_epoch`` above ours is UNKNOWN_LEADER_EPOCH, below it FENCED_LEADER_EPOCH.
-librdkafka validates fetch positions with this API whenever leader epochs are >= 0.
-In a cluster only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere), from its
-leader-epoch cache (KIP-101): the largest epoch <= the one asked for and its end offset, the
-answer a follower truncates its divergent tail to. With an authorizer it needs DESCRIBE on
+Behaviour: only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere), from its
+leader-epoch cache (KIP-101): the largest epoch <= the one asked for and its end offset (the
+log end offset for the current epoch, and for a later one asked for by a client that saw it
+in Metadata), the answer a follower truncates its divergent tail to; an epoch below every
+one known is answered with the undefined (-1, -1) pair, as Kafka answers epochs it never
+had (a single node leads every partition in epoch 0). A ``current_leader_epoch`` above ours
+is UNKNOWN_LEADER_EPOCH, below it FENCED_LEADER_EPOCH. librdkafka validates fetch positions
+with this API whenever leader epochs are >= 0. With an authorizer it needs DESCRIBE on
 the topic, or for a follower (``replica_id`` >= 0) CLUSTER_ACTION on the CLUSTER, as Kafka.
 """
 
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sparklog.broker.registry import handles
 from sparklog.broker.responses import per_partition
 from sparklog.broker.security.acls import Operation, ResourceType
-from sparklog.broker.state import LEADER_EPOCH, Broker
+from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
@@ -49,20 +48,13 @@ def _end_offset(build: Build, broker: Broker, topic: str, p: Any, replica_id: in
     try:
         if not (replica_id >= 0 and broker.security.allows_cluster(Operation.CLUSTER_ACTION)):
             broker.security.require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
-        log = broker.get_log(topic, p.partition)
-        leader_epoch = LEADER_EPOCH
-        if broker.cluster is not None:
-            replica = broker.cluster.leader_replica(topic, p.partition)
-            leader_epoch = replica.leader_epoch
+        partition = broker.leader_partition(topic, p.partition)
+        leader_epoch = partition.leader_epoch
     except KafkaError as exc:
         return answer(exc.code)
     if current > leader_epoch:
         return answer(ErrorCode.UNKNOWN_LEADER_EPOCH)
     if 0 <= current < leader_epoch:
         return answer(ErrorCode.FENCED_LEADER_EPOCH)
-    if broker.cluster is not None:
-        return answer(ErrorCode.NONE, *replica.epochs.end_offset(p.leader_epoch,
-                                                                 log.log_end_offset))
-    if p.leader_epoch < LEADER_EPOCH:
-        return answer(ErrorCode.NONE)
-    return answer(ErrorCode.NONE, LEADER_EPOCH, log.log_end_offset)
+    return answer(ErrorCode.NONE, *partition.epochs.end_offset(p.leader_epoch,
+                                                               partition.log.log_end_offset))

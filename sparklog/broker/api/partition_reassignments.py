@@ -3,18 +3,17 @@
 Behaviour, as Kafka's (KIP-455):
 - Alter needs ALTER on the CLUSTER, List DESCRIBE on it (CLUSTER_AUTHORIZATION_FAILED for
   the whole request otherwise).
-- In a cluster, Alter writes each topic's reassignments into its assignment znode by
-  compare-and-set (``cluster/reassignment.reassign``: targets checked against the live
+- Alter writes each topic's reassignments into its assignment (in a cluster ZooKeeper's
+  znode) by compare-and-set (``cluster/reassignment.reassign``: targets checked against the live
   brokers, v1's ``allow_replication_factor_change`` honoured, null replicas cancel) and
   answers once written, per partition; the controller carries them out. A missing topic or
   partition is UNKNOWN_TOPIC_OR_PARTITION.
-- List answers the reassignments in flight, read from ZooKeeper at the time of the request
+- List answers the reassignments in flight, read from the store at the time of the request
   (so an Alter just answered is listed): each partition's replicas (target + original),
   adding and removing replicas; ``topics`` null means every topic, and named partitions
   not in flight are left out.
 - A single node has nothing to move: a target of this node alone is accepted and changes
-  nothing, any other names a broker that does not exist (INVALID_REPLICA_ASSIGNMENT), a
-  cancel is NO_REASSIGNMENT_IN_PROGRESS, and List is empty.
+  nothing, any other names a broker that is not live, and List is empty.
 """
 
 from __future__ import annotations
@@ -67,13 +66,11 @@ async def alter_partition_reassignments(broker: Broker, header: RequestHeader,
 async def _reassign(broker: Broker, name: str, wanted: Requests, allow: bool
                     ) -> dict[int, KafkaError | None]:
     """Each partition's error (None: accepted)."""
-    cluster = broker.cluster
-    if cluster is None:
-        return _single_node(broker, name, wanted)
-    if name not in cluster.assignments:
+    replicas = broker.replicas
+    if name not in replicas.assignments:
         return dict.fromkeys(wanted, KafkaError(f"unknown topic {name}",
                                                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-    live = set(cluster.live)
+    live = set(replicas.live)
     errors: dict[int, KafkaError | None] = {}
 
     def change(current: TopicAssignment) -> TopicAssignment | None:
@@ -83,28 +80,9 @@ async def _reassign(broker: Broker, name: str, wanted: Requests, allow: bool
         return new if new != current else None
 
     try:
-        assert cluster.session is not None
-        await cluster.zookeeper(cluster.session.update_topic, name, change)
+        await replicas.update_topic(name, change)
     except KafkaError as exc:
         return dict.fromkeys(wanted, exc)
-    return errors
-
-
-def _single_node(broker: Broker, name: str, wanted: Requests) -> dict[int, KafkaError | None]:
-    errors: dict[int, KafkaError | None] = {}
-    for partition, replicas in wanted.items():
-        if not 0 <= partition < broker.partition_count(name):
-            errors[partition] = KafkaError(f"unknown partition {name}-{partition}",
-                                           ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        elif replicas is None:
-            errors[partition] = KafkaError("no reassignment of this partition is in progress",
-                                           ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
-        elif replicas != (broker.node_id,):
-            errors[partition] = KafkaError(f"replicas {list(replicas)}: broker "
-                                           f"{broker.node_id} is the only broker",
-                                           ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-        else:
-            errors[partition] = None
     return errors
 
 
@@ -115,13 +93,11 @@ async def list_partition_reassignments(broker: Broker, header: RequestHeader,
     if not broker.security.allows_cluster(Operation.DESCRIBE):
         return build.response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                               error_message=None, topics=())
-    cluster = broker.cluster
-    if cluster is None or cluster.session is None:
-        return build.response(error_code=ErrorCode.NONE, error_message=None, topics=())
+    replicas = broker.replicas
     asked = None if request.topics is None else {
         t.name: set(t.partition_indexes) for t in request.topics}
-    names = sorted(cluster.assignments) if asked is None else sorted(asked)
-    found = await cluster.zookeeper(cluster.session.read_topics, names)
+    names = sorted(replicas.assignments) if asked is None else sorted(asked)
+    found = await replicas.read_topics(names)
     topics = []
     for name, assignment in sorted(found.items()):
         partitions = tuple(

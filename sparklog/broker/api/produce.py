@@ -17,13 +17,14 @@ Behaviour:
 - With an authorizer: WRITE on the TRANSACTIONAL_ID of a transactional request
   (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition) and on each TOPIC
   (TOPIC_AUTHORIZATION_FAILED for its partitions); nothing refused is appended.
-- acks 0 gets no response; acks 1 and -1 are answered after the append (a single node is the
-  whole ISR, so both mean "in the log"; in a cluster acks -1 waits for the ISR, see
-  ``replication.replica_manager.ReplicaManager.produce``). Produce does not auto-create
-  topics (Metadata does).
+- acks 0 gets no response; acks 1 is answered after the append, acks -1 once the ISR has
+  it (``replication.partition.Partition``: at once when the leader is the whole ISR).
+  Produce does not auto-create topics (Metadata does).
 - Every partition of a request is appended, in request order, before any waits for its
-  acks; then the request ``release``s its connection (``pipelining``), so on a cluster the
-  connection's next request starts while this one waits for the ISR.
+  acks; then the request ``release``s its connection (``request_context``), so the
+  connection's
+  next request starts while this one waits for the ISR. Answers ready at once are taken
+  as they are; the partitions still waiting for their ISR wait together.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from inspect import isawaitable
+from typing import TYPE_CHECKING, Any
 
-from sparklog.broker.pipelining import release
 from sparklog.broker.registry import handles
+from sparklog.broker.request_context import release
 from sparklog.broker.security.acls import Operation, ResourceType
-from sparklog.broker.state import LEADER_EPOCH, Broker
+from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build, timestamp_ms
 from sparklog.protocol.framing import RequestHeader
@@ -49,7 +51,6 @@ if TYPE_CHECKING:
 
 
 VALID_ACKS = (-1, 0, 1)
-T = TypeVar("T")
 
 
 @handles(ApiKey.PRODUCE, versions=(0, 8))
@@ -70,10 +71,9 @@ async def produce(broker: Broker, header: RequestHeader,
         appends.extend(_append(build, broker, topic.name, data, request.acks, now,
                                request.timeout, denied) for data in topic.partition_data)
     release()  # every partition is appended: the connection's next request may start
-    # a single node's answers are ready, so they are taken in turn without a task each; in
-    # a cluster every partition of the request waits for its ISR at the same time
-    answers = iter(await asyncio.gather(*appends) if broker.cluster is not None
-                   else [await append for append in appends])
+    waiting = [a for a in appends if isawaitable(a)]
+    waited = iter(await asyncio.gather(*waiting) if waiting else ())
+    answers = iter([next(waited) if isawaitable(a) else a for a in appends])
     if request.acks == 0:
         return None
     return build.response(responses=tuple(
@@ -83,9 +83,9 @@ async def produce(broker: Broker, header: RequestHeader,
 
 
 def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
-            timeout: timedelta, denied: ErrorCode | None) -> Awaitable[Any]:
-    """Append the partition's records now; the result gives its answer once ``acks`` is
-    satisfied (in a cluster acks=all waits for the ISR, see ``replication.replica_manager``)."""
+            timeout: timedelta, denied: ErrorCode | None) -> Any:
+    """Append the partition's records now; its answer, or an awaitable of it while acks=all
+    waits for the ISR."""
     def answer(code: ErrorCode, base_offset: int = -1, append_time: int = -1,
                log_start: int = -1, message: str | None = None,
                record_errors: tuple[Any, ...] = ()) -> Any:
@@ -102,32 +102,23 @@ def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now:
                       info.log_start_offset)
 
     if acks not in VALID_ACKS:
-        return _ready(answer(ErrorCode.INVALID_REQUIRED_ACKS,
-                             message=f"acks={acks} is not -1, 0 or 1"))
+        return answer(ErrorCode.INVALID_REQUIRED_ACKS, message=f"acks={acks} is not -1, 0 or 1")
     if denied is not None:
-        return _ready(answer(denied))
+        return answer(denied)
     try:
-        if broker.cluster is None:  # the answer is ready: one coroutine, no waiting
-            info = broker.get_log(topic, data.index).append(
-                data.records or b"", now_ms=now, leader_epoch=LEADER_EPOCH)
-            if not info.duplicate:
-                broker.notify_append((topic, data.index))
-            return _ready(appended(info))
-        acknowledged = broker.cluster.produce(topic, data.index, data.records or b"", acks,
-                                              now, int(timeout.total_seconds() * 1000))
+        acknowledged = broker.leader_partition(topic, data.index).append_records_to_leader(
+            data.records or b"", acks, now, int(timeout.total_seconds() * 1000))
     except KafkaError as exc:
-        return _ready(refused(exc))
+        return refused(exc)
+    if not isawaitable(acknowledged):
+        return appended(acknowledged)
 
-    async def when_acknowledged() -> Any:
+    async def when_acknowledged(acknowledged: Awaitable[AppendInfo]) -> Any:
         try:
             return appended(await acknowledged)
         except KafkaError as exc:
             return refused(exc)
-    return when_acknowledged()
-
-
-async def _ready(value: T) -> T:
-    return value
+    return when_acknowledged(acknowledged)
 
 
 def _record_errors(build: Build, error: KafkaError) -> tuple[Any, ...]:

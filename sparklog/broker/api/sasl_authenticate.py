@@ -17,17 +17,14 @@ Behaviour, as Kafka's:
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import TYPE_CHECKING, Any
 
-from sparklog.broker.registry import CLIENT_HOST, handles
+from sparklog.broker.registry import handles
+from sparklog.broker.request_context import current_session
 from sparklog.broker.security.sasl import (
-    AuthenticationFailed,
     PlainAuthenticator,
     ScramAuthenticator,
 )
-from sparklog.broker.security.session import SESSION, Session
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode
 from sparklog.protocol.entities import Build
@@ -38,14 +35,12 @@ if TYPE_CHECKING:
     from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-log = logging.getLogger(__name__)
-
 
 @handles(ApiKey.SASL_HANDSHAKE, versions=(0, 1))
 async def sasl_handshake(broker: Broker, header: RequestHeader,
                          request: SaslHandshakeRequest) -> Any:
     build = Build(header)
-    session = SESSION.get()
+    session = current_session()
     if session is None or not session.listener.sasl:
         return build.response(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=())
     enabled = session.listener.mechanisms
@@ -62,39 +57,18 @@ async def sasl_handshake(broker: Broker, header: RequestHeader,
     return build.response(error_code=ErrorCode.NONE, mechanisms=enabled)
 
 
-async def step(session: Session, token: bytes) -> tuple[bytes, str | None]:
-    """The server's answer to one client token, and the failure message when it failed
-    (then the session is closing and nothing it asked for is granted)."""
-    authenticator = session.authenticator
-    assert authenticator is not None
-    try:
-        answer = authenticator.step(token)
-    except AuthenticationFailed as exc:
-        session.closing = True
-        log.warning("failed authentication on listener %s from %s with %s: %s",
-                    session.listener.name, CLIENT_HOST.get(),
-                    type(authenticator).__name__.removesuffix("Authenticator"), exc)
-        await asyncio.sleep(session.listener.failed_authentication_delay_s)
-        return b"", str(exc)
-    if authenticator.complete:
-        session.principal = f"User:{authenticator.username}"
-        session.authenticated, session.authenticator = True, None
-        session.raw_tokens = False
-    return answer, None
-
-
 @handles(ApiKey.SASL_AUTHENTICATE, versions=(0, 1))
 async def sasl_authenticate(broker: Broker, header: RequestHeader,
                             request: SaslAuthenticateRequest) -> Any:
     build = Build(header)
-    session = SESSION.get()
+    session = current_session()
     if session is None or session.authenticator is None or session.raw_tokens:
         if session is not None and not session.authenticated:
             session.closing = True  # a SASL listener's client out of step: nothing to serve
         return build.response(error_code=ErrorCode.ILLEGAL_SASL_STATE,
                               error_message="SaslAuthenticate without a SaslHandshake v1",
                               auth_bytes=b"")
-    answer, failure = await step(session, request.auth_bytes)
+    answer, failure = await session.step(request.auth_bytes)
     if failure is not None:
         return build.response(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                               error_message=failure, auth_bytes=b"")

@@ -1,20 +1,19 @@
 """CreateTopics (key 19, v0-v4), DeleteTopics (20, v0-v3), CreatePartitions (37, v0-v1).
 
 Behaviour:
-- CreateTopics: ``num_partitions`` -1 means ``num.partitions``; the replication factor must
-  be -1 or 1 (one node), else INVALID_REPLICATION_FACTOR; manual assignments may only name
-  this node. Configs are validated with Kafka's names (INVALID_CONFIG names the key and
-  the allowed values). ``validate_only`` checks everything and changes nothing. Errors are
-  per topic, with a message (v1+).
-- In a cluster (``broker.cluster``) CreateTopics writes the topic's replica assignment to
-  ZooKeeper (``replication_factor`` replicas, round robin and rack-aware, -1 meaning
-  ``default.replication.factor``, or the request's manual assignment over live brokers,
-  checked as Kafka checks it); every broker then creates its logs and the controller
-  elects leaders, which the answer waits for (up to the request's ``timeout_ms``).
-  DeleteTopics and CreatePartitions go through ZooKeeper too
-  (``replication/cluster_topics.py``): the controller deletes a topic, or elects the leaders of
-  added partitions, and the answer waits for it up to the request's timeout. ACL checks are the
-  single node's.
+- CreateTopics writes the topic's replica assignment to the replica manager's store
+  (ZooKeeper's, or a single node's): ``replication_factor`` replicas, round robin and
+  rack-aware over the live brokers, -1 meaning ``default.replication.factor`` (more than
+  the live brokers is INVALID_REPLICATION_FACTOR), or the request's manual assignment,
+  checked as Kafka checks it (unknown brokers are INVALID_REPLICA_ASSIGNMENT);
+  ``num_partitions`` -1 means ``num.partitions``. Every replica then creates its log and
+  the controller elects leaders, which the answer waits for (up to the request's
+  ``timeout_ms``; a single node's are led at once). Configs are validated with Kafka's
+  names (INVALID_CONFIG names the key and the allowed values). ``validate_only`` checks
+  everything and changes nothing. Errors are per topic, with a message (v1+).
+- DeleteTopics and CreatePartitions go through the store too
+  (``replication/cluster_topics.py``): the controller deletes a topic, or elects the
+  leaders of added partitions, and the answer waits for it up to the request's timeout.
 - DeleteTopics: removes the topic's logs and metadata; TOPIC_DELETION_DISABLED when
   ``delete.topic.enable`` is false.
 - CreatePartitions: only grows a topic (INVALID_PARTITIONS otherwise); ``validate_only``
@@ -28,7 +27,7 @@ Behaviour:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
@@ -67,20 +66,21 @@ def _added_partitions(broker: Broker, topic: Any) -> int:
     return max(topic.count - current.partitions, 0) if current is not None else 0
 
 
-def _each(items: Any, action: Callable[[Any], None], added_partitions: int = 0,
-          ) -> Iterator[tuple[Any, ErrorCode, str | None]]:
-    """Apply ``action`` to every item, yielding (item, error code, message): errors are per
+async def _each(items: Any, action: Callable[[Any], Awaitable[None]], added_partitions: int,
+                ) -> list[tuple[Any, ErrorCode, str | None]]:
+    """Apply ``action`` to every item: (item, error code, message) each; errors are per
     topic, and a request adding too many partitions in all is refused whole."""
-    too_many = added_partitions > MAX_PARTITIONS_PER_REQUEST
+    results: list[tuple[Any, ErrorCode, str | None]] = []
     for item in items:
         try:
-            if too_many:
+            if added_partitions > MAX_PARTITIONS_PER_REQUEST:
                 raise _TOO_MANY
-            action(item)
+            await action(item)
         except KafkaError as exc:
-            yield item, exc.code, str(exc)
+            results.append((item, exc.code, str(exc)))
         else:
-            yield item, ErrorCode.NONE, None
+            results.append((item, ErrorCode.NONE, None))
+    return results
 
 
 @handles(ApiKey.CREATE_TOPICS, versions=(0, 4))
@@ -89,41 +89,23 @@ async def create_topics(broker: Broker, header: RequestHeader,
     build = Build(header)
     validate_only = request.validate_only if header.api_version else False
     added = sum(_requested_partitions(broker, t) for t in request.topics)
-    if broker.cluster is not None and not validate_only:
-        return build.response(topics=tuple([
-            build("CreatableTopicResult", name=topic.name, error_code=code, error_message=message)
-            for topic, code, message in await _create_in_cluster(broker, request)]))
+
+    async def create(topic: Any) -> None:
+        """Validate the topic locally (name, configs), then write its assignment."""
+        if not broker.security.allows_cluster(Operation.CREATE):
+            broker.security.require(Operation.CREATE, ResourceType.TOPIC, topic.name)
+        partitions = _requested_partitions(broker, topic)
+        configs = {c.name: c.value for c in topic.configs if c.value is not None}
+        broker.logs.create_topic(topic.name, partitions, configs, validate_only=True)
+        factor = topic.replication_factor if topic.replication_factor != -1 else \
+            broker.config.get_int("default.replication.factor")
+        await broker.replicas.create_topic(topic.name, partitions, factor, configs,
+                                           request.timeout.total_seconds(), _manual(topic),
+                                           validate_only)
+
     return build.response(topics=tuple(
         build("CreatableTopicResult", name=topic.name, error_code=code, error_message=message)
-        for topic, code, message in _each(
-            request.topics, lambda t: _create(broker, t, validate_only), added)
-    ))
-
-
-async def _create_in_cluster(broker: Broker, request: Any
-                             ) -> list[tuple[Any, ErrorCode, str | None]]:
-    """Validate each topic locally (name, configs), then write its assignment to ZooKeeper:
-    ``replication_factor`` -1 is ``default.replication.factor``; each answer waits (up to
-    the request's timeout) until the topic's leaders are elected."""
-    cluster = broker.cluster
-    assert cluster is not None
-    results: list[tuple[Any, ErrorCode, str | None]] = []
-    for topic in request.topics:
-        try:
-            if not broker.security.allows_cluster(Operation.CREATE):
-                broker.security.require(Operation.CREATE, ResourceType.TOPIC, topic.name)
-            partitions = _requested_partitions(broker, topic)
-            configs = {c.name: c.value for c in topic.configs if c.value is not None}
-            broker.logs.create_topic(topic.name, partitions, configs, validate_only=True)
-            factor = topic.replication_factor if topic.replication_factor != -1 else \
-                broker.config.get_int("default.replication.factor")
-            await cluster.create_topic(topic.name, partitions, factor, configs,
-                                       request.timeout.total_seconds(), _manual(topic))
-        except KafkaError as exc:
-            results.append((topic, exc.code, str(exc)))
-        else:
-            results.append((topic, ErrorCode.NONE, None))
-    return results
+        for topic, code, message in await _each(request.topics, create, added)))
 
 
 def _manual(topic: Any) -> dict[int, tuple[int, ...]] | None:
@@ -142,25 +124,6 @@ def _manual(topic: Any) -> dict[int, tuple[int, ...]] | None:
     return assignment
 
 
-def _create(broker: Broker, topic: Any, validate_only: bool) -> None:
-    if not broker.security.allows_cluster(Operation.CREATE):
-        broker.security.require(Operation.CREATE, ResourceType.TOPIC, topic.name)
-    if topic.replication_factor not in (-1, 1):
-        raise KafkaError(
-            f"replication factor {topic.replication_factor} is larger than the 1 available "
-            "broker", ErrorCode.INVALID_REPLICATION_FACTOR)
-    partitions = topic.num_partitions
-    if topic.assignments:
-        if any(set(a.broker_ids) - {broker.node_id} for a in topic.assignments):
-            raise KafkaError("replica assignment names a broker that does not exist",
-                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-        partitions = len(topic.assignments)
-    if partitions == -1:
-        partitions = broker.config.get_int("num.partitions")
-    configs = {c.name: c.value for c in topic.configs if c.value is not None}
-    broker.logs.create_topic(topic.name, partitions, configs, validate_only=validate_only)
-
-
 def _refuse_internal(broker: Broker, name: str, change: str) -> None:
     topic = broker.logs.topics.get(name)
     if topic is not None and topic.internal:
@@ -172,7 +135,7 @@ def _refuse_internal(broker: Broker, name: str, change: str) -> None:
 async def delete_topics(broker: Broker, header: RequestHeader,
                         request: DeleteTopicsRequest) -> Any:
     build = Build(header)
-    cluster = broker.cluster
+    replicas = broker.replicas
     codes: dict[str, ErrorCode] = {}
     for name in request.topic_names:
         try:
@@ -180,19 +143,15 @@ async def delete_topics(broker: Broker, header: RequestHeader,
             if not broker.config.get_bool("delete.topic.enable"):
                 raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
             _refuse_internal(broker, name, "deleted")
-            if cluster is None:
-                broker.logs.delete_topic(name)
-            else:
-                await cluster_topics.request_deletion(cluster, name)
+            await cluster_topics.request_deletion(replicas, name)
         except KafkaError as exc:
             codes[name] = exc.code
         else:
             codes[name] = ErrorCode.NONE
-    if cluster is not None:
-        requested = [name for name, code in codes.items() if code == ErrorCode.NONE]
-        for name in await cluster_topics.wait_deleted(cluster, requested,
-                                                      request.timeout.total_seconds()):
-            codes[name] = ErrorCode.REQUEST_TIMED_OUT
+    requested = [name for name, code in codes.items() if code == ErrorCode.NONE]
+    for name in await cluster_topics.wait_deleted(replicas, requested,
+                                                  request.timeout.total_seconds()):
+        codes[name] = ErrorCode.REQUEST_TIMED_OUT
     return build.response(responses=tuple(
         build("DeletableTopicResult", name=name, error_code=code)
         for name, code in codes.items()))
@@ -204,29 +163,15 @@ async def create_partitions(broker: Broker, header: RequestHeader,
     build = Build(header)
     added = sum(_added_partitions(broker, t) for t in request.topics)
 
-    def check(topic: Any) -> None:
+    async def grow(topic: Any) -> None:
         broker.security.require(Operation.ALTER, ResourceType.TOPIC, topic.name)
         _refuse_internal(broker, topic.name, "given more partitions")
+        await cluster_topics.add_partitions(
+            broker.replicas, topic.name, topic.count,
+            [a.broker_ids for a in topic.assignments or ()], request.validate_only,
+            request.timeout.total_seconds())
 
-    def grow(topic: Any) -> None:
-        check(topic)
-        broker.logs.create_partitions(topic.name, topic.count,
-                                      validate_only=request.validate_only)
-
-    if broker.cluster is None:
-        results = list(_each(request.topics, grow, added))
-    else:
-        results = []
-        for topic, code, message in list(_each(request.topics, check, added)):
-            if code == ErrorCode.NONE:
-                try:
-                    await cluster_topics.add_partitions(
-                        broker.cluster, topic.name, topic.count,
-                        [a.broker_ids for a in topic.assignments or ()], request.validate_only,
-                        request.timeout.total_seconds())
-                except KafkaError as exc:
-                    code, message = exc.code, str(exc)
-            results.append((topic, code, message))
+    results = await _each(request.topics, grow, added)
     return build.response(results=tuple(
         build("CreatePartitionsTopicResult", name=topic.name, error_code=code,
               error_message=message)

@@ -8,11 +8,11 @@ translates):
   that predate that error (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn before v2), which
   get INVALID_PRODUCER_EPOCH, as Kafka answers them (KIP-588).
 - TxnOffsetCommit stores the offsets in the producer's transaction on the group's
-  ``__consumer_offsets`` partition (in a cluster answered once the ISR has them, as
-  OffsetCommit); they count once the COMMIT marker lands there.
+  ``__consumer_offsets`` partition (answered once the ISR has them, as OffsetCommit); they
+  count once the COMMIT marker lands there.
 - WriteTxnMarkers (what a coordinator sends a partition leader) appends each marker and
-  answers per partition (in a cluster only for partitions this broker leads, once the high
-  watermark passed the marker: ``markers.write_marker``; ``fault_point("txn_markers_received",
+  answers per partition (only for partitions this broker leads, once the high watermark
+  passed the marker: ``ReplicaManager.write_marker``; ``fault_point("txn_markers_received",
   "leader")`` precedes the writing, so a crash test can kill a leader there);
   DescribeTransactions answers per
   id (TRANSACTIONAL_ID_NOT_FOUND for an unknown one); ListTransactions filters by state
@@ -38,7 +38,6 @@ from sparklog.broker.api.offset_commit import (
     requested_offsets,
 )
 from sparklog.broker.registry import handles
-from sparklog.broker.replication.markers import write_marker
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.coordinator.txn_metadata import TransactionState
@@ -151,9 +150,9 @@ async def write_txn_markers(broker: Broker, header: RequestHeader,
     async def written(marker: Any, topic: str, partition: int) -> ErrorCode:
         if not allowed:
             return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-        return await write_marker(broker, (topic, partition), marker.producer_id,
-                                  marker.producer_epoch, marker.transaction_result,
-                                  marker.coordinator_epoch)
+        return await broker.replicas.write_marker(
+            (topic, partition), marker.producer_id, marker.producer_epoch,
+            marker.transaction_result, marker.coordinator_epoch)
 
     wanted = [(m, t.name, p) for m in request.markers for t in m.topics
               for p in t.partition_indexes]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 
 from sparklog.broker.monitoring.requests import RequestMetrics
-from sparklog.broker.state import Broker
+from sparklog.broker.monitoring.status import Broker
 
 Sample = tuple[int, int, int, int]
 

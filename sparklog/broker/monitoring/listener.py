@@ -39,8 +39,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from sparklog.broker.monitoring.exporter import BrokerCollector
 from sparklog.broker.monitoring.history import INTERVAL_S, RateHistory, Sample
 from sparklog.broker.monitoring.requests import RequestMetrics
-from sparklog.broker.monitoring.status import BrokerStatus, take_status
-from sparklog.broker.state import Broker
+from sparklog.broker.monitoring.status import Broker, BrokerStatus, take_status
 from sparklog.storage.cleaner import LogCleaner
 
 log = logging.getLogger(__name__)

@@ -29,13 +29,49 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 from sparklog.broker.monitoring.requests import RequestMetrics, RequestTotals
-from sparklog.broker.state import Broker
 from sparklog.coordinator.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
 from sparklog.coordinator.group import Group, GroupState
+from sparklog.coordinator.group_coordinator import GroupCoordinator
 from sparklog.storage.cleaner import LogCleaner, log_to_clean
+from sparklog.storage.log_manager import LogManager
+
+
+class Leadership(Protocol):
+    @property
+    def leader(self) -> int: ...
+    @property
+    def isr(self) -> tuple[int, ...]: ...
+
+
+class Replicas(Protocol):
+    """What the status reads of the replica manager."""
+
+    controller_id: int
+    assignments: dict[str, dict[int, tuple[int, ...]]]
+
+    @property
+    def partitions(self) -> Mapping[tuple[str, int], Leadership]: ...
+
+
+class Broker(Protocol):
+    """What monitoring reads of the broker (``state.Broker``), on its event loop thread."""
+
+    node_id: int
+    data_dir: Path
+    logs: LogManager
+    coordinator: GroupCoordinator
+    replicas: Replicas
+    advertised: dict[str, tuple[str, int]]
+
+    @property
+    def cluster_id(self) -> str: ...
+    def now_ms(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +162,7 @@ def take_status(broker: Broker, connections: dict[str, int], requests: RequestMe
     ends = {(p.topic, p.partition): p.log_end_offset for p in partitions}
     groups = tuple(_group(group, ends) for _, group in sorted(broker.coordinator.groups.items()))
     return BrokerStatus(
-        node, node if broker.cluster is None else broker.cluster.controller_id,
+        node, broker.replicas.controller_id,
         broker.cluster_id,
         {name: f"{host}:{port}" for name, (host, port) in broker.advertised.items()},
         str(broker.data_dir),
@@ -137,9 +173,7 @@ def take_status(broker: Broker, connections: dict[str, int], requests: RequestMe
 
 
 def _offline(broker: Broker, partitions: list[PartitionStatus]) -> int:
-    cluster = broker.cluster
-    if cluster is None:
-        return sum(p.leader < 0 for p in partitions)
+    cluster = broker.replicas
     if cluster.controller_id != broker.node_id:
         return 0
     return sum(replica.leader < 0 for tp, replica in cluster.partitions.items()
@@ -148,11 +182,9 @@ def _offline(broker: Broker, partitions: list[PartitionStatus]) -> int:
 
 def _replication(broker: Broker, topic: str, partition: int
                  ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """(leader, replicas, ISR): this node alone on a single node; in a cluster, what the
-    replica manager last learned from ZooKeeper (leader -1 while there is none)."""
-    cluster = broker.cluster
-    if cluster is None:
-        return broker.node_id, (broker.node_id,), (broker.node_id,)
+    """(leader, replicas, ISR): what the replica manager last learned from its store
+    (leader -1 while there is none)."""
+    cluster = broker.replicas
     replica = cluster.partitions.get((topic, partition))
     replicas = cluster.assignments.get(topic, {}).get(partition, ())
     if replica is None:

@@ -1,9 +1,10 @@
-"""Deleting topics and adding partitions in a ZooKeeper cluster (the broker's side).
+"""Deleting topics and adding partitions, through the replica manager's store (the broker's side).
 
 Invariants:
 - DeleteTopics writes ``/admin/delete_topics/<t>`` for each topic (``ClusterSession``); the
   controller removes the topic from ZooKeeper (``cluster/topic_deletion.py``) and every
-  replica deletes its logs when it sees the assignment go. The answer waits, up to the
+  replica deletes its logs when it sees the assignment go (a single node's store drops the
+  topic at once). The answer waits, up to the
   request's timeout, until this broker saw every topic go (REQUEST_TIMED_OUT after it, the
   deletion still going on, as in Kafka).
 - CreatePartitions adds partitions to a topic's assignment by compare-and-set, so a
@@ -42,8 +43,8 @@ def _known(cluster: ReplicaManager, name: str) -> None:
 async def request_deletion(cluster: ReplicaManager, name: str) -> None:
     """Ask the controller to delete ``name`` (it must exist)."""
     _known(cluster, name)
-    assert cluster.session is not None
-    await cluster.zookeeper(cluster.session.delete_topic, name)
+    assert cluster.store is not None
+    await cluster.call(cluster.store.delete_topic, name)
 
 
 async def wait_deleted(cluster: ReplicaManager, names: Sequence[str], timeout_s: float
@@ -79,7 +80,6 @@ async def add_partitions(cluster: ReplicaManager, name: str, count: int,
         return None if validate_only else replace(
             current, partitions={**current.partitions, **added})
 
-    assert cluster.session is not None
-    await cluster.zookeeper(cluster.session.update_topic, name, grow)
+    await cluster.update_topic(name, grow)
     if not validate_only:
         await cluster.wait_for(lambda: cluster.led(name, range(count)), timeout_s)

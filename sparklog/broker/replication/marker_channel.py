@@ -1,11 +1,12 @@
-"""The transaction coordinator's markers in a cluster (Kafka's TransactionMarkerChannelManager):
-each marker goes to the broker that leads its partition, wherever it is.
+"""The transaction coordinator's markers (Kafka's TransactionMarkerChannelManager): each marker
+goes to the broker that leads its partition, wherever it is (a single node: itself).
 
 Invariants:
 - A transaction's partitions are grouped by their current leader (the ``ReplicaManager``'s
   view, which ZooKeeper's watches keep fresh), the leaders served in parallel; a partition
-  this broker leads is written here directly (``markers.write_marker``), without a
-  connection to itself.
+  this broker leads is written here directly (``ReplicaManager.write_marker``), without a
+  connection to itself; ``fault_point("txn_marker_written", n)`` follows the n-th of those
+  written, so a crash test can stop the broker between two markers.
 - Connections go to each broker's endpoint of the inter-broker listener, logged in as that
   listener asks (``inter_broker``), as the replica fetcher's do; with an authorizer the
   leader requires CLUSTER_ACTION of this broker's principal for WriteTxnMarkers.
@@ -27,20 +28,19 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from sparklog.broker.replication.inter_broker import LeaderConnection
-from sparklog.broker.replication.markers import GIVEN_UP, log_marker_error, write_marker
+from sparklog.broker.replication.inter_broker import InterBrokerSecurity, LeaderConnection
+from sparklog.broker.replication.markers import GIVEN_UP, log_marker_error
 from sparklog.cluster.layout import NO_LEADER, BrokerInfo
 from sparklog.errors import ErrorCode
+from sparklog.faults import fault_point
 from sparklog.protocol.versions import ApiKey
-
-if TYPE_CHECKING:
-    from sparklog.broker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,26 @@ WRITE_TXN_MARKERS_VERSION = 1
 REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
 LIVENESS_CHECK_S = 0.2
 RETRY_BACKOFF_S = 0.1
+
+
+class Leader(Protocol):
+    @property
+    def leader(self) -> int: ...
+
+
+class ReplicaManager(Protocol):
+    """What the channel uses of the replica manager that owns it."""
+
+    broker_id: int
+    live: dict[int, BrokerInfo]
+    inter_broker: InterBrokerSecurity | None
+    assignments: dict[str, dict[int, tuple[int, ...]]]
+
+    @property
+    def partitions(self) -> Mapping[TopicPartition, Leader]: ...
+
+    async def write_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
+                           commit: bool, coordinator_epoch: int) -> ErrorCode: ...
 
 
 @dataclass
@@ -123,10 +143,16 @@ class MarkerChannel:
         """One leader's markers of a transaction: each partition's error
         (NETWORK_EXCEPTION when the request did not get through)."""
         if leader == self.manager.broker_id:
-            codes = await asyncio.gather(*(
-                write_marker(self.manager.broker, tp, marker.producer_id,
-                             marker.producer_epoch, marker.commit, marker.coordinator_epoch)
-                for tp in marker.partitions))
+            written = itertools.count()
+
+            async def write(tp: TopicPartition) -> ErrorCode:
+                code = await self.manager.write_marker(tp, marker.producer_id,
+                                                       marker.producer_epoch, marker.commit,
+                                                       marker.coordinator_epoch)
+                fault_point("txn_marker_written", next(written))
+                return code
+
+            codes = await asyncio.gather(*(write(tp) for tp in marker.partitions))
             return dict(zip(marker.partitions, codes, strict=True))
         self._queues.setdefault(leader, []).append(marker)
         if leader not in self._senders:
@@ -194,6 +220,7 @@ class MarkerChannel:
             return known
         self._close(broker_id)
         security = self.manager.inter_broker
+        assert security is not None  # another broker's leader: a cluster broker
         endpoint = info.endpoint(security.listener)
         if endpoint is None:
             raise OSError(f"broker {broker_id} has no {security.listener} listener")

@@ -26,17 +26,33 @@ import asyncio
 import logging
 import ssl
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from sparklog.broker.replication.inter_broker import InterBrokerError, LeaderConnection
+from sparklog.broker.replication.inter_broker import (
+    InterBrokerError,
+    InterBrokerSecurity,
+    LeaderConnection,
+)
+from sparklog.broker.replication.partition import Partition
+from sparklog.cluster.layout import BrokerInfo
 from sparklog.errors import CorruptRecordError, ErrorCode, error_name
 from sparklog.protocol.versions import ApiKey
 from sparklog.record.batch import complete_batches, end_of
 
-if TYPE_CHECKING:
-    from sparklog.broker.replication.replica_manager import Replica, ReplicaManager
-
 log = logging.getLogger(__name__)
+
+
+class ReplicaManager(Protocol):
+    """What a fetcher uses of the replica manager that started it."""
+
+    broker_id: int
+    live: dict[int, BrokerInfo]
+    inter_broker: InterBrokerSecurity | None
+    fetch_max_bytes: int
+    fetch_wait_ms: int
+
+    def now_ms(self) -> int: ...
+
 
 FETCH_VERSION = 11
 EPOCH_VERSION = 3
@@ -46,11 +62,12 @@ _WHY = {code: " (this broker's principal needs CLUSTER_ACTION on the cluster, or
               "super.users)" for code in _REFUSED}
 
 
-async def follow(manager: ReplicaManager, replica: Replica) -> None:
+async def follow(manager: ReplicaManager, replica: Partition) -> None:
     """Fetch ``replica``'s partition from its leader until cancelled."""
     state = replica.state
     assert state is not None
     security = manager.inter_broker
+    assert security is not None  # a follower is a cluster broker's
     connection: LeaderConnection | None = None
     truncated = False
     trouble = ""  # the last failure logged: each new one is logged once, not every retry
@@ -101,9 +118,9 @@ async def follow(manager: ReplicaManager, replica: Replica) -> None:
             connection.close()
 
 
-async def _truncate(manager: ReplicaManager, replica: Replica,
+async def _truncate(manager: ReplicaManager, replica: Partition,
                     connection: LeaderConnection) -> None:
-    partition_log = manager.log(replica)
+    partition_log = replica.log
     epoch = replica.epochs.latest_epoch
     if epoch < 0:
         end = replica.high_watermark if partition_log.log_end_offset else 0
@@ -122,10 +139,10 @@ async def _truncate(manager: ReplicaManager, replica: Replica,
         replica.epochs.truncate_from_end(partition_log.log_end_offset)
 
 
-async def _fetch(manager: ReplicaManager, replica: Replica, connection: LeaderConnection
+async def _fetch(manager: ReplicaManager, replica: Partition, connection: LeaderConnection
                  ) -> ErrorCode:
     """One Fetch; an error other than NONE when the leader refused it (back off)."""
-    partition_log = manager.log(replica)
+    partition_log = replica.log
     offset = partition_log.log_end_offset
     max_bytes = manager.fetch_max_bytes
     answer = await connection.request(ApiKey.FETCH, FETCH_VERSION, {
@@ -149,6 +166,6 @@ async def _fetch(manager: ReplicaManager, replica: Replica, connection: LeaderCo
         replica.epochs.assign(header.leader_epoch, header.base_offset)
     if header is not None:
         whole = records if end_of(header) == len(records) else memoryview(records)[:end_of(header)]
-        partition_log.append_as_follower(whole, now_ms=manager.broker.now_ms())
-    manager.follower_high_watermark(replica, result.high_watermark)
+        partition_log.append_as_follower(whole, now_ms=manager.now_ms())
+    replica.follower_high_watermark(result.high_watermark)
     return ErrorCode.NONE

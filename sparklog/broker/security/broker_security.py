@@ -10,21 +10,20 @@ Invariants:
 - Without an authorizer (``authorizer.class.name`` empty, Kafka's default) every check
   allows and costs one attribute test; the authorized-operations fields then list every
   operation of the resource type, as Kafka's.
-- Checks read the principal and host of the connection the request came in on
-  (``session.principal``, ``registry.CLIENT_HOST``), never anything the request says.
+- Checks read the principal and host of the connection the request came in on (the
+  ``Session`` the broker's ``session`` gives: ``principal``, ``client_host``; outside a
+  request, ANONYMOUS), never anything the request says.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparklog.broker.registry import CLIENT_HOST
 from sparklog.broker.security.acls import (
-    AUTHORIZER_CLASSES,
     CLUSTER_NAME,
     SUPPORTED,
     AclBinding,
@@ -34,9 +33,10 @@ from sparklog.broker.security.acls import (
     ResourceType,
 )
 from sparklog.broker.security.cluster_view import ClusterSecurityStore
+from sparklog.broker.security.listener import ANONYMOUS
 from sparklog.broker.security.scram_credentials import ScramCredential, ScramStore
-from sparklog.broker.security.session import principal
-from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
+from sparklog.broker.security.session import Session
+from sparklog.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -50,21 +50,10 @@ REFUSED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
 """The error answered when an operation on a resource of the type is refused."""
 
 
-def check_authorizer_settings(props: Mapping[str, str]) -> None:
-    """``authorizer.class.name`` and ``allow.everyone.if.no.acl.found`` are valid."""
-    name = props.get("authorizer.class.name", "").strip()
-    if name and name not in AUTHORIZER_CLASSES:
-        raise InvalidConfigError(
-            f"invalid value {name!r} for broker config authorizer.class.name: expected one "
-            f"of {', '.join(sorted(AUTHORIZER_CLASSES))} (or empty: no authorizer)")
-    flag = props.get("allow.everyone.if.no.acl.found", "false").strip().lower()
-    if flag not in ("true", "false"):
-        raise InvalidConfigError(f"invalid value {flag!r} for broker config "
-                                 "allow.everyone.if.no.acl.found: expected true or false")
-
-
 class BrokerSecurity:
-    def __init__(self, props: Mapping[str, str], data_dir: Path) -> None:
+    def __init__(self, props: Mapping[str, str], data_dir: Path,
+                 session: Callable[[], Session | None] = lambda: None) -> None:
+        self._session = session
         self.scram = ScramStore(data_dir)
         self.authorizer: Authorizer | None = None
         self.cluster: ClusterSecurityStore | None = None
@@ -86,7 +75,7 @@ class BrokerSecurity:
         self.scram = ScramStore(None)
         if self.authorizer is not None:
             self.authorizer = Authorizer(None, self._super_users, self._allow)
-        self.cluster = ClusterSecurityStore(self, zk, loop)
+        self.cluster = ClusterSecurityStore(self.scram, self.authorizer, zk, loop)
         # the loaded views reach the loop (call_soon_threadsafe) before this resumes
         await loop.run_in_executor(None, self.cluster.start)
 
@@ -118,16 +107,23 @@ class BrokerSecurity:
             return await self.cluster.remove_acls(acl_filter, self.authorizer.acls(acl_filter))
         return self.authorizer.remove(acl_filter)
 
+    def _who(self) -> tuple[str, str]:
+        """The current request's principal and client host (without Kafka's ``/``)."""
+        session = self._session()
+        if session is None:
+            return ANONYMOUS, ""
+        return session.principal, session.client_host.lstrip("/")
+
     def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         """Whether the current request's principal may ``operation`` the resource."""
         if self.authorizer is None:
             return True
-        return self.authorizer.authorize(principal(), _host(), operation, resource_type, name)
+        return self.authorizer.authorize(*self._who(), operation, resource_type, name)
 
     def require(self, operation: Operation, resource_type: ResourceType, name: str) -> None:
         """``authorize`` or raise ``KafkaError`` with Kafka's code for the resource type."""
         if not self.authorize(operation, resource_type, name):
-            raise KafkaError(f"{principal()} may not {operation.name} {resource_type.name} "
+            raise KafkaError(f"{self._who()[0]} may not {operation.name} {resource_type.name} "
                              f"{name}", REFUSED[resource_type])
 
     def allows_cluster(self, operation: Operation) -> bool:
@@ -137,13 +133,9 @@ class BrokerSecurity:
         """Whether the principal may ``operation`` some resource of the type."""
         if self.authorizer is None:
             return True
-        return self.authorizer.any_allowed(principal(), _host(), operation, resource_type)
+        return self.authorizer.any_allowed(*self._who(), operation, resource_type)
 
     def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
         if self.authorizer is None:
             return sum(1 << op for op in SUPPORTED[resource_type])
-        return self.authorizer.authorized_operations(principal(), _host(), resource_type, name)
-
-
-def _host() -> str:
-    return CLIENT_HOST.get().lstrip("/")
+        return self.authorizer.authorized_operations(*self._who(), resource_type, name)

@@ -26,18 +26,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sparklog.broker.security.acls import (
     AclBinding,
     AclFilter,
+    Authorizer,
     Operation,
     PatternType,
     Permission,
     ResourceType,
 )
-from sparklog.broker.security.scram_credentials import ScramCredential, credentials_of
+from sparklog.broker.security.scram_credentials import (
+    ScramCredential,
+    ScramStore,
+    credentials_of,
+)
 from sparklog.cluster.security_store import AclEntry, AclResource, SecurityStore
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
-
-    from sparklog.broker.security.broker_security import BrokerSecurity
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +80,13 @@ def binding_of(resource: AclResource, entry: AclEntry) -> AclBinding | None:
 
 
 class ClusterSecurityStore:
-    """The ZooKeeper side of ``BrokerSecurity`` on a cluster (see the module invariants)."""
+    """The ZooKeeper side of ``BrokerSecurity`` on a cluster (see the module invariants):
+    it keeps ``scram`` and ``authorizer`` (None without one) as views of ZooKeeper."""
 
-    def __init__(self, security: BrokerSecurity, zk: KazooClient,
+    def __init__(self, scram: ScramStore, authorizer: Authorizer | None, zk: KazooClient,
                  loop: asyncio.AbstractEventLoop) -> None:
-        self.security = security
+        self.scram = scram
+        self.authorizer = authorizer
         self.loop = loop
         self.zookeeper = SecurityStore(zk, self)
 
@@ -100,10 +105,10 @@ class ClusterSecurityStore:
         self.loop.call_soon_threadsafe(self._apply_acls, resource, entries)
 
     def _apply_user(self, name: str, config: dict[str, str]) -> None:
-        self.security.scram.replace(name, credentials_of(name, config))
+        self.scram.replace(name, credentials_of(name, config))
 
     def _apply_acls(self, resource: AclResource, entries: list[AclEntry]) -> None:
-        authorizer = self.security.authorizer
+        authorizer = self.authorizer
         resource_type = from_kafka_name(ResourceType, resource[1])
         pattern_type = from_kafka_name(PatternType, resource[0])
         if authorizer is None or resource_type is None or pattern_type is None:

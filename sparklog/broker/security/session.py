@@ -1,27 +1,34 @@
-"""One connection's security state: its listener, principal and SASL exchange.
+"""One connection's security state: its listener, client address, principal and SASL exchange.
 
 Invariants:
-- ``SESSION`` is set by the server for every connection's task before its first request;
-  handlers read the principal from it (``principal()``), never from the request.
+- The server makes one ``Session`` per connection before its first request (every request
+  of the connection sees it in its request context); handlers and the authorizer read the
+  principal and the client's address from it, never from the request.
 - ``authenticated`` starts true on PLAINTEXT and SSL listeners and turns true on a SASL
   listener only when an exchange completed; until then the server serves nothing but
   ApiVersions, SaslHandshake and SaslAuthenticate.
 - ``closing`` set by a handler makes the server close the connection once that response
-  is written (after a failed authentication, as Kafka does).
+  is written (after a failed authentication, as Kafka does); a failed SASL step sets it
+  and answers only after the listener's ``connection.failed.authentication.delay.ms``.
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+import asyncio
+import logging
 
 from sparklog.broker.security.listener import ANONYMOUS, ListenerSecurity
-from sparklog.broker.security.sasl import Authenticator
+from sparklog.broker.security.sasl import AuthenticationFailed, Authenticator
+
+log = logging.getLogger(__name__)
 
 
 class Session:
-    def __init__(self, listener: ListenerSecurity, certificate_principal: str | None = None
-                 ) -> None:
+    def __init__(self, listener: ListenerSecurity, certificate_principal: str | None = None,
+                 client_host: str = "") -> None:
         self.listener = listener
+        self.client_host = client_host
+        """The client's address as Kafka shows it (``/127.0.0.1``)."""
         self.principal = certificate_principal if certificate_principal and not listener.sasl \
             else ANONYMOUS
         self.authenticated = not listener.sasl
@@ -30,17 +37,23 @@ class Session:
         """SaslHandshake v0 was used: the next frames are bare SASL tokens."""
         self.closing = False
 
-
-SESSION: ContextVar[Session | None] = ContextVar("session", default=None)
-
-
-def principal() -> str:
-    """The principal of the connection the current request came in on."""
-    session = SESSION.get()
-    return ANONYMOUS if session is None else session.principal
-
-
-def listener_name() -> str | None:
-    """The listener the current request came in on (None outside a connection)."""
-    session = SESSION.get()
-    return None if session is None else session.listener.name
+    async def step(self, token: bytes) -> tuple[bytes, str | None]:
+        """The server's answer to one client token of the SASL exchange, and the failure
+        message when it failed (then the session is closing and nothing it asked for is
+        granted)."""
+        authenticator = self.authenticator
+        assert authenticator is not None
+        try:
+            answer = authenticator.step(token)
+        except AuthenticationFailed as exc:
+            self.closing = True
+            log.warning("failed authentication on listener %s from %s with %s: %s",
+                        self.listener.name, self.client_host,
+                        type(authenticator).__name__.removesuffix("Authenticator"), exc)
+            await asyncio.sleep(self.listener.failed_authentication_delay_s)
+            return b"", str(exc)
+        if authenticator.complete:
+            self.principal = f"User:{authenticator.username}"
+            self.authenticated, self.authenticator = True, None
+            self.raw_tokens = False
+        return answer, None

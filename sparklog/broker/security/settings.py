@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparklog.broker.security.acls import AUTHORIZER_CLASSES
 from sparklog.errors import InvalidConfigError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -89,3 +90,16 @@ def is_sensitive(key: str) -> bool:
 def is_security_key(key: str) -> bool:
     """Whether ``key`` is a security setting the broker knows."""
     return key in SECURITY_DEFAULTS or key.startswith(LISTENER_PREFIX)
+
+
+def check_authorizer_settings(props: Mapping[str, str]) -> None:
+    """``authorizer.class.name`` and ``allow.everyone.if.no.acl.found`` are valid."""
+    name = props.get("authorizer.class.name", "").strip()
+    if name and name not in AUTHORIZER_CLASSES:
+        raise InvalidConfigError(
+            f"invalid value {name!r} for broker config authorizer.class.name: expected one "
+            f"of {', '.join(sorted(AUTHORIZER_CLASSES))} (or empty: no authorizer)")
+    flag = props.get("allow.everyone.if.no.acl.found", "false").strip().lower()
+    if flag not in ("true", "false"):
+        raise InvalidConfigError(f"invalid value {flag!r} for broker config "
+                                 "allow.everyone.if.no.acl.found: expected true or false")

@@ -1,0 +1,151 @@
+"""A single node's cluster metadata: what ZooKeeper holds for a cluster, kept by this process.
+
+Without ``zookeeper.connect`` the broker is a one-broker cluster: the replica manager, its
+partitions and every handler run exactly as in a cluster, and this store stands where the
+``ClusterSession`` does, answering the same calls from the data directory.
+
+Invariants:
+- The data directory is the store: topics, partition counts and configs are the
+  ``LogManager``'s, each partition assigned to this broker alone; nothing else is persisted
+  here but the producer-id block (``producer-id-block``, its end written before any id of
+  the block is used, so ids are never reused across restarts).
+- Every change is told to the listener (the replica manager) before the call returns, as
+  ZooKeeper's watches would tell it later: a topic created here is led (leader this broker,
+  epoch 0, ISR of itself) when ``create_topic`` returns, so nothing waits for it.
+- This broker is the controller from ``start`` on; ElectLeaders runs the controller's
+  election rule on it (every election is ELECTION_NOT_NEEDED: the only replica leads).
+- Calls are cheap and run on the event loop (``blocking`` is False), unlike ZooKeeper's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from sparklog.cluster.controller import requested_election
+from sparklog.cluster.layout import BrokerInfo, PartitionState, TopicAssignment
+from sparklog.cluster.session import ClusterListener
+from sparklog.errors import ErrorCode, UnknownTopicOrPartitionError
+from sparklog.storage.checkpoint import write_atomically
+from sparklog.storage.log_manager import LogManager
+
+TopicPartition = tuple[str, int]
+
+PRODUCER_ID_FILE = "producer-id-block"
+EPOCH = 0
+"""The single node's leader and controller epoch: it never changes hands."""
+
+
+class LocalController:
+    """The controller of a one-broker cluster."""
+
+    active = True
+
+    def __init__(self, store: LocalStore) -> None:
+        self._store = store
+
+    def elect_leaders(self, partitions: Iterable[TopicPartition] | None, election: int,
+                      ) -> dict[TopicPartition, PartitionState | ErrorCode]:
+        me = self._store.me.broker_id
+        known = self._store.assignments()
+        wanted = set(partitions) if partitions is not None else {
+            (t, p) for t, assignment in known.items() for p in assignment.partitions}
+        results: dict[TopicPartition, PartitionState | ErrorCode] = {}
+        for topic, partition in sorted(wanted):
+            found = known.get(topic)
+            if found is None or partition not in found.partitions:
+                results[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                results[(topic, partition)] = requested_election(
+                    (me,), self._store.state(), {me}, election, EPOCH)
+        return results
+
+    def wake(self) -> None:
+        """Nothing to elect again: the only replica always leads."""
+
+
+class LocalStore:
+    blocking = False
+    zk = None  # SCRAM credentials and ACLs stay the data directory's
+
+    def __init__(self, logs: LogManager, me: BrokerInfo, listener: ClusterListener) -> None:
+        self.logs = logs
+        self.me = me
+        self.listener = listener
+        self.controller = LocalController(self)
+        self.cluster_id = logs.cluster_id
+        self._producer_ids: Path = logs.data_dir / PRODUCER_ID_FILE
+
+    def state(self) -> PartitionState:
+        me = self.me.broker_id
+        return PartitionState(me, EPOCH, (me,), EPOCH, 0)
+
+    def assignments(self) -> dict[str, TopicAssignment]:
+        me = (self.me.broker_id,)
+        return {name: TopicAssignment(dict.fromkeys(range(topic.partitions), me),
+                                      topic.topic_id)
+                for name, topic in self.logs.topics.items()}
+
+    # -- life ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.listener.brokers({self.me.broker_id: self.me})
+        self.listener.controller(self.me.broker_id)
+        self.listener.topic_names(set(self.logs.topics))
+        for name, assignment in self.assignments().items():
+            self._announce(name, assignment, range(len(assignment.partitions)))
+
+    def deregister(self, timeout_s: float) -> bool:
+        return True  # no other broker to hand leadership to
+
+    def close(self) -> None:
+        """Nothing to leave."""
+
+    def _announce(self, name: str, assignment: TopicAssignment, partitions: Iterable[int]
+                  ) -> None:
+        self.listener.topic(name, assignment, dict(self.logs.topics[name].overrides_raw))
+        state = self.state()
+        for partition in partitions:
+            self.listener.partition_state(name, partition, state)
+
+    # -- writes ----------------------------------------------------------------------------
+    def create_topic(self, topic: str, assignment: TopicAssignment,
+                     config: dict[str, str]) -> bool:
+        if topic in self.logs.topics:
+            return False
+        self.logs.create_topic(topic, len(assignment.partitions), config,
+                               topic_id=assignment.topic_id)
+        self._announce(topic, assignment, range(len(assignment.partitions)))
+        return True
+
+    def update_topic(self, topic: str,
+                     change: Callable[[TopicAssignment], TopicAssignment | None],
+                     ) -> TopicAssignment | None:
+        current = self.assignments().get(topic)
+        if current is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic}")
+        new = change(current)
+        if new is None:
+            return None
+        old = len(current.partitions)
+        if len(new.partitions) > old:
+            self.logs.create_partitions(topic, len(new.partitions))
+            self._announce(topic, new, range(old, len(new.partitions)))
+        return new
+
+    def read_topics(self, topics: list[str]) -> dict[str, TopicAssignment]:
+        known = self.assignments()
+        return {t: known[t] for t in topics if t in known}
+
+    def delete_topic(self, topic: str) -> None:
+        self.listener.topic(topic, None, {})
+
+    def write_topic_config(self, topic: str, config: dict[str, str]) -> None:
+        self.logs.set_topic_config(topic, config)
+
+    def write_state(self, topic: str, partition: int, state: PartitionState) -> int | None:
+        return None  # the ISR is this broker alone: it never changes
+
+    def allocate_producer_ids(self, size: int) -> tuple[int, int]:
+        start = int(self._producer_ids.read_text()) if self._producer_ids.exists() else 0
+        write_atomically(self._producer_ids, str(start + size).encode())
+        return start, start + size
