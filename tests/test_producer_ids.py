@@ -11,12 +11,16 @@ import asyncio
 import threading
 from pathlib import Path
 
+from sparklog.broker.replication.local_store import PRODUCER_ID_FILE, next_producer_id_block
 from sparklog.broker.state import PRODUCER_ID_BLOCK, ProducerIdManager
 
 
 def test_ids_are_not_reused_after_a_restart(tmp_path: Path) -> None:
     async def take(count: int) -> list[int]:
-        ids = ProducerIdManager(tmp_path)
+        async def allocate(size: int) -> tuple[int, int]:
+            return next_producer_id_block(tmp_path / PRODUCER_ID_FILE, size)
+
+        ids = ProducerIdManager(allocate)
         return [await ids.next_id() for _ in range(count)]
 
     first = asyncio.run(take(3))
@@ -36,8 +40,8 @@ def test_cluster_blocks_are_fetched_off_the_loop_once(tmp_path: Path) -> None:
         return start, start + size
 
     async def run() -> tuple[list[int], bool]:
-        ids = ProducerIdManager(tmp_path)
-        ids.allocate_block = allocate
+        loop = asyncio.get_running_loop()
+        ids = ProducerIdManager(lambda size: loop.run_in_executor(None, allocate, size))
         callers = [asyncio.ensure_future(ids.next_id()) for _ in range(3)]
         await asyncio.sleep(0.05)
         loop_free = not any(c.done() for c in callers)  # the loop ran on while fetching

@@ -146,6 +146,12 @@ class LocalStore:
         return None  # the ISR is this broker alone: it never changes
 
     def allocate_producer_ids(self, size: int) -> tuple[int, int]:
-        start = int(self._producer_ids.read_text()) if self._producer_ids.exists() else 0
-        write_atomically(self._producer_ids, str(start + size).encode())
-        return start, start + size
+        return next_producer_id_block(self._producer_ids, size)
+
+
+def next_producer_id_block(path: Path, size: int) -> tuple[int, int]:
+    """The next block [start, end) of a single node's producer ids, its end written (at
+    ``path``) before any id of it is handed out."""
+    start = int(path.read_text()) if path.exists() else 0
+    write_atomically(path, str(start + size).encode())
+    return start, start + size
