@@ -198,6 +198,8 @@ async def coordinator(log: MemoryTopic, clock: Clock | None = None,
     coord = GroupCoordinator(settings, OffsetsStore(log, settings.load_buffer_bytes),
                              log.partition_count, lambda: int(now() * 1000))
     coord.start()
+    for partition in range(coord.store.partitions):
+        coord.load(partition)  # as the leader of every partition
     try:
         yield coord
     finally:

@@ -81,7 +81,7 @@ def test_the_next_coordinator_finishes_a_commit_the_first_one_lost() -> None:
     async def test() -> None:
         topic, inputs = MemoryTopic(1, "__transaction_state"), Inputs()
         first = coordinator(topic, inputs)
-        first.start(load_all=False)
+        first.start()
         assert (await first.init_producer_id(TID, 60000)).error == E.NOT_COORDINATOR
         first.load(0, coordinator_epoch=5)  # this broker became the partition's leader
         pid, epoch = await open_transaction(first)
@@ -94,7 +94,7 @@ def test_the_next_coordinator_finishes_a_commit_the_first_one_lost() -> None:
 
         inputs.markers_may_finish.set()
         second = coordinator(topic, inputs)  # the new leader, on the replicated records
-        second.start(load_all=False)
+        second.start()
         second.load(0, coordinator_epoch=6)
         await second.settle()
         assert inputs.markers[-1] == (ORDERS, True, 6)
@@ -111,6 +111,7 @@ def test_a_change_the_isr_did_not_take_is_not_applied() -> None:
         inputs = Inputs()
         txn = coordinator(MemoryTopic(1, "__transaction_state"), inputs)
         txn.start()
+        txn.load(0, coordinator_epoch=0)
         started = await txn.init_producer_id(TID, 60000)
         inputs.replication = E.REQUEST_TIMED_OUT
         errors = await txn.add_partitions(TID, started.producer_id, started.producer_epoch,
@@ -137,6 +138,7 @@ def test_requests_of_an_id_wait_while_its_change_is_replicated() -> None:
         inputs.markers_may_finish.set()
         txn = coordinator(MemoryTopic(1, "__transaction_state"), inputs)
         txn.start()
+        txn.load(0, coordinator_epoch=0)
         pid, epoch = await open_transaction(txn)
         inputs.replicating.clear()  # the ISR is slow
         ending = asyncio.ensure_future(txn.end_txn(TID, pid, epoch, commit=True))
@@ -159,6 +161,7 @@ def test_a_new_producer_is_answered_before_the_fenced_transactions_markers() -> 
         inputs = Inputs()
         txn = coordinator(MemoryTopic(1, "__transaction_state"), inputs)
         txn.start()
+        txn.load(0, coordinator_epoch=0)
         pid, epoch = await open_transaction(txn)
         # a dead leader would hold the markers: the new producer is not kept waiting
         assert (await txn.init_producer_id(TID, 60000)).error == E.CONCURRENT_TRANSACTIONS

@@ -147,8 +147,8 @@ class Broker:
     def start(self) -> None:
         """Start the coordinators (on the event loop); they load their partitions as the
         replica manager makes this broker their leader."""
-        self.coordinator.start(load_all=False)
-        self.txn_coordinator.start(load_all=False)
+        self.coordinator.start()
+        self.txn_coordinator.start()
 
     def close(self) -> None:
         self.txn_coordinator.stop()

@@ -162,13 +162,10 @@ class GroupCoordinator:
         self._expiration: asyncio.TimerHandle | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self, *, load_all: bool = True) -> None:
-        """Start serving; a single node loads every ``__consumer_offsets`` partition (in a
-        cluster, partitions are loaded as this broker becomes their leader). Needs the
-        running loop."""
+    def start(self) -> None:
+        """Start serving (partitions are loaded as this broker becomes their leader:
+        ``load``). Needs the running loop."""
         self._loop = asyncio.get_running_loop()
-        for partition in range(self.store.partitions if load_all else 0):
-            self.load(partition)
         self.active = True
         self._expiration = self._loop.call_later(self.config.retention_check_ms / 1000,
                                                  self._expire_periodically)

@@ -148,12 +148,9 @@ class TransactionCoordinator:
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self, *, load_all: bool = True) -> None:
-        """Start serving; a single node loads every ``__transaction_state`` partition (in a
-        cluster, partitions are loaded as this broker becomes their leader). Needs the
-        running loop."""
-        for partition in range(self.topic.partitions if load_all else 0):
-            self.load(partition, coordinator_epoch=0)
+    def start(self) -> None:
+        """Start serving (partitions are loaded as this broker becomes their leader:
+        ``load``). Needs the running loop."""
         self.active = True
         self._schedule(self.config.abort_check_ms, self.abort_timed_out)
         self._schedule(self.config.expire_check_ms, self.expire_ids)

@@ -314,12 +314,17 @@ class ReplicaManager:
                 self._remove_local(partition)
 
     def _drop_topic(self, name: str) -> None:
-        """The topic is gone from the cluster: drop its replicas, then its metadata."""
+        """The topic is gone from the cluster: stop its replicas, then delete its logs and
+        metadata at once (one metadata write, not one per partition)."""
         self.assignments.pop(name, None)
-        for tp in [tp for tp in self.partitions if tp[0] == name]:
-            self._remove_local(self.partitions.pop(tp))
+        dropped = [self.partitions.pop(tp) for tp in [tp for tp in self.partitions
+                                                      if tp[0] == name]]
+        for partition in dropped:
+            self._stop_replica(partition)
         if name in self.broker.logs.topics:
             self.broker.logs.delete_topic(name)
+        for partition in dropped:
+            self.fetch_waiters.wake(partition.tp)  # fetches waiting on it answer now
 
     def _add_local(self, partition: Partition) -> None:
         """This broker became a replica: create the log and take the state's role."""
@@ -335,11 +340,14 @@ class ReplicaManager:
     def _remove_local(self, partition: Partition) -> None:
         """This broker is no longer a replica: stop every role, then delete the log (if
         there is one: a log from before the broker joined, or an earlier assignment)."""
-        partition.detach()
-        self._unload_coordinators(partition)
+        self._stop_replica(partition)
         if partition.tp in self.broker.logs.logs:
             self.broker.logs.delete_partition(*partition.tp)
             self.fetch_waiters.wake(partition.tp)  # fetches waiting on it answer now
+
+    def _stop_replica(self, partition: Partition) -> None:
+        partition.detach()
+        self._unload_coordinators(partition)
 
     def _set_topic_config(self, name: str, config: dict[str, str]) -> None:
         """Apply the topic config the store holds to the local logs (when it differs)."""
