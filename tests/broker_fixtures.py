@@ -16,10 +16,12 @@ real clients; nothing is mocked.
   ``Rec`` lists, so a test can be parametrised over clients without repeating client code.
   Consumers use ``assign()`` and commit nothing, so no group coordinator is involved.
 - ``RawConnection`` and the ``*_request`` helpers speak the wire protocol directly, for
-  requests no client would send (retried batches, corrupt CRCs, garbage frames).
+  requests no client would send (retried batches, corrupt CRCs, garbage frames), or
+  pipelined where clients would need many connections (``init_producer_ids``).
 - ``zookeeper`` is one throwaway ZooKeeper per test module (module scope); ``Cluster``
   starts broker processes of one cluster under a chroot of their own (so tests of a module
-  share the server, not the cluster) and reads its metadata with real clients.
+  share the server, not the cluster) and reads its metadata with real clients;
+  ``paused`` freezes processes (a broker, the ZooKeeper server) for a block.
 - ``BackgroundProducer`` keeps a confluent-kafka producer writing numbered records in a
   thread while a test misbehaves on another connection, then checks every record arrived.
 
@@ -33,8 +35,10 @@ import asyncio
 import contextlib
 import functools
 import importlib
+import os
 import pkgutil
 import re
+import signal
 import socket
 import struct
 import threading
@@ -673,13 +677,39 @@ def raw_fetch(conn: RawConnection, topic: str, partition: int, offset: int) -> F
                        bytes(answer.records or b""))
 
 
+def init_producer_id_request() -> InitProducerIdRequest:
+    """InitProducerId v0 without a transactional id: what an idempotent producer sends."""
+    return InitProducerIdRequest(version=0, transactional_id=None,
+                                 transaction_timeout_ms=60000)
+
+
+def read_producer_id(conn: RawConnection) -> tuple[int, int]:
+    """The (producer id, epoch) of the next InitProducerId answer on ``conn``."""
+    response = InitProducerIdResponse.decode(conn.recv_frame(), version=0, header=True)
+    assert response.error_code == 0, f"InitProducerId answered error {response.error_code}"
+    return response.producer_id, response.producer_epoch
+
+
 def init_producer_id(conn: RawConnection) -> tuple[int, int]:
     """A fresh (producer id, epoch) from InitProducerId, as an idempotent producer gets."""
-    request = InitProducerIdRequest(version=0, transactional_id=None,
-                                    transaction_timeout_ms=60000)
-    response = conn.call(request, InitProducerIdResponse)
-    assert response.error_code == 0
-    return response.producer_id, response.producer_epoch
+    conn.send_message(init_producer_id_request())
+    return read_producer_id(conn)
+
+
+def init_producer_ids(conn: RawConnection, count: int, window: int = 100) -> list[int]:
+    """``count`` fresh producer ids, in answer order, from InitProducerId requests sent
+    ``window`` at a time before their answers are read (pipelined: many idempotent
+    producers starting at once, at the cost of few round trips)."""
+    ids: list[int] = []
+    while len(ids) < count:
+        batch = min(window, count - len(ids))
+        for _ in range(batch):
+            conn.send_message(init_producer_id_request())
+        for _ in range(batch):
+            pid, epoch = read_producer_id(conn)
+            assert epoch == 0
+            ids.append(pid)
+    return ids
 
 
 def parse_api_versions_v0(body: bytes) -> tuple[int, dict[int, tuple[int, int]]]:
@@ -888,6 +918,23 @@ def running_cluster(zookeeper: ZooKeeperServer, directory: Path, name: str,
         yield running.start()
     finally:
         running.stop()
+
+
+@contextlib.contextmanager
+def paused(*pids: int | None) -> Iterator[None]:
+    """The processes frozen (SIGSTOP) for the block, as a long GC pause or a stalled
+    machine freezes one, and continued (SIGCONT) after it, also when the block fails."""
+    assert all(pid is not None for pid in pids), "a process to pause is not running"
+    stopped: list[int] = []
+    try:
+        for pid in pids:
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        yield
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
 
 
 @contextlib.contextmanager
