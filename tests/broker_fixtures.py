@@ -47,7 +47,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import kafka.protocol
 import pytest
@@ -73,6 +73,7 @@ from kazoo.client import KazooClient
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.process import BrokerProcess
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
+from sparklog.protocol.versions import ApiKey
 from sparklog.record.batch import BatchHeader, split_batches
 
 TIMEOUT = 20.0
@@ -189,12 +190,16 @@ def admin(bootstrap: str) -> AdminClient:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1,
-                 config: dict[str, str] | None = None, replication_factor: int = 1) -> str:
+                 config: dict[str, str] | None = None, replication_factor: int = 1,
+                 replicas: Sequence[Sequence[int]] | None = None) -> str:
+    """Create ``name``; ``replicas`` assigns each partition's replicas by hand (the first
+    is its preferred leader), in place of ``partitions`` and ``replication_factor``."""
     client = admin(bootstrap)  # keep a reference: the futures fail if the client is freed
-    futures = client.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
-                  config=config or {})],
-        operation_timeout=10, request_timeout=TIMEOUT)
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
+                     config=config or {}) if replicas is None else NewTopic(
+        name, num_partitions=len(replicas), replica_assignment=[list(r) for r in replicas],
+        config=config or {})
+    futures = client.create_topics([topic], operation_timeout=10, request_timeout=TIMEOUT)
     futures[name].result(TIMEOUT)
     return name
 
@@ -712,6 +717,28 @@ def init_producer_ids(conn: RawConnection, count: int, window: int = 100) -> lis
     return ids
 
 
+def elect_leaders_request(partitions: Sequence[tuple[str, int]], election: int = 0
+                          ) -> ApiMessage:
+    """ElectLeaders v1 (kafka-python's codec) of ``election`` (0 PREFERRED, 1 UNCLEAN) for
+    ``partitions``."""
+    request_class = kp_request(ApiKey.ELECT_LEADERS)
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return request_class(version=1, election_type=election, timeout_ms=10_000,
+                         topic_partitions=[request_class.TopicPartitions(topic=t, partitions=p)
+                                           for t, p in by_topic.items()])
+
+
+def read_elect_leaders(conn: RawConnection) -> tuple[int, dict[tuple[str, int], int]]:
+    """The next ElectLeaders v1 answer on ``conn``: (top-level error code, partition ->
+    error code)."""
+    answer = kp_response(ApiKey.ELECT_LEADERS).decode(conn.recv_frame(), version=1, header=True)
+    return answer.error_code, {(r.topic, p.partition_id): p.error_code
+                               for r in answer.replica_election_results
+                               for p in r.partition_result}
+
+
 def parse_api_versions_v0(body: bytes) -> tuple[int, dict[int, tuple[int, int]]]:
     """ApiVersions v0 response body: (error code, {api key: (min, max)})."""
     error_code, count = struct.unpack_from(">hi", body)
@@ -728,15 +755,18 @@ def parse_api_versions_v0(body: bytes) -> tuple[int, dict[int, tuple[int, int]]]
 class BackgroundProducer:
     """Produces numbered records with confluent-kafka in a thread, and reads them back in
     another, while the test does something else; ``stop_and_verify`` checks the outcome.
+    ``replicas`` assigns the topic's one partition by hand (its first replica leads).
 
     ``abort`` (for crash tests) drops whatever is unacknowledged instead of waiting for it.
     """
 
     def __init__(self, bootstrap: str, topic: str, *, consume: bool = True,
-                 idempotent: bool = True, replication_factor: int = 1) -> None:
+                 idempotent: bool = True, replication_factor: int = 1,
+                 replicas: Sequence[int] | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.replication_factor = replication_factor
+        self._replicas = replicas
         self.acked: list[int] = []
         self.consumed: list[Rec] = []
         self.errors: list[str] = []
@@ -749,7 +779,8 @@ class BackgroundProducer:
         self._consumer = threading.Thread(target=self._consume, daemon=True) if consume else None
 
     def start(self) -> BackgroundProducer:
-        create_topic(self.bootstrap, self.topic, replication_factor=self.replication_factor)
+        create_topic(self.bootstrap, self.topic, replication_factor=self.replication_factor,
+                     replicas=None if self._replicas is None else [self._replicas])
         self._producer.start()
         if self._consumer is not None:
             self._consumer.start()
@@ -920,11 +951,19 @@ def running_cluster(zookeeper: ZooKeeperServer, directory: Path, name: str,
         running.stop()
 
 
+class Process(Protocol):
+    """A child process a test started (``BrokerProcess``, ``ZooKeeperServer``)."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+
 @contextlib.contextmanager
-def paused(*pids: int | None) -> Iterator[None]:
+def paused(*processes: Process) -> Iterator[None]:
     """The processes frozen (SIGSTOP) for the block, as a long GC pause or a stalled
     machine freezes one, and continued (SIGCONT) after it, also when the block fails."""
-    assert all(pid is not None for pid in pids), "a process to pause is not running"
+    pids = [process.pid for process in processes]
+    assert None not in pids, "a process to pause is not running"
     stopped: list[int] = []
     try:
         for pid in pids:

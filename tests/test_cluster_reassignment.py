@@ -10,10 +10,7 @@ goes back to the original replicas; a reassignment survives the loss of the cont
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +21,7 @@ from broker_fixtures import (
     Cluster,
     admin,
     create_topic,
+    paused,
     running_cluster,
     wait_until,
     zk_client,
@@ -53,17 +51,6 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-@contextlib.contextmanager
-def paused(broker: BrokerProcess) -> Iterator[None]:
-    """The broker stopped (SIGSTOP) for the block: a replica moving there cannot catch up."""
-    assert broker.pid is not None
-    os.kill(broker.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(broker.pid, signal.SIGCONT)
 
 
 def plan_file(tmp_path: Path, topic: str, replicas: list[int]) -> str:

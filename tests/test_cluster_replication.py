@@ -5,8 +5,11 @@ What a user relies on: a replicated topic lists leader, replicas and ISR; acks=a
 min.insync.replicas=2 survives the SIGKILL of the partition leader again and again, and the
 controlled shutdown (SIGTERM) of leaders, without losing, duplicating or reordering one
 acknowledged record; too few in-sync replicas refuse acks=all; a broker that does not lead
-a partition says so; the controller fails over with a higher epoch, and a deposed
-controller can no longer write; a paused follower leaves the ISR and comes back; a former
+a partition says so; a controller frozen (SIGSTOP) past its ZooKeeper session is replaced
+by another broker in a higher epoch, which moves the frozen one's leadership, and once it
+runs again it overwrites none of its successor's decisions and steps down (every broker's
+Metadata names the new controller, it answers ElectLeaders NOT_CONTROLLER) while clients
+produce and consume throughout; a paused follower leaves the ISR and comes back; a former
 leader with records nobody else has truncates them and ends byte-identical to the others;
 with no in-sync replica alive a partition stays offline unless unclean election is on; a
 consumer group keeps its committed offsets when its coordinator's broker dies; with
@@ -29,15 +32,19 @@ from broker_fixtures import (
     BackgroundProducer,
     Cluster,
     RawConnection,
+    Rec,
     confluent_consumer,
     consume_confluent,
     create_topic,
+    elect_leaders_request,
     metadata_v12,
     numbered,
     one_batch,
+    paused,
     produce_confluent,
     produce_request_to,
     raw_produce,
+    read_elect_leaders,
     running_cluster,
     wait_until,
     watermarks,
@@ -50,7 +57,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from sparklog.broker.process import BrokerProcess
-from sparklog.cluster.controller import Controller, ControllerConfig, FencedError
+from sparklog.cluster.controller import Controller, ControllerConfig
 from sparklog.cluster.layout import (
     CONTROLLER,
     CONTROLLER_EPOCH,
@@ -143,32 +150,97 @@ def test_not_leader_and_not_enough_replicas(cluster: Cluster) -> None:
     cluster.wait_for_isr("ledger", {0, 1, 2})
 
 
-def test_controller_failover_fences_the_old_controller(cluster: Cluster) -> None:
-    create_topic(cluster.bootstrap, "audit", replication_factor=3)
-    cluster.wait_for_isr("audit", {0, 1, 2})
+def _controller(zk: KazooClient) -> tuple[int | None, int]:
+    """(the broker ``/controller`` names, None between two controllers; the controller
+    epoch)."""
+    try:
+        holder: int | None = json.loads(zk.get(CONTROLLER)[0])["brokerid"]
+    except NoNodeError:
+        holder = None
+    return holder, int(zk.get(CONTROLLER_EPOCH)[0])
+
+
+def _states(zk: KazooClient, partitions: list[tuple[str, int]]
+            ) -> dict[tuple[str, int], PartitionState]:
+    return {(t, p): PartitionState.decode(*_state(zk, t, p)) for t, p in partitions}
+
+
+def _controller_ids(cluster: Cluster) -> list[int]:
+    """The controller each broker names in its Metadata answer, in broker id order."""
+    return [metadata_v12(b.bootstrap).controller_id for b in cluster.brokers]
+
+
+def test_a_paused_controller_is_deposed_and_cannot_overwrite_its_successor(
+        cluster: Cluster) -> None:
+    """The controller's process frozen (SIGSTOP) past its ZooKeeper session: another
+    broker takes office in a higher epoch and moves the frozen one's leadership; once the
+    old controller runs again (SIGCONT) it changes none of those decisions and steps down,
+    while producers and consumers go on throughout."""
     with zk_client(cluster) as zk:
-        old_id = json.loads(zk.get(CONTROLLER)[0])["brokerid"]
-        old_epoch, stat = zk.get(CONTROLLER_EPOCH)
-        cluster.brokers[old_id].kill()
+        old_id, old_epoch = _controller(zk)
+        assert old_id is not None
+        old = cluster.brokers[old_id]
+        others = [i for i in range(3) if i != old_id]
+        create_topic(cluster.bootstrap, "ledger", partitions=3, replication_factor=3)
+        ledger = [("ledger", p) for p in range(3)]
+        for _, p in ledger:  # each broker is the preferred leader of one partition
+            cluster.wait_for_isr("ledger", {0, 1, 2}, p)
+        (led,) = [tp for tp, s in _states(zk, ledger).items() if s.leader == old_id]
+        produce_confluent(cluster.bootstrap, "ledger",
+                          [Rec(None, b"before", partition=p) for _, p in ledger], acks="all")
+        # a steady producer and consumer, the frozen broker one of their partition's followers
+        background = BackgroundProducer(cluster.bootstrap, "audit", replication_factor=3,
+                                        replicas=[*others, old_id]).start()
+        partitions = [*ledger, ("audit", 0)]
+        with paused(old):
+            def deposed() -> bool:
+                holder, epoch = _controller(zk)
+                states = _states(zk, partitions)
+                return holder not in (None, old_id) and epoch > old_epoch and all(
+                    old_id not in (s.leader, *s.isr) for s in states.values()) and all(
+                    states[tp].controller_epoch == epoch for tp in ledger)
 
-        def new_controller() -> bool:
-            try:  # the old controller's ephemeral znode may go between two reads
-                data = zk.get(CONTROLLER)[0]
-            except NoNodeError:
-                return False
-            return bool(data) and json.loads(data)["brokerid"] != old_id \
-                and int(zk.get(CONTROLLER_EPOCH)[0]) > int(old_epoch)
+            wait_until(deposed, message="a new controller that moved the frozen one away")
+            new_id, new_epoch = _controller(zk)
+            decided = _states(zk, partitions)
+            # new clients produce to the new leaders and read from them meanwhile
+            live = ",".join(cluster.brokers[i].bootstrap for i in others)
+            produce_confluent(live, "ledger", [Rec(None, b"frozen", partition=p)
+                                               for _, p in ledger], acks="all")
+            frozen = consume_confluent(live, "ledger", 6, partitions=range(3))
+            assert sorted(r.value for r in frozen) == [b"before"] * 3 + [b"frozen"] * 3
+            background.wait_for_progress(100)
 
-        wait_until(new_controller, message="a new controller in a higher epoch")
-        # the deposed controller's epoch and znode version no longer let it write
-        stale = Controller(zk, old_id, int(old_epoch), stat.version,
-                           ControllerConfig(lambda _: False))
-        with pytest.raises(FencedError):
-            stale.reconcile()
-        state = PartitionState.decode(*_state(zk, "audit"))
-        assert state.controller_epoch <= int(zk.get(CONTROLLER_EPOCH)[0])
-    cluster.brokers[old_id].start()
-    cluster.wait_for_isr("audit", {0, 1, 2})
+        # running again, the old controller learns of its successor and steps down
+        wait_until(lambda: _controller_ids(cluster) == [new_id] * 3,
+                   message=f"every broker naming broker {new_id} the controller")
+        for topic, p in partitions:
+            cluster.wait_for_isr(topic, {0, 1, 2}, p)  # the old one caught up again
+        with RawConnection(old.bootstrap) as conn:
+            conn.send_message(elect_leaders_request([led]))
+            assert read_elect_leaders(conn) == (ErrorCode.NOT_CONTROLLER,
+                                                 {led: ErrorCode.NOT_CONTROLLER})
+        now = _states(zk, partitions)
+        assert {tp: (s.leader, s.leader_epoch) for tp, s in now.items()} == \
+            {tp: (s.leader, s.leader_epoch) for tp, s in decided.items()}
+        assert {now[tp].controller_epoch for tp in ledger} == {new_epoch}
+
+        # the new controller decides on: its preferred election hands the old one its
+        # leadership back, in the new controller's epoch
+        with RawConnection(cluster.brokers[new_id].bootstrap) as conn:
+            conn.send_message(elect_leaders_request([led]))
+            assert read_elect_leaders(conn) == (ErrorCode.NONE, {led: ErrorCode.NONE})
+        final = _states(zk, ledger)
+        assert (final[led].leader, final[led].leader_epoch, final[led].controller_epoch) == \
+            (old_id, decided[led].leader_epoch + 1, new_epoch)
+        produce_confluent(cluster.bootstrap, "ledger", [Rec(None, b"after", partition=led[1])],
+                          acks="all")
+        assert _controller(zk) == (new_id, new_epoch)
+    assert _controller_ids(cluster) == [new_id] * 3
+    assert background.stop_and_verify() > 100
+    records = consume_confluent(cluster.bootstrap, "ledger", 7, partitions=range(3))
+    assert sorted((r.partition, r.value) for r in records) == sorted(
+        [(p, v) for _, p in ledger for v in (b"before", b"frozen")] + [(led[1], b"after")])
 
 
 def test_a_bounced_broker_leaves_every_isr(zookeeper: ZooKeeperServer) -> None:
@@ -205,8 +277,8 @@ def test_a_bounced_broker_leaves_every_isr(zookeeper: ZooKeeperServer) -> None:
         zk.close()
 
 
-def _state(zk: object, topic: str) -> tuple[bytes, int]:
-    data, stat = zk.get(state_path(topic, 0))  # type: ignore[attr-defined]
+def _state(zk: KazooClient, topic: str, partition: int = 0) -> tuple[bytes, int]:
+    data, stat = zk.get(state_path(topic, partition))
     return data, stat.version
 
 

@@ -162,7 +162,7 @@ def test_a_block_is_fetched_once_off_the_event_loop(zookeeper: ZooKeeperServer,
             assert init_producer_ids(conn, PRODUCER_ID_BLOCK) == list(range(PRODUCER_ID_BLOCK))
         waiting = [RawConnection(broker.bootstrap, timeout=TIMEOUT) for _ in range(3)]
         try:
-            with paused(zookeeper.pid), RawConnection(broker.bootstrap) as other:
+            with paused(zookeeper), RawConnection(broker.bootstrap) as other:
                 for conn in waiting:  # three producers, and the broker's block is used up
                     conn.send_message(init_producer_id_request())
                 for _ in range(2):  # the broker answers others while it waits for ZooKeeper
