@@ -1,17 +1,24 @@
-"""Every fenced code block of README.md runs as written, one test per block, in README order.
+"""Every fenced code block of README.md runs as written, one test per block, each on its own.
 
 How a block runs is chosen by a marker it contains (``PLANS``; each block matches exactly
 one, so a new block cannot go untested): shell blocks run with ``bash -euo pipefail`` from
 the repository root with the development venv first on ``PATH``; the broker block is
-started in the background and the blocks after it talk to it; Python blocks run in a child
-process; Spark blocks run in the session's local SparkSession (``spark`` is defined, as in
-``pyspark``); a block that runs until stopped gets SIGTERM once it has printed and must
-exit 0; the metered broker's block must serve Prometheus metrics, then stop with exit 0.
-Substitutions make the blocks safe to run on a shared machine: ``127.0.0.1:9092`` (and
-the ports 9093, 9095, 9096 and 9404) become free ports and ``/tmp/sparklog`` a temporary
-directory. A block that cannot run here is skipped with its reason, explicitly.
-"""
+started in the background, must listen, and must stop with exit 0 on SIGTERM; Python blocks
+run in a child process; Spark blocks run in the session's local SparkSession (``spark`` is
+defined, as in ``pyspark``); a block that runs until stopped gets SIGTERM once it has
+printed and must exit 0; the metered broker's block must serve Prometheus metrics, then
+stop with exit 0. The stream job's block must leave in its Delta tables what the README
+says (the sink's rows in the table, the console producer's records, which lack ``user``,
+out of it).
 
+Each test sets up what its block relies on, as the README's earlier blocks leave it, in a
+place of its own (``Needs``): the README's broker started from its broker block, the
+``events`` topic, the records the README's producers write into it, a committed
+transaction of ``orders-enricher``. So any block runs alone, and the blocks in any order.
+Substitutions make the blocks safe to run on a shared machine: ``127.0.0.1:9092`` (and the
+ports 9093, 9095, 9096 and 9404) become free ports and ``/tmp/sparklog`` the test's
+temporary directory. A block that cannot run here is skipped with its reason, explicitly.
+"""
 from __future__ import annotations
 
 import os
@@ -25,10 +32,13 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import pytest
+from broker_fixtures import TIMEOUT, Rec, create_topic, produce_confluent
+from confluent_kafka import Producer
 from deltalake import DeltaTable
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -63,32 +73,54 @@ def readme_blocks() -> list[Block]:
 SKIP = "skip"
 NO_CONTAINER_ENGINE = ("docker compose needs a container engine, and there is none here; "
                        "tests/test_docker_compose.py checks the files it reads")
-PLANS: list[tuple[str, str, str]] = [
-    # (marker, how, reason for a skip)
-    ("make demo", SKIP, "`make test` is this suite (running it here would recurse), and "
-                        "`make demo` is `python -m sparklog.demo` after the venv set-up, which "
-                        "tests/test_wheel_install.py runs from an installed wheel"),
-    ("--config conf/server.properties", "broker", ""),
-    ("metrics.listener=http", "metered_broker", ""),
-    ("sparklog topics create --bootstrap-server 127.0.0.1:9092", "shell", ""),
-    ("sparklog cluster up", "shell", ""),
-    ("from confluent_kafka import Producer", "python", ""),
-    ("import sparklog.datasource", "spark", ""),
-    ("ConsumerLoop(", "until_signal", ""),
-    ("df = spark.createDataFrame", "spark", ""),
-    ('option("deliveryGuarantee", "exactly-once")', "spark", ""),
-    ('option("latestPerKey", "true")', "spark", ""),
-    ("sparklog transactions list", "shell", ""),
-    ('"kafka.sasl.jaas.config"', "spark", ""),
-    ("sparklog certs create", "shell", ""),
-    ("python -m sparklog.jobs.stream_to_delta", "shell", ""),
-    ("docker compose up", SKIP, NO_CONTAINER_ENGINE),
-    ("docker compose exec", SKIP, NO_CONTAINER_ENGINE),
+
+
+class Need(Enum):
+    """What a block relies on that the README's earlier blocks set up."""
+
+    BROKER = "the README's broker, started from its broker block"
+    EVENTS = "the topic events, with 3 partitions"
+    RECORDS = "the records the README's producers write into events"
+    TRANSACTION = "a committed transaction of the transactional id orders-enricher"
+
+
+BROKER, EVENTS, RECORDS, TRANSACTION = Need
+READS_EVENTS = (BROKER, EVENTS, RECORDS)
+
+
+@dataclass(frozen=True)
+class Plan:
+    how: str
+    needs: tuple[Need, ...] = ()
+    reason: str = ""  # why a block is skipped
+
+
+PLANS: list[tuple[str, Plan]] = [
+    ("make demo", Plan(SKIP, reason=(
+        "`make test` is this suite (running it here would recurse), and `make demo` is "
+        "`python -m sparklog.demo` after the venv set-up, which tests/test_wheel_install.py "
+        "runs from an installed wheel"))),
+    ("--config conf/server.properties", Plan("broker")),
+    ("metrics.listener=http", Plan("metered_broker")),
+    ("sparklog topics create --bootstrap-server 127.0.0.1:9092", Plan("shell", (BROKER,))),
+    ("sparklog cluster up", Plan("shell")),
+    ("from confluent_kafka import Producer", Plan("python", (BROKER, EVENTS))),
+    ("import sparklog.datasource", Plan("spark", (BROKER, EVENTS))),
+    ("ConsumerLoop(", Plan("until_signal", READS_EVENTS)),
+    ("df = spark.createDataFrame", Plan("spark", (BROKER, EVENTS))),
+    ('option("deliveryGuarantee", "exactly-once")', Plan("spark", READS_EVENTS)),
+    ('option("latestPerKey", "true")', Plan("spark", (BROKER,))),
+    ("sparklog transactions list", Plan("shell", (BROKER, EVENTS, TRANSACTION))),
+    ('"kafka.sasl.jaas.config"', Plan("spark")),
+    ("sparklog certs create", Plan("shell")),
+    ("python -m sparklog.jobs.stream_to_delta", Plan("shell", READS_EVENTS)),
+    ("docker compose up", Plan(SKIP, reason=NO_CONTAINER_ENGINE)),
+    ("docker compose exec", Plan(SKIP, reason=NO_CONTAINER_ENGINE)),
 ]
 
 
-def plan_of(block: Block) -> tuple[str, str]:
-    found = [(how, reason) for marker, how, reason in PLANS if marker in block.code]
+def plan_of(block: Block) -> Plan:
+    found = [plan for marker, plan in PLANS if marker in block.code]
     assert len(found) == 1, f"{block.name} matches {len(found)} plans: give it exactly one"
     return found[0]
 
@@ -96,10 +128,13 @@ def plan_of(block: Block) -> tuple[str, str]:
 BLOCKS = readme_blocks()
 
 
+BROKER_BLOCK = next(b for b in BLOCKS if plan_of(b).how == "broker")
+
+
 def test_every_block_and_every_plan_are_matched() -> None:
     for block in BLOCKS:
         plan_of(block)
-    for marker, _, _ in PLANS:
+    for marker in [m for m, _ in PLANS] + list(CHECKS):
         assert any(marker in b.code for b in BLOCKS), f"no README block contains {marker!r}"
 
 
@@ -136,13 +171,48 @@ class Place:
                 "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
 
 
-@pytest.fixture(scope="module")
-def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Place]:
-    where = Place(_free_port(), tmp_path_factory.mktemp("readme"))
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> Iterator[Place]:
+    """A place of the test's own; the README's broker, if the test started it, must still
+    run at the end and stop cleanly on SIGTERM."""
+    where = Place(_free_port(), tmp_path)
     yield where
-    if where.broker is not None and where.broker.poll() is None:
+    if where.broker is not None:
+        assert where.broker.poll() is None, "the README's broker died during the test"
         os.killpg(where.broker.pid, signal.SIGTERM)
         assert where.broker.wait(60) == 0, "the README's broker did not stop cleanly"
+
+
+README_RECORDS = [
+    (b"user-1", b'{"clicks": 3}'), (b"user-2", b'{"clicks": 5}'),  # the console producer's
+    (b"user-3", b'{"user":"user-3","clicks":7}'),  # the Spark sink's rows, as to_json
+    (b"user-4", b'{"user":"user-4","clicks":1}'),  # writes them
+]
+"""What the README's producers write into ``events`` (the console producer's, the Python
+producers' repeat its first record)."""
+
+
+def _prepare(place: Place, need: Need) -> None:
+    """Set ``need`` up in ``place`` as the README's earlier blocks would."""
+    if need is BROKER:
+        _start_broker(place, BROKER_BLOCK)
+    elif need is EVENTS:
+        create_topic(place.bootstrap, "events", partitions=3)
+    elif need is RECORDS:
+        produce_confluent(place.bootstrap, "events",
+                          [Rec(key, value) for key, value in README_RECORDS])
+    else:
+        producer = Producer({"bootstrap.servers": place.bootstrap,
+                             "transactional.id": "orders-enricher"})
+        producer.init_transactions(TIMEOUT)
+        producer.begin_transaction()
+        producer.produce("events", key=b"user-1", value=b'{"clicks": 3}')
+        producer.commit_transaction(TIMEOUT)
 
 
 def _wait_for_output(proc: subprocess.Popen[str], wanted: str, timeout: float) -> str:
@@ -214,31 +284,9 @@ def _run_spark(place: Place, block: Block, spark: Any) -> None:
     exec(compile(place.code(block), block.name, "exec"), {"spark": spark})
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"line{b.line}" for b in BLOCKS])
-def test_readme_block(block: Block, place: Place, request: pytest.FixtureRequest) -> None:
-    how, reason = plan_of(block)
-    if how == SKIP:
-        pytest.skip(f"{block.name}: {reason}")
-    if how != "broker":
-        assert place.broker is not None and place.broker.poll() is None, \
-            "the README's broker block did not run first, or its broker died"
-    if how == "broker":
-        _start_broker(place, block)
-    elif how == "shell":
-        _run_shell(place, block)
-    elif how == "python":
-        _run_python(place, block)
-    elif how == "until_signal":
-        _run_until_signal(place, block)
-    elif how == "metered_broker":
-        _run_metered_broker(place, block)
-    else:
-        _run_spark(place, block, request.getfixturevalue("spark"))
-
-
-def test_the_blocks_did_what_the_readme_says(place: Place) -> None:
-    """After every block: the sink's rows are in the stream job's table, the console
-    producer's records (no ``user``) in the dead-letter topic, the backfill's table too."""
+def _the_lake_holds_what_the_readme_says(place: Place) -> None:
+    """After the jobs: the sink's rows are in the stream job's table, the console
+    producer's records (no ``user``) are not, and the backfill's table has the rows too."""
     lake = place.root / "sparklog" / "lake"
     rows = DeltaTable(str(lake / "events")).to_pyarrow_table().to_pylist()
     assert sorted((r["user"], r["clicks"]) for r in rows) == [("user-3", 7), ("user-4", 1)]
@@ -246,3 +294,31 @@ def test_the_blocks_did_what_the_readme_says(place: Place) -> None:
     assert sorted(r["user"] for r in backfilled) == ["user-3", "user-4"]
     fields = {f.name: f.nullable for f in DeltaTable(str(lake / "events")).schema().fields}
     assert fields == {"user": False, "clicks": True}
+
+
+CHECKS = {"python -m sparklog.jobs.stream_to_delta": _the_lake_holds_what_the_readme_says}
+"""What a block must leave behind, beyond exiting 0 (by a marker of the block)."""
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"line{b.line}" for b in BLOCKS])
+def test_readme_block(block: Block, place: Place, request: pytest.FixtureRequest) -> None:
+    plan = plan_of(block)
+    if plan.how == SKIP:
+        pytest.skip(f"{block.name}: {plan.reason}")
+    for need in plan.needs:
+        _prepare(place, need)
+    if plan.how == "broker":
+        _start_broker(place, block)
+    elif plan.how == "shell":
+        _run_shell(place, block)
+    elif plan.how == "python":
+        _run_python(place, block)
+    elif plan.how == "until_signal":
+        _run_until_signal(place, block)
+    elif plan.how == "metered_broker":
+        _run_metered_broker(place, block)
+    else:
+        _run_spark(place, block, request.getfixturevalue("spark"))
+    for marker, check in CHECKS.items():
+        if marker in block.code:
+            check(place)
