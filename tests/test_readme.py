@@ -126,8 +126,6 @@ def plan_of(block: Block) -> Plan:
 
 
 BLOCKS = readme_blocks()
-
-
 BROKER_BLOCK = next(b for b in BLOCKS if plan_of(b).how == "broker")
 
 
@@ -190,11 +188,11 @@ def place(tmp_path: Path) -> Iterator[Place]:
 
 README_RECORDS = [
     (b"user-1", b'{"clicks": 3}'), (b"user-2", b'{"clicks": 5}'),  # the console producer's
-    (b"user-3", b'{"user":"user-3","clicks":7}'),  # the Spark sink's rows, as to_json
-    (b"user-4", b'{"user":"user-4","clicks":1}'),  # writes them
+    (b"user-3", b'{"user":"user-3","clicks":7}'),  # the Spark sink's rows, as its
+    (b"user-4", b'{"user":"user-4","clicks":1}'),  # to_json writes them
 ]
-"""What the README's producers write into ``events`` (the console producer's, the Python
-producers' repeat its first record)."""
+"""What the README's producers write into ``events`` (its Python producers repeat the
+console producer's first record)."""
 
 
 def _prepare(place: Place, need: Need) -> None:
@@ -207,6 +205,7 @@ def _prepare(place: Place, need: Need) -> None:
         produce_confluent(place.bootstrap, "events",
                           [Rec(key, value) for key, value in README_RECORDS])
     else:
+        assert need is TRANSACTION
         producer = Producer({"bootstrap.servers": place.bootstrap,
                              "transactional.id": "orders-enricher"})
         producer.init_transactions(TIMEOUT)
