@@ -4,13 +4,22 @@ Debian's ``chromium`` is driven through its ``chromedriver`` with selenium (``ma
 installs both with apt when they are missing, as it installs Java): selenium waits on what
 the page shows without a reload, which is what "refreshes by itself" means. The page is
 loaded once; it must show a topic and a group the test made, then the group's lag must
-change by itself after the test produces more. Screenshots of both states are saved in the
-test's tmp dir.
-"""
+change by itself after the test produces more.
 
+The screenshots of both states (saved in the test's tmp dir) are read back
+(``png_support``) and checked as a person would look at them: the picture has the window's
+size, is not blank, and shows each section where the page laid it out, in its own
+background with something drawn in it (the topic's row, the group's lag, the chart's line in
+its colour). Chromium's ``--dump-dom`` of the same page, loaded without selenium, must hold
+the same section headings and the test's topic and group: the page renders the same for
+any browser, not only for the driver.
+"""
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -22,6 +31,7 @@ from broker_fixtures import (
     start_broker,
     topic,
 )
+from png_support import read_png
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -71,6 +81,132 @@ def _text(driver: WebDriver, selector: str) -> str | None:
     return found[0].text if found else None
 
 
+MANY_COLOURS = 200
+"""Distinct colours a screenshot of the page has at least: text is anti-aliased, so any
+page with words on it has hundreds; a blank or one-colour picture has a handful."""
+INKED = 8
+"""Distinct colours at least in the box of an element that shows text or a line."""
+LINE_PAD = 3
+"""Device pixels around an SVG line's box where its stroke may be drawn."""
+NEAR = 48
+"""How far (per channel) a pixel of a line may be from its stroke colour (anti-aliasing)."""
+
+_BOX = """const node = document.querySelector(arguments[0]);
+const r = node.getBoundingClientRect();
+const colour = (c) => (c.match(/\\d+/g) || []).slice(0, 4).map(Number);
+return [r.left, r.top, r.right, r.bottom, colour(getComputedStyle(node).backgroundColor),
+        colour(getComputedStyle(node).stroke)];"""
+
+
+@dataclass(frozen=True)
+class Box:
+    """Where an element is in the screenshot (device pixels), and its own colours."""
+
+    left: int
+    top: int
+    right: int
+    bottom: int
+    background: tuple[int, ...]  # r, g, b (and a when not opaque: then no background)
+    stroke: tuple[int, ...]
+
+
+def _box(driver: WebDriver, selector: str, ratio: float) -> Box:
+    left, top, right, bottom, background, stroke = driver.execute_script(_BOX, selector)
+    return Box(round(left * ratio), round(top * ratio), round(right * ratio),
+               round(bottom * ratio), tuple(background), tuple(stroke))
+
+
+def _screenshot(driver: WebDriver, selectors: Sequence[str]
+                ) -> tuple[bytes, dict[str, Box], float]:
+    """A screenshot, with where each selector's element was on it: taken again while the
+    page's two-second redraw moved one of them meanwhile."""
+    ratio = driver.execute_script("return window.devicePixelRatio")
+    for _ in range(5):
+        before = {selector: _box(driver, selector, ratio) for selector in selectors}
+        png = driver.get_screenshot_as_png()
+        if before == {selector: _box(driver, selector, ratio) for selector in selectors}:
+            return png, before, ratio
+    raise AssertionError(f"the page kept moving {list(selectors)}")
+
+
+def _check_picture(driver: WebDriver, path: Path, inked: Sequence[str],
+                   lines: Sequence[str] = ()) -> None:
+    """Take a screenshot (saved at ``path``) and check what it shows: the viewport's size,
+    many colours, each selector of ``inked`` inside the picture with something drawn in its
+    box and (for elements with a background of their own) that background around it, and
+    each SVG line of ``lines`` drawn in its stroke colour."""
+    png, boxes, ratio = _screenshot(driver, [*inked, *lines])
+    path.write_bytes(png)
+    picture = read_png(png)
+    width, height = driver.execute_script("return [window.innerWidth, window.innerHeight]")
+    assert (picture.width, picture.height) == (round(width * ratio), round(height * ratio))
+    assert len(picture.colours()) >= MANY_COLOURS, "a blank screenshot"
+    for selector in inked:
+        box = boxes[selector]
+        assert 0 <= box.left < box.right <= picture.width and \
+            0 <= box.top < box.bottom <= picture.height, f"{selector} outside the picture"
+        drawn = picture.colours(box.left, box.top, box.right, box.bottom)
+        assert len(drawn) >= INKED, f"nothing drawn in {selector}: {sorted(drawn)}"
+        if len(box.background) == 3:  # opaque: its inner edge (padding) shows it
+            assert picture.pixel(box.left + 6, (box.top + box.bottom) // 2) == \
+                box.background, f"{selector} not in its background {box.background}"
+    for selector in lines:  # a flat line's box has no height: look around it
+        box = boxes[selector]
+        assert len(box.stroke) == 3, f"{selector} has no stroke colour: {box.stroke}"
+        around = picture.colours(box.left - LINE_PAD, box.top - LINE_PAD,
+                                 box.right + LINE_PAD, box.bottom + LINE_PAD)
+        assert any(max(abs(a - b) for a, b in zip(c, box.stroke, strict=True)) <= NEAR
+                   for c in around), f"{selector} not drawn in its colour {box.stroke}"
+
+
+SECTIONS = ["header", *(f"section:has(#{inside})" for inside in
+                        ("chart-records", "topics", "groups", "cleaner"))]
+"""The page's header and its four sections (by what each holds)."""
+
+
+def _headings(html: str) -> list[str]:
+    """The text of every h1, h2 and h3 of ``html``, without their small text and labels."""
+
+    class Headings(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.found: list[str] = []
+            self._depth = 0  # inside a heading
+            self._aside = False  # inside a heading's small text or checkbox label
+
+        def handle_starttag(self, tag: str, attrs: object) -> None:
+            if tag in ("h1", "h2", "h3"):
+                self._depth += 1
+                self.found.append("")
+            elif tag in ("small", "label") and self._depth:
+                self._aside = True
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag in ("h1", "h2", "h3"):
+                self._depth -= 1
+                self.found[-1] = " ".join(self.found[-1].split())
+            elif tag in ("small", "label"):
+                self._aside = False
+
+        def handle_data(self, data: str) -> None:
+            if self._depth and not self._aside:
+                self.found[-1] += data
+
+    parser = Headings()
+    parser.feed(html)
+    return parser.found
+
+
+def _dump_dom(url: str) -> str:
+    """The page's DOM as plain headless Chromium leaves it (no driver), after its scripts
+    had a few seconds of virtual time to fetch the status and draw it."""
+    result = subprocess.run([str(CHROMIUM), *FLAGS, "--virtual-time-budget=5000",
+                             "--dump-dom", url], capture_output=True, text=True,
+                            timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
 def test_the_page_shows_a_topic_and_a_group_and_follows_its_lag(
         monitored: BrokerProcess, browser: WebDriver, topic: str, tmp_path: Path) -> None:
     create_topic(monitored.bootstrap, topic, partitions=2)
@@ -90,7 +226,16 @@ def test_the_page_shows_a_topic_and_a_group_and_follows_its_lag(
         wait.until(lambda d: _text(d, lag) == "10")
         assert group in browser.find_element(By.ID, "groups").text
         assert "Stable" in browser.find_element(By.ID, "groups").text
-        browser.save_screenshot(str(tmp_path / "status-page.png"))
+        _check_picture(browser, tmp_path / "status-page.png", [*SECTIONS, row, lag])
+
+        # the same page without the driver: the same headings, the same topic and group
+        dumped = _dump_dom(monitored.metrics_url)
+        headings = _headings(dumped)
+        assert {"sparklog broker", "Produce and consume", "Topics", "Consumer groups",
+                "Log cleaner"} <= set(headings), headings
+        shown = browser.find_element(By.TAG_NAME, "body").text
+        assert [h for h in headings if h not in shown] == [], "headings the driver's page lacks"
+        assert f'data-topic="{topic}"' in dumped and f'data-group-lag="{group}"' in dumped
 
         produce_per_partition(monitored.bootstrap, topic, {0: 25})
         wait.until(lambda d: _text(d, lag) == "35")  # no reload: the page refreshed itself
@@ -98,6 +243,7 @@ def test_the_page_shows_a_topic_and_a_group_and_follows_its_lag(
         # the produce chart has drawn the rate between two samples of the history
         WebDriverWait(browser, 3 * TIMEOUT).until(
             lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-records polyline"))
-        browser.save_screenshot(str(tmp_path / "status-page-after.png"))
+        _check_picture(browser, tmp_path / "status-page-after.png", [*SECTIONS, row, lag],
+                       lines=["#chart-records polyline"])
     finally:
         member.close()
