@@ -186,10 +186,11 @@ class Partition:
                 .log_end_offset < end and now_ms - s.caught_up_ms > lag_ms}
 
     def maybe_increment_leader_hw(self) -> None:
-        if not self.is_leader:
+        state, partition_log = self.state, self._log
+        if state is None or state.leader != self.broker_id or partition_log is None:
             return
-        high = self.log.log_end_offset
-        for member in self.isr:
+        high = partition_log.log_end_offset
+        for member in state.isr:
             if member != self.broker_id:
                 follower = self._followers.get(member)
                 high = min(high, -1 if follower is None else follower.log_end_offset)
@@ -217,42 +218,47 @@ class Partition:
                                  timeout_ms: int) -> AppendInfo | Awaitable[AppendInfo]:
         """Append a producer's records; the info at once when ``acks`` is already satisfied,
         else an awaitable of it (module invariants)."""
-        info = self._append(lambda: self.log.append(
-            records, now_ms=now_ms, leader_epoch=self.leader_epoch), acks)
-        return self._acknowledged(info, acks, timeout_ms)
+        min_isr = self._enough_replicas(acks)
+        info = self.log.append(records, now_ms=now_ms, leader_epoch=self.leader_epoch)
+        if not info.duplicate:
+            self.appended()
+        return self._acknowledged(info, min_isr, timeout_ms)
 
     def append_marker_to_leader(self, kind: ControlType, producer_id: int, producer_epoch: int,
                                 coordinator_epoch: int, now_ms: int, timeout_ms: int
                                 ) -> AppendInfo | Awaitable[AppendInfo]:
         """A transaction marker, appended as acks=all (Kafka's too)."""
-        info = self._append(lambda: self.log.append_marker(
-            kind, producer_id, producer_epoch, coordinator_epoch, now_ms=now_ms,
-            leader_epoch=self.leader_epoch), -1)
-        return self._acknowledged(info, -1, timeout_ms)
+        min_isr = self._enough_replicas(-1)
+        info = self.log.append_marker(kind, producer_id, producer_epoch, coordinator_epoch,
+                                      now_ms=now_ms, leader_epoch=self.leader_epoch)
+        self.appended()
+        return self._acknowledged(info, min_isr, timeout_ms)
 
     def appended(self) -> None:
         """Something was appended to the leader's log (an internal topic's record)."""
         self.wake(self.tp)
         self.maybe_increment_leader_hw()
 
-    def _append(self, append: Callable[[], AppendInfo], acks: int) -> AppendInfo:
+    def _enough_replicas(self, acks: int) -> int:
+        """The ISR minimum an append with ``acks`` must keep (0: none, acks 0 or 1); raises
+        NOT_ENOUGH_REPLICAS, before the append, when the ISR is already below it."""
+        if acks != -1:
+            return 0
         min_isr = self.min_insync_replicas
-        if acks == -1 and len(self.isr) < min_isr:
+        if len(self.isr) < min_isr:
             raise KafkaError(f"{self.name}: {len(self.isr)} in-sync replicas, "
                              f"min.insync.replicas is {min_isr}", ErrorCode.NOT_ENOUGH_REPLICAS)
-        info = append()
-        if not info.duplicate:
-            self.appended()
-        return info
+        return min_isr
 
     @property
     def min_insync_replicas(self) -> int:
         return min(int(self.log.config.get("min.insync.replicas")), max(len(self.replicas), 1))
 
-    def _acknowledged(self, info: AppendInfo, acks: int, timeout_ms: int
+    def _acknowledged(self, info: AppendInfo, min_isr: int, timeout_ms: int
                       ) -> AppendInfo | Awaitable[AppendInfo]:
-        if acks != -1 or (self.high_watermark > info.last_offset
-                          and len(self.isr) >= self.min_insync_replicas):
+        """``info`` when the append needs no more (``min_isr`` 0: acks 0 or 1; or the high
+        watermark passed it with the ISR at its minimum), else an awaitable of it."""
+        if min_isr == 0 or (self.high_watermark > info.last_offset and len(self.isr) >= min_isr):
             return info
         return self._when_replicated(info, timeout_ms)
 
