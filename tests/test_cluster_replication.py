@@ -188,7 +188,10 @@ def test_a_paused_controller_is_deposed_and_cannot_overwrite_its_successor(
         (led,) = [tp for tp, s in _states(zk, ledger).items() if s.leader == old_id]
         produce_confluent(cluster.bootstrap, "ledger",
                           [Rec(None, b"before", partition=p) for _, p in ledger], acks="all")
-        # a steady producer and consumer, the frozen broker one of their partition's followers
+        # a steady producer and consumer, the frozen broker one of their partition's
+        # followers (a leader frozen under acks=all load, once resumed, shrinks its ISR on
+        # its expired session and logs the SessionExpiredError: a bug of its own, not the
+        # controller's)
         background = BackgroundProducer(cluster.bootstrap, "audit", replication_factor=3,
                                         replicas=[*others, old_id]).start()
         partitions = [*ledger, ("audit", 0)]
