@@ -20,9 +20,19 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kazoo.exceptions import SessionExpiredError
 
 from sparklog.cluster.assignment import assign_replicas
-from sparklog.cluster.controller import PREFERRED, UNCLEAN, elect, prefer, requested_election
+from sparklog.cluster.controller import (
+    PREFERRED,
+    UNCLEAN,
+    Controller,
+    ControllerConfig,
+    FencedError,
+    elect,
+    prefer,
+    requested_election,
+)
 from sparklog.cluster.layout import PartitionState, TopicAssignment
 from sparklog.cluster.reassignment import complete, original, reassign, target
 from sparklog.errors import ErrorCode, KafkaError
@@ -154,3 +164,21 @@ def test_topic_znode_is_kafkas_format() -> None:
     # a Kafka 2.x znode without an id or a reassignment reads with empty ones
     old = TopicAssignment.decode(b'{"version":1,"partitions":{"0":[0,1]}}')
     assert old == TopicAssignment({0: (0, 1)})
+
+
+class _LostSession:
+    """A ZooKeeper client whose session expired (what kazoo raises then)."""
+
+    def __getattr__(self, name: str) -> object:
+        def expired(*args: object, **kwargs: object) -> object:
+            raise SessionExpiredError()
+        return expired
+
+
+def test_a_controller_that_lost_its_session_is_not_the_controller() -> None:
+    """ElectLeaders at a controller resumed after its session expired answers NOT_CONTROLLER
+    (the replica manager turns FencedError into it), not an internal error."""
+    controller = Controller(_LostSession(), 0, 1, 0,  # type: ignore[arg-type]
+                            ControllerConfig(lambda topic: False))
+    with pytest.raises(FencedError, match="SessionExpiredError"):
+        controller.elect_leaders(None, PREFERRED)

@@ -54,7 +54,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, RolledBackError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, RolledBackError, SessionExpiredError
 
 from sparklog.cluster.fencing import FencedError
 from sparklog.cluster.layout import (
@@ -263,7 +263,15 @@ class Controller:
                       ) -> dict[TopicPartition, PartitionState | ErrorCode]:
         """ElectLeaders: run ``election`` for ``partitions`` (None: every partition) and
         answer each one's new state or its error code. Blocking (ZooKeeper); raises
-        ``FencedError`` when a newer controller took office."""
+        ``FencedError`` when a newer controller took office, or when this broker's session
+        is lost or expired (it cannot know that it still holds the office)."""
+        try:
+            return self._elect_leaders(partitions, election)
+        except (SessionExpiredError, ConnectionLoss) as exc:
+            raise FencedError(f"ZooKeeper session lost: {type(exc).__name__}") from None
+
+    def _elect_leaders(self, partitions: Iterable[TopicPartition] | None, election: int,
+                       ) -> dict[TopicPartition, PartitionState | ErrorCode]:
         with self._work:
             live = {int(b) for b in self.zk.get_children(BROKER_IDS)}
             assignments = dict(self._assignments())

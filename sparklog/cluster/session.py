@@ -458,8 +458,12 @@ class ClusterSession:
                 continue
 
     def write_state(self, topic: str, partition: int, state: PartitionState) -> int | None:
+        """Compare-and-set a partition's state (a leader's ISR change); None when it was not
+        written: changed meanwhile, gone, or the session lost or expired (a leader frozen
+        past its session writes nothing)."""
         try:
             return int(self.zk.set(state_path(topic, partition), state.encode(),
                                    state.zk_version).version)
-        except (BadVersionError, NoNodeError):
+        except (BadVersionError, NoNodeError, SessionExpiredError, ConnectionLoss,
+                ConnectionClosedError):
             return None
