@@ -46,14 +46,13 @@ class LocalController:
 
     def elect_leaders(self, partitions: Iterable[TopicPartition] | None, election: int,
                       ) -> dict[TopicPartition, PartitionState | ErrorCode]:
-        me = self._store.me.broker_id
-        known = self._store.assignments()
+        me, topics = self._store.me.broker_id, self._store.logs.topics
         wanted = set(partitions) if partitions is not None else {
-            (t, p) for t, assignment in known.items() for p in assignment.partitions}
+            (t, p) for t, topic in topics.items() for p in range(topic.partitions)}
         results: dict[TopicPartition, PartitionState | ErrorCode] = {}
         for topic, partition in sorted(wanted):
-            found = known.get(topic)
-            if found is None or partition not in found.partitions:
+            found = topics.get(topic)
+            if found is None or not 0 <= partition < found.partitions:
                 results[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 results[(topic, partition)] = requested_election(
@@ -80,19 +79,21 @@ class LocalStore:
         me = self.me.broker_id
         return PartitionState(me, EPOCH, (me,), EPOCH, 0)
 
-    def assignments(self) -> dict[str, TopicAssignment]:
-        me = (self.me.broker_id,)
-        return {name: TopicAssignment(dict.fromkeys(range(topic.partitions), me),
-                                      topic.topic_id)
-                for name, topic in self.logs.topics.items()}
+    def assignment(self, name: str) -> TopicAssignment | None:
+        """``name``'s assignment: every partition on this broker (None: no such topic)."""
+        topic = self.logs.topics.get(name)
+        if topic is None:
+            return None
+        return TopicAssignment(dict.fromkeys(range(topic.partitions), (self.me.broker_id,)),
+                               topic.topic_id)
 
     # -- life ------------------------------------------------------------------------------
     def start(self) -> None:
         self.listener.brokers({self.me.broker_id: self.me})
         self.listener.controller(self.me.broker_id)
         self.listener.topic_names(set(self.logs.topics))
-        for name, assignment in self.assignments().items():
-            self._announce(name, assignment, range(len(assignment.partitions)))
+        for name, topic in list(self.logs.topics.items()):
+            self._announce(name, range(topic.partitions))
 
     def deregister(self, timeout_s: float) -> bool:
         return True  # no other broker to hand leadership to
@@ -100,9 +101,10 @@ class LocalStore:
     def close(self) -> None:
         """Nothing to leave."""
 
-    def _announce(self, name: str, assignment: TopicAssignment, partitions: Iterable[int]
-                  ) -> None:
-        self.listener.topic(name, assignment, dict(self.logs.topics[name].overrides_raw))
+    def _announce(self, name: str, partitions: Iterable[int]) -> None:
+        """Tell the listener the topic as the logs now have it, and ``partitions``' state."""
+        self.listener.topic(name, self.assignment(name),
+                            dict(self.logs.topics[name].overrides_raw))
         state = self.state()
         for partition in partitions:
             self.listener.partition_state(name, partition, state)
@@ -114,13 +116,13 @@ class LocalStore:
             return False
         self.logs.create_topic(topic, len(assignment.partitions), config,
                                topic_id=assignment.topic_id)
-        self._announce(topic, assignment, range(len(assignment.partitions)))
+        self._announce(topic, range(len(assignment.partitions)))
         return True
 
     def update_topic(self, topic: str,
                      change: Callable[[TopicAssignment], TopicAssignment | None],
                      ) -> TopicAssignment | None:
-        current = self.assignments().get(topic)
+        current = self.assignment(topic)
         if current is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {topic}")
         new = change(current)
@@ -129,12 +131,11 @@ class LocalStore:
         old = len(current.partitions)
         if len(new.partitions) > old:
             self.logs.create_partitions(topic, len(new.partitions))
-            self._announce(topic, new, range(old, len(new.partitions)))
+            self._announce(topic, range(old, len(new.partitions)))
         return new
 
     def read_topics(self, topics: list[str]) -> dict[str, TopicAssignment]:
-        known = self.assignments()
-        return {t: known[t] for t in topics if t in known}
+        return {t: found for t in topics if (found := self.assignment(t)) is not None}
 
     def delete_topic(self, topic: str) -> None:
         self.listener.topic(topic, None, {})

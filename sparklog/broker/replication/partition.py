@@ -263,16 +263,22 @@ class Partition:
         return self._when_replicated(info, timeout_ms)
 
     async def _when_replicated(self, info: AppendInfo, timeout_ms: int) -> AppendInfo:
-        code = await self.wait_replicated(info.last_offset + 1, timeout_ms / 1000)
-        if code == ErrorCode.NONE and len(self.isr) < self.min_insync_replicas:
-            code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        code = await self._replicated(info.last_offset + 1, timeout_ms / 1000)
         if code != ErrorCode.NONE:
             raise KafkaError(f"{self.name}: acks=all not satisfied", code)
         return info
 
-    async def wait_replicated(self, offset: int, timeout_s: float) -> ErrorCode:
-        """Wait until the high watermark reaches ``offset`` (every ISR member has what is
-        below it): NONE, REQUEST_TIMED_OUT, or NOT_LEADER_OR_FOLLOWER if leadership went."""
+    async def _replicated(self, offset: int, timeout_s: float) -> ErrorCode:
+        """acks=all's answer for what is below ``offset``: NONE once the high watermark
+        reached it (every ISR member has it) with the ISR at its minimum,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND below it, REQUEST_TIMED_OUT, or
+        NOT_LEADER_OR_FOLLOWER if leadership went."""
+        code = await self._high_watermark_reached(offset, timeout_s)
+        if code == ErrorCode.NONE and len(self.isr) < self.min_insync_replicas:
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return code
+
+    async def _high_watermark_reached(self, offset: int, timeout_s: float) -> ErrorCode:
         self.maybe_increment_leader_hw()
         if self.high_watermark >= offset:
             return ErrorCode.NONE
@@ -289,7 +295,4 @@ class Partition:
         """Wait until the ISR has everything appended here (as acks=all)."""
         if not self.local:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        code = await self.wait_replicated(self.log.log_end_offset, timeout_s)
-        if code == ErrorCode.NONE and len(self.isr) < self.min_insync_replicas:
-            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-        return code
+        return await self._replicated(self.log.log_end_offset, timeout_s)
