@@ -285,6 +285,27 @@ def test_local_partitions_survive_a_restart(tmp_path: Path) -> None:
         reopened.close()
 
 
+def test_topic_ids_are_kept_and_found_across_restarts(tmp_path: Path) -> None:
+    """A topic's id never changes while it lives, finds it after a restart, and a topic
+    re-created under the same name is a new id (the old one finds nothing)."""
+    data_dir = tmp_path / "ids"
+    manager = LogManager(data_dir, clock=Clock())
+    first = manager.create_topic("orders", 1).topic_id
+    manager.create_topic("payments", 1)
+    manager.close()
+    reopened = LogManager(data_dir, clock=Clock())
+    try:
+        found = reopened.topic_by_id(first)
+        assert found is not None and found.name == "orders"
+        reopened.delete_topic("orders")
+        assert reopened.topic_by_id(first) is None
+        again = reopened.create_topic("orders", 1).topic_id
+        assert again != first
+        assert reopened.topic_by_id(again) is reopened.topics["orders"]
+    finally:
+        reopened.close()
+
+
 def test_a_second_close_leaves_other_data_directories_alone(tmp_path: Path) -> None:
     first = LogManager(tmp_path / "first", clock=Clock())
     first.create_topic(TOPIC, 1, CONFIGS)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -120,6 +121,18 @@ class Broker:
         """Partitions of ``topic``; 0 when it does not exist."""
         found = self.logs.topics.get(topic)
         return 0 if found is None else found.partitions
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id (stable for its life, in ZooKeeper's topic znode or the data
+        directory's ``topics.json``); None when it does not exist."""
+        found = self.logs.topics.get(topic)
+        return None if found is None else uuid.UUID(hex=found.topic_id)
+
+    def topic_named(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic whose id is ``topic_id`` (None: no such topic, as Kafka's
+        UNKNOWN_TOPIC_ID)."""
+        found = self.logs.topic_by_id(topic_id.hex)
+        return None if found is None else found.name
 
     def leader_partition(self, topic: str, partition: int) -> Partition:
         """The partition this broker leads, to serve to clients (a fault hook may refuse

@@ -19,7 +19,8 @@ Invariants:
 - ``topics.json`` is the source of truth: a partition directory whose topic is not in it, or
   whose partition is not local, is a leftover of an interrupted delete and is removed at
   start-up.
-- A topic knows every partition of the cluster (its count, configs, id); its *local*
+- A topic knows every partition of the cluster (its count, configs, id: unique, and found
+  by ``topic_by_id``); its *local*
   partitions (``TopicMetadata.local``) each have a log. On a single node every partition is
   local (``local_partitions`` None); in a cluster only those with a replica here
   (``open_partition`` / ``delete_partition`` follow the assignment).
@@ -126,6 +127,7 @@ class LogManager:
         first_start = not (data_dir / META_FILE).exists()
         self.cluster_id, self.node_id = self._load_meta()
         self.topics: dict[str, TopicMetadata] = self._load_topics()
+        self._names_by_id = {t.topic_id: t.name for t in self.topics.values()}
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         # (due time, what removes it): segments and logs waiting out file.delete.delay.ms
         self._pending_deletes: list[tuple[int, Callable[[], None]]] = []
@@ -230,6 +232,11 @@ class LogManager:
             raise UnknownTopicOrPartitionError(f"unknown topic {name}")
         return found
 
+    def topic_by_id(self, topic_id: str) -> TopicMetadata | None:
+        """The topic whose id (32 hex digits) is ``topic_id``, if there is one."""
+        name = self._names_by_id.get(topic_id)
+        return None if name is None else self.topics[name]
+
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None = None,
                      *, validate_only: bool = False, internal: bool = False,
                      topic_id: str | None = None, local: Iterable[int] | None = None,
@@ -254,6 +261,7 @@ class LogManager:
             return topic
         _warn_deprecated(name, raw)
         self.topics[name] = topic
+        self._names_by_id[topic.topic_id] = name
         self._save_topics()
         for partition in topic.local:
             self.logs[(name, partition)] = self._open_log(topic, partition, 0, 0)
@@ -263,6 +271,7 @@ class LogManager:
     def delete_topic(self, name: str) -> None:
         topic = self.get_topic(name)
         del self.topics[name]
+        self._names_by_id.pop(topic.topic_id, None)
         self._save_topics()
         for partition in topic.local:
             self._remove_log(name, partition)

@@ -29,7 +29,6 @@ keeps); a topic asked for by id alone (no name) is UNKNOWN_TOPIC_ID.
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
@@ -135,7 +134,7 @@ async def _topic(build: Build, broker: Broker, name: str, auto_create: bool,
             offline_replicas=tuple(r for r in assigned if r not in replicas.live)))
     local = broker.logs.topics.get(name)
     return build("MetadataResponseTopic", error_code=ErrorCode.NONE, name=name,
-                 topic_id=None if local is None else uuid.UUID(local.topic_id),
+                 topic_id=broker.topic_id(name),
                  is_internal=local is not None and local.internal,
                  partitions=tuple(partitions),
                  topic_authorized_operations=_operations(broker, name, with_operations))

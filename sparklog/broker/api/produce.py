@@ -71,9 +71,12 @@ async def produce(broker: Broker, header: RequestHeader,
         appends.extend(_append(build, broker, topic.name, data, request.acks, now,
                                request.timeout, denied) for data in topic.partition_data)
     release()  # every partition is appended: the connection's next request may start
-    waiting = [a for a in appends if isawaitable(a)]
-    waited = iter(await asyncio.gather(*waiting) if waiting else ())
-    answers = iter([next(waited) if isawaitable(a) else a for a in appends])
+    waiting = [i for i, a in enumerate(appends) if isawaitable(a)]
+    if waiting:
+        for i, answer in zip(waiting, await asyncio.gather(*(appends[i] for i in waiting)),
+                             strict=True):
+            appends[i] = answer
+    answers = iter(appends)
     if request.acks == 0:
         return None
     return build.response(responses=tuple(

@@ -185,15 +185,18 @@ class Partition:
                 and (s := self._followers.get(m, _FollowerState(caught_up_ms=now_ms)))
                 .log_end_offset < end and now_ms - s.caught_up_ms > lag_ms}
 
-    def maybe_increment_leader_hw(self) -> None:
+    def maybe_increment_leader_hw(self) -> bool:
+        """Move the high watermark to what every ISR member has; whether it moved (and
+        woke this partition's fetches)."""
         state, partition_log = self.state, self._log
         if state is None or state.leader != self.broker_id or partition_log is None:
-            return
+            return False
         high = partition_log.log_end_offset
-        for member in state.isr:
-            if member != self.broker_id:
-                follower = self._followers.get(member)
-                high = min(high, -1 if follower is None else follower.log_end_offset)
+        if len(state.isr) > 1:  # the leader alone: its log end is the high watermark
+            for member in state.isr:
+                if member != self.broker_id:
+                    follower = self._followers.get(member)
+                    high = min(high, -1 if follower is None else follower.log_end_offset)
         if high > self.high_watermark:
             self.high_watermark = high
             self.wake(self.tp)
@@ -205,6 +208,8 @@ class Partition:
                 else:
                     still.append((offset, future))
             self._waiting = still
+            return True
+        return False
 
     def release(self, code: ErrorCode) -> None:
         """Answer every waiting produce with ``code``."""
@@ -236,8 +241,8 @@ class Partition:
 
     def appended(self) -> None:
         """Something was appended to the leader's log (an internal topic's record)."""
-        self.wake(self.tp)
-        self.maybe_increment_leader_hw()
+        if not self.maybe_increment_leader_hw():
+            self.wake(self.tp)  # the log end moved (followers' fetches) and the HW did not
 
     def _enough_replicas(self, acks: int) -> int:
         """The ISR minimum an append with ``acks`` must keep (0: none, acks 0 or 1); raises
