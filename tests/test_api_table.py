@@ -51,7 +51,9 @@ def test_every_advertised_version_is_answered(embedded: EmbeddedBroker, api_key:
     """A request (kafka-python's defaults: empty topics, ids and groups) gets a response
     that kafka-python decodes at the same version, on a connection that stays open."""
     request_class = kp_request(api_key)
-    extra = {"acks": 1} if api_key == ApiKey.PRODUCE else {}
+    extra = {ApiKey.PRODUCE: {"acks": 1},  # KIP-511: Kafka refuses an empty name
+             ApiKey.API_VERSIONS: {"client_software_name": "kafka-python",
+                                   "client_software_version": "3"}}.get(api_key, {})
     request: ApiMessage = request_class(version=version, **extra)
     response_class = kp_response(api_key)
     with RawConnection(embedded.bootstrap) as conn:
@@ -59,6 +61,30 @@ def test_every_advertised_version_is_answered(embedded: EmbeddedBroker, api_key:
         assert response.header.correlation_id == 1
         again = conn.call(ApiVersionsRequest(version=0), ApiVersionsResponse)
         assert again.error_code == 0  # the connection still serves
+
+
+def test_api_versions_v3_keeps_the_client_software_and_refuses_a_bad_name(
+        embedded: EmbeddedBroker) -> None:
+    """KIP-511: a client names its software; a name outside Kafka's pattern is answered
+    INVALID_REQUEST (no APIs) on a connection that stays open, as Kafka answers it."""
+    def software() -> list[tuple[str, str]]:
+        return sorted(name for counts in embedded.client_software().values() for name in counts)
+
+    with RawConnection(embedded.bootstrap) as conn:
+        response = conn.call(ApiVersionsRequest(version=4, client_software_name="my-app",
+                                                client_software_version="1.2.3"),
+                             ApiVersionsResponse)
+        assert response.error_code == 0 and response.api_keys
+        assert ("my-app", "1.2.3") in software()
+        # at the request's version, as Kafka (kafka-python reads any error as a v0 body)
+        conn.send_message(ApiVersionsRequest(version=3, client_software_name="my app",
+                                             client_software_version="1.2.3"))
+        refused = decode_response(ApiKey.API_VERSIONS, 3, conn.recv_frame())
+        assert (refused.error_code, refused.api_keys) == (ErrorCode.INVALID_REQUEST, ())
+        assert ("my-app", "1.2.3") in software(), "the refused name was not kept"
+    with RawConnection(embedded.bootstrap) as conn:
+        conn.call(ApiVersionsRequest(version=2), ApiVersionsResponse)
+        assert ("unknown", "unknown") in software()
 
 
 def test_a_version_no_handler_serves_closes_the_connection(embedded: EmbeddedBroker) -> None:

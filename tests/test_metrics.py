@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 from broker_fixtures import (
     TIMEOUT,
@@ -156,6 +157,12 @@ def test_a_scrape_has_kafkas_names_labels_and_values(broker: BrokerProcess, topi
     # the connections and the replica state of a single node
     assert metrics.value("kafka_server_socket_server_metrics_connection_count",
                          listener="PLAINTEXT", networkProcessor="0") >= 1
+    # per client software (KIP-511): the group's member is librdkafka's
+    assert metrics.value("kafka_server_socket_server_metrics_connections",
+                         listener="PLAINTEXT", networkProcessor="0",
+                         clientSoftwareName="confluent-kafka-python",
+                         clientSoftwareVersion=f"{confluent_kafka.__version__}-rdkafka-"
+                                               f"{confluent_kafka.libversion()[0]}") >= 1
     partitions = metrics.value("kafka_server_replicamanager_partitioncount")
     assert partitions >= 2 + 50  # the topic and __consumer_offsets
     assert metrics.value("kafka_server_replicamanager_leadercount") == partitions

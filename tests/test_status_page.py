@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 from broker_fixtures import (
     TIMEOUT,
@@ -48,7 +49,7 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 # closed network refuses (and which a test has no business calling anyway).
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--window-size=1280,1000")
+         "--window-size=1280,1200")
 
 
 @pytest.fixture
@@ -160,8 +161,8 @@ def _check_picture(driver: WebDriver, path: Path, inked: Sequence[str],
 
 
 SECTIONS = ["header", *(f"section:has(#{inside})" for inside in
-                        ("chart-records", "topics", "groups", "cleaner"))]
-"""The page's header and its four sections (by what each holds)."""
+                        ("chart-records", "topics", "groups", "clients", "cleaner"))]
+"""The page's header and its five sections (by what each holds)."""
 
 
 def _headings(html: str) -> list[str]:
@@ -226,13 +227,19 @@ def test_the_page_shows_a_topic_and_a_group_and_follows_its_lag(
         wait.until(lambda d: _text(d, lag) == "10")
         assert group in browser.find_element(By.ID, "groups").text
         assert "Stable" in browser.find_element(By.ID, "groups").text
-        _check_picture(browser, tmp_path / "status-page.png", [*SECTIONS, row, lag])
+        # the group's member is a librdkafka client, which names itself (KIP-511)
+        client = '#clients tr[data-software="confluent-kafka-python"]'
+        wait.until(lambda d: _text(d, client) is not None)
+        software = [c.text for c in browser.find_elements(By.CSS_SELECTOR, client + " td")]
+        assert software[1].endswith("-rdkafka-" + confluent_kafka.libversion()[0]), software
+        assert software[2] == "PLAINTEXT" and int(software[3]) >= 1, software
+        _check_picture(browser, tmp_path / "status-page.png", [*SECTIONS, row, lag, client])
 
         # the same page without the driver: the same headings, the same topic and group
         dumped = _dump_dom(monitored.metrics_url)
         headings = _headings(dumped)
         assert {"sparklog broker", "Produce and consume", "Topics", "Consumer groups",
-                "Log cleaner"} <= set(headings), headings
+                "Clients", "Log cleaner"} <= set(headings), headings
         shown = browser.find_element(By.TAG_NAME, "body").text
         assert [h for h in headings if h not in shown] == [], "headings the driver's page lacks"
         assert f'data-topic="{topic}"' in dumped and f'data-group-lag="{group}"' in dumped

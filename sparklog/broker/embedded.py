@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -51,6 +52,12 @@ class EmbeddedBroker:
         """Each listener's bound port, by name (the first is ``port``)."""
         assert self._service is not None, "not started"
         return {server.listener: server.port for server in self._service.servers}
+
+    def client_software(self) -> dict[str, Counter[tuple[str, str]]]:
+        """Per listener, open connections per client software (KIP-511)."""
+        service = self._service
+        assert service is not None, "not started"
+        return self.call(lambda _: service.client_software())
 
     @property
     def faults(self) -> Faults:

@@ -50,6 +50,7 @@ import contextlib
 import logging
 import os
 import socket
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -156,6 +157,10 @@ class BrokerService:
         """One per listener, in the order of ``listeners``."""
         return list(self._servers)
 
+    def client_software(self) -> dict[str, Counter[tuple[str, str]]]:
+        """Per listener, open connections per client software name and version (KIP-511)."""
+        return {server.listener: server.client_software() for server in self._servers}
+
     @property
     def metrics_url(self) -> str | None:
         """The metrics listener's URL (status page at its root), None when it is off."""
@@ -198,7 +203,7 @@ class BrokerService:
             self._cleaner.start()
         if metrics_at is not None:
             self._listener = MetricsListener(
-                broker, lambda: {s.listener: s.connection_count for s in self._servers},
+                broker, self.client_software,
                 requests,
                 self._cleaner if self._cleaner.config.enable else None, *metrics_at)
             try:

@@ -46,7 +46,7 @@ import logging
 import os
 import socket
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -121,13 +121,13 @@ class BrokerServer:
         self.security = security or ListenerSecurity(listener)
         self.advertised = (self.host, self.port)  # until ``start`` is given another
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], Session] = {}
         self._max_frame = broker.config.get_int("socket.request.max.bytes")
         self._closing_warnings = WarningLimiter(log, "connections closed for bad input")
 
-    @property
-    def connection_count(self) -> int:
-        return len(self._connections)
+    def client_software(self) -> Counter[tuple[str, str]]:
+        """Open connections per client software name and version (KIP-511)."""
+        return Counter(session.client_software for session in self._connections.values())
 
     async def start(self, advertise: Callable[[int], tuple[str, int]] | None = None
                     ) -> tuple[str, int]:
@@ -158,12 +158,12 @@ class BrokerServer:
     async def _serve(self, frames: FrameProtocol, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
         peer = writer.get_extra_info("peername")
         _no_delay(writer.get_extra_info("socket"))
         session = Session(self.security,
                           certificate_principal(writer.get_extra_info("ssl_object")),
                           f"/{peer[0]}" if peer else "")
+        self._connections[task] = session
         REQUEST.set(RequestContext(session))  # this connection's task and its requests
         pipelined = self.broker.replicas.has_peers  # requests may wait for other brokers
         answers: deque[asyncio.Task[None]] = deque()  # started requests' answers, in order
@@ -201,7 +201,7 @@ class BrokerServer:
             for pending in answers:
                 pending.cancel()
                 pending.add_done_callback(_retrieved)
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             writer.close()
 
     async def _start(self, frame: memoryview, session: Session, writer: asyncio.StreamWriter,

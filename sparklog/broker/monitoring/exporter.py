@@ -11,7 +11,9 @@ Names and labels come from:
   below;
 - Strimzi's rules for ``socket-server-metrics`` (``kafka.server<type=(.+),
   listener=(.+), networkProcessor=(.+)><>(.+)`` -> ``kafka_server_$1_$4``), which the
-  Kafka example rules do not cover: the active connections;
+  Kafka example rules do not cover: the active connections, in all and per client
+  software name and version (Kafka's ``clientSoftwareName``/``clientSoftwareVersion``
+  MBean keys, KIP-511);
 - danielqsj/kafka_exporter for the consumer groups (``kafka_consumergroup_*``) and topic
   offsets (``kafka_topic_*``, ``kafka_brokers``).
 
@@ -56,6 +58,7 @@ FAMILIES: dict[str, str] = {
     "kafka_network_requestmetrics_errors": "counter",
     "kafka_network_requestmetrics_totaltimems": "histogram",
     "kafka_server_socket_server_metrics_connection_count": "gauge",
+    "kafka_server_socket_server_metrics_connections": "gauge",
     "kafka_log_log_size": "gauge",
     "kafka_log_log_logstartoffset": "gauge",
     "kafka_log_log_logendoffset": "gauge",
@@ -153,7 +156,14 @@ def _request_metrics(status: BrokerStatus) -> Iterator[Metric]:
                                                                        "networkProcessor"])
     for listener, count in status.connections.items():
         connections.add_metric([listener, "0"], count)
-    yield from (requests, errors, latency, connections)
+    software = GaugeMetricFamily(
+        "kafka_server_socket_server_metrics_connections",
+        "Open client connections per client software name and version (KIP-511)",
+        labels=["clientSoftwareName", "clientSoftwareVersion", "listener", "networkProcessor"])
+    for client in status.clients:
+        software.add_metric([client.name, client.version, client.listener, "0"],
+                            client.connections)
+    yield from (requests, errors, latency, connections, software)
 
 
 def _log_metrics(status: BrokerStatus) -> Iterator[Metric]:

@@ -27,6 +27,7 @@ import json
 import logging
 import socket
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from importlib import resources
@@ -61,7 +62,8 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class MetricsListener:
-    def __init__(self, broker: Broker, connections: Callable[[], dict[str, int]],
+    def __init__(self, broker: Broker,
+                 connections: Callable[[], dict[str, Counter[tuple[str, str]]]],
                  requests: RequestMetrics, cleaner: LogCleaner | None,
                  host: str, port: int) -> None:
         self.broker = broker

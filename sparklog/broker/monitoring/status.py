@@ -10,6 +10,8 @@ Invariants:
   threads: ``LogCleaner.activity`` is one object replaced whole, and the backlog is measured
   with ``log_to_clean``, which takes one reference to a log's segment list as every reader
   does.
+- Connections are counted per listener and per client software name and version (what
+  each connection's ApiVersions v3+ named, KIP-511), from the servers' live sessions.
 - Per topic, messages and bytes in are the sums of the partition logs' append counters
   (since each log was opened); bytes out are counted by the server per Fetch response.
 - A group's partitions are those it committed offsets for and those assigned to its members
@@ -29,6 +31,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +122,17 @@ class GroupStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientSoftware:
+    """Open connections of one listener from one client software name and version
+    (KIP-511; "unknown" for clients that do not say)."""
+
+    listener: str
+    name: str
+    version: str
+    connections: int
+
+
+@dataclass(frozen=True, slots=True)
 class CleanerStatus:
     threads: int
     dead_threads: int
@@ -140,6 +154,7 @@ class BrokerStatus:
     data_dir: str
     time_ms: int
     connections: dict[str, int]  # listener name -> open connections
+    clients: tuple[ClientSoftware, ...]  # by listener, then most connections first
     partitions: tuple[PartitionStatus, ...]
     groups: tuple[GroupStatus, ...]
     cleaner: CleanerStatus | None
@@ -148,8 +163,8 @@ class BrokerStatus:
     offline_partitions: int
 
 
-def take_status(broker: Broker, connections: dict[str, int], requests: RequestMetrics,
-                cleaner: LogCleaner | None) -> BrokerStatus:
+def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str]]],
+                requests: RequestMetrics, cleaner: LogCleaner | None) -> BrokerStatus:
     """Everything the listener serves, read now (on the broker's event loop thread)."""
     node = broker.node_id
     logs = broker.logs
@@ -166,7 +181,11 @@ def take_status(broker: Broker, connections: dict[str, int], requests: RequestMe
         broker.cluster_id,
         {name: f"{host}:{port}" for name, (host, port) in broker.advertised.items()},
         str(broker.data_dir),
-        broker.now_ms(), connections, tuple(partitions), groups,
+        broker.now_ms(), {name: sum(software.values()) for name, software in connections.items()},
+        tuple(ClientSoftware(listener, name, version, count)
+              for listener, software in sorted(connections.items())
+              for (name, version), count in software.most_common()),
+        tuple(partitions), groups,
         None if cleaner is None else _cleaner(cleaner, broker.now_ms()), requests.copy(),
         {name: topic.partitions for name, topic in sorted(logs.topics.items())},
         _offline(broker, partitions))

@@ -1,4 +1,5 @@
-"""One connection's security state: its listener, client address, principal and SASL exchange.
+"""One connection's state: its listener, client address, principal, SASL exchange and the
+client software it named (KIP-511).
 
 Invariants:
 - The server makes one ``Session`` per connection before its first request (every request
@@ -23,6 +24,10 @@ from sparklog.broker.security.sasl import AuthenticationFailed, Authenticator
 log = logging.getLogger(__name__)
 
 
+UNKNOWN_SOFTWARE = ("unknown", "unknown")
+"""What Kafka calls a client that never named its software."""
+
+
 class Session:
     def __init__(self, listener: ListenerSecurity, certificate_principal: str | None = None,
                  client_host: str = "") -> None:
@@ -36,6 +41,8 @@ class Session:
         self.raw_tokens = False
         """SaslHandshake v0 was used: the next frames are bare SASL tokens."""
         self.closing = False
+        self.client_software = UNKNOWN_SOFTWARE
+        """The client's software name and version (KIP-511: ApiVersions v3+)."""
 
     async def step(self, token: bytes) -> tuple[bytes, str | None]:
         """The server's answer to one client token of the SASL exchange, and the failure
