@@ -69,6 +69,7 @@ from kafka.protocol.producer import (
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kazoo.client import KazooClient
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.process import BrokerProcess
@@ -580,6 +581,20 @@ def _kp_requests() -> dict[int, type[ApiMessage]]:
     return found
 
 
+@functools.cache
+def kio_versions(api_key: int) -> tuple[int, ...]:
+    """The versions of ``api_key`` kio has a request schema for (Kafka 4's message JSON:
+    what Kafka 4 serves, KIP-896 having dropped the oldest)."""
+    found = []
+    for version in range(64):
+        try:
+            load_request_schema(api_key, version)
+        except (UnknownAPIKey, UnknownEntity):
+            continue
+        found.append(version)
+    return tuple(found)
+
+
 def kp_request(api_key: int) -> type[ApiMessage]:
     """kafka-python's request class of ``api_key``: an encoder independent of ours."""
     return _kp_requests()[api_key]
@@ -660,17 +675,20 @@ class FetchResult(NamedTuple):
     records: bytes
 
 
-def fetch_request(topic: str, partition: int, offset: int, *, max_wait_ms: int = 0,
-                  min_bytes: int = 0, max_bytes: int = 1 << 20) -> FetchRequest:
-    """A Fetch v11 of one partition (no fetch session, read_uncommitted)."""
+def fetch_request(topic: str | uuid.UUID, partition: int, offset: int, *, max_wait_ms: int = 0,
+                  min_bytes: int = 0, max_bytes: int = 1 << 20, version: int = 11
+                  ) -> FetchRequest:
+    """A Fetch (v11 unless told) of one partition (no fetch session, read_uncommitted);
+    ``topic`` is an id from v13."""
     fetch_topic = FetchRequest.FetchTopic
+    named = {"topic_id": topic} if isinstance(topic, uuid.UUID) else {"topic": topic}
     return FetchRequest(
-        version=11, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+        version=version, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
         max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
-        forgotten_topics_data=[], topics=[fetch_topic(topic=topic, partitions=[
+        forgotten_topics_data=[], topics=[fetch_topic(**named, partitions=[
             fetch_topic.FetchPartition(partition=partition, current_leader_epoch=-1,
                                        fetch_offset=offset, log_start_offset=-1,
-                                       partition_max_bytes=max_bytes)])])
+                                       last_fetched_epoch=-1, partition_max_bytes=max_bytes)])])
 
 
 def raw_fetch(conn: RawConnection, topic: str, partition: int, offset: int) -> FetchResult:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any, Protocol
@@ -31,9 +32,11 @@ from broker_fixtures import (
     admin,
     consume_confluent,
     create_topic,
+    fetch_request,
     metadata_v12,
     module_broker,
     numbered,
+    one_batch,
     produce_confluent,
     raw_fetch,
     raw_produce,
@@ -57,6 +60,8 @@ from kafka import TopicPartition as KpTopicPartition
 from kafka.admin import AlterConfigOp
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.errors import KafkaError as KpKafkaError
+from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.cli import main as sparklog_main
@@ -394,10 +399,11 @@ def test_delete_topic(broker: BrokerProcess, topic: str, client: Admin) -> None:
     assert watermarks(broker.bootstrap, topic) == (0, 0)
 
 
-def test_metadata_v12_names_topic_ids_and_leader_epochs(broker: BrokerProcess,
-                                                        topic: str) -> None:
+def test_metadata_names_topic_ids_and_leader_epochs(broker: BrokerProcess,
+                                                    topic: str) -> None:
     """What librdkafka reads from Metadata v9+: leader epochs, and (v10+) topic ids, each
-    topic's own and kept while it lives; a topic asked for by id alone is unknown."""
+    topic's own and kept while it lives; from v12 a topic is found by its id alone, and the
+    id of a deleted topic (even one re-created under its name) finds nothing."""
     create_topic(broker.bootstrap, topic, partitions=2)
     found, missing = metadata_v12(broker.bootstrap, topic, f"{topic}-never").topics
     assert found.error_code == ErrorCode.NONE and found.topic_id.int != 0
@@ -405,11 +411,37 @@ def test_metadata_v12_names_topic_ids_and_leader_epochs(broker: BrokerProcess,
     assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert metadata_v12(broker.bootstrap, topic).topics[0].topic_id == found.topic_id
     (by_id,) = metadata_v12(broker.bootstrap, found.topic_id).topics
-    assert (by_id.error_code, by_id.topic_id) == (ErrorCode.UNKNOWN_TOPIC_ID, found.topic_id)
+    assert (by_id.error_code, by_id.name, by_id.topic_id) == \
+        (ErrorCode.NONE, topic, found.topic_id)
+    assert [p.partition_index for p in by_id.partitions] == [0, 1]
     deleting = admin(broker.bootstrap)  # kept: its futures fail once it is freed
     deleting.delete_topics([topic])[topic].result(TIMEOUT)
     create_topic(broker.bootstrap, topic)
     assert metadata_v12(broker.bootstrap, topic).topics[0].topic_id != found.topic_id
+    (gone,) = metadata_v12(broker.bootstrap, found.topic_id).topics
+    assert (gone.error_code, gone.name) == (ErrorCode.UNKNOWN_TOPIC_ID, None)
+
+
+def test_produce_and_fetch_by_an_unknown_topic_id_change_nothing(broker: BrokerProcess,
+                                                                 topic: str) -> None:
+    """Produce v13 and Fetch v13+ name topics by id: an id no topic has is
+    UNKNOWN_TOPIC_ID for each partition asked for, and nothing is appended."""
+    create_topic(broker.bootstrap, topic)
+    unknown = uuid.uuid4()
+    produced = ProduceRequest.TopicProduceData
+    with RawConnection(broker.bootstrap) as conn:
+        answer = conn.call(ProduceRequest(
+            version=13, transactional_id=None, acks=-1, timeout_ms=10000,
+            topic_data=[produced(topic_id=unknown, partition_data=[
+                produced.PartitionProduceData(index=p, records=one_batch(b"x"))
+                for p in (0, 1)])]), ProduceResponse)
+        assert [(t.topic_id, [p.error_code for p in t.partition_responses])
+                for t in answer.responses] == [(unknown, [ErrorCode.UNKNOWN_TOPIC_ID] * 2)]
+        answer = conn.call(fetch_request(unknown, 0, 0, max_wait_ms=500, min_bytes=1,
+                                         version=18), FetchResponse)
+        assert [(t.topic_id, [p.error_code for p in t.partitions])
+                for t in answer.responses] == [(unknown, [ErrorCode.UNKNOWN_TOPIC_ID])]
+    assert watermarks(broker.bootstrap, topic) == (0, 0)
 
 
 def test_delete_records(broker: BrokerProcess, topic: str, client: Admin) -> None:

@@ -25,8 +25,11 @@ from broker_fixtures import (
     admin,
     consume_confluent,
     create_topic,
+    fetch_request,
+    metadata_v12,
     metadata_v12_request,
     numbered,
+    one_batch,
     produce_confluent,
     running_cluster,
     wait_until,
@@ -43,8 +46,13 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
 )
-from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer import (
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
 from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from sparklog.cli import main
 from sparklog.cluster.layout import (
@@ -123,6 +131,52 @@ def test_logs_live_only_on_replicas(cluster: Cluster, capsys: pytest.CaptureFixt
     lines = capsys.readouterr().out.splitlines()
     assert "PartitionCount: 3\tReplicationFactor: 2" in lines[0]
     assert sum(int(line.rsplit("..", 1)[1]) for line in lines[1:]) == 6
+
+
+def test_a_data_request_at_a_broker_that_does_not_lead_names_the_leader(
+        cluster: Cluster) -> None:
+    """KIP-951: Produce v10+ and Fetch v16+ sent to a broker that does not lead the
+    partition are answered NOT_LEADER_OR_FOLLOWER with the leader, its epoch and its
+    endpoint, so a client moves without a Metadata round; v13 name the topic by id."""
+    create_topic(cluster.bootstrap, "redirected", replication_factor=1)
+    leader = cluster.leader("redirected")
+    (described,) = metadata_v12(cluster.brokers[leader].bootstrap, "redirected").topics
+    topic_id, epoch = described.topic_id, described.partitions[0].leader_epoch
+    host, port = cluster.brokers[leader].bootstrap.split(":")
+    produced = ProduceRequest.TopicProduceData
+    other = next(b for b in range(len(cluster.brokers)) if b != leader)
+    with RawConnection(cluster.brokers[other].bootstrap) as conn:
+        for version in (10, 13):
+            answer = conn.call(ProduceRequest(
+                version=version, transactional_id=None, acks=-1, timeout_ms=10000,
+                topic_data=[produced(name="redirected", topic_id=topic_id, partition_data=[
+                    produced.PartitionProduceData(index=0, records=one_batch(b"x"))])]),
+                ProduceResponse)
+            (partition,) = answer.responses[0].partition_responses
+            assert partition.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            assert (partition.current_leader.leader_id,
+                    partition.current_leader.leader_epoch) == (leader, epoch)
+            assert [(e.node_id, e.host, e.port) for e in answer.node_endpoints] == \
+                [(leader, host, int(port))]
+        answer = conn.call(fetch_request(topic_id, 0, 0, version=16), FetchResponse)
+        (topic,) = answer.responses
+        (partition,) = topic.partitions
+        assert (topic.topic_id, partition.error_code) == \
+            (topic_id, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        assert (partition.current_leader.leader_id,
+                partition.current_leader.leader_epoch) == (leader, epoch)
+        assert [(e.node_id, e.host, e.port) for e in answer.node_endpoints] == \
+            [(leader, host, int(port))]
+    with RawConnection(cluster.brokers[leader].bootstrap) as conn:  # the leader appends
+        answer = conn.call(ProduceRequest(
+            version=13, transactional_id=None, acks=-1, timeout_ms=10000,
+            topic_data=[produced(topic_id=topic_id, partition_data=[
+                produced.PartitionProduceData(index=0, records=one_batch(b"y"))])]),
+            ProduceResponse)
+        (partition,) = answer.responses[0].partition_responses
+        assert (answer.responses[0].topic_id, partition.error_code) == (topic_id, 0)
+        assert answer.node_endpoints == []
+    assert watermarks(cluster.bootstrap, "redirected") == (0, 1)
 
 
 def test_logs_follow_assignment_changes(cluster: Cluster) -> None:

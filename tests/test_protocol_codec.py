@@ -11,12 +11,13 @@ import importlib
 import os
 import struct
 import tempfile
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from broker_fixtures import kp_request
+from broker_fixtures import kio_versions, kp_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
@@ -46,6 +47,7 @@ from sparklog.protocol.fetch_response import (
     FetchPartition,
     FetchTopic,
     FileRegion,
+    NodeEndpoint,
     encode_fetch_response,
 )
 from sparklog.protocol.fetch_response import FetchResponse as FetchAnswer
@@ -126,50 +128,26 @@ def record_batch(*values: bytes) -> bytes:
 
 
 def test_version_table() -> None:
-    assert ADVERTISED[ApiKey.PRODUCE] == (0, 8)
-    assert ADVERTISED[ApiKey.FETCH] == (0, 11)
-    assert ADVERTISED[ApiKey.METADATA] == (0, 12)
-    assert ADVERTISED[ApiKey.INCREMENTAL_ALTER_CONFIGS] == (0, 0)
-    assert 7 not in ADVERTISED and 999 not in ADVERTISED
-    assert ADVERTISED[ApiKey.SASL_HANDSHAKE] == ADVERTISED[ApiKey.SASL_AUTHENTICATE] == (0, 1)
-    assert ADVERTISED[ApiKey.CREATE_ACLS] == (1, 1)  # kio has no v0: Kafka 4 dropped it
-    assert ADVERTISED[ApiKey.END_TXN] == (0, 2)
-    assert ADVERTISED[ApiKey.WRITE_TXN_MARKERS] == (1, 1)  # kio has no v0: Kafka 4 dropped it
-    assert ADVERTISED[ApiKey.ELECT_LEADERS] == (0, 2)
-    assert ADVERTISED[ApiKey.DESCRIBE_LOG_DIRS] == (1, 5)  # kio has no v0: Kafka 4 dropped it
-    assert ADVERTISED[ApiKey.ALTER_PARTITION_REASSIGNMENTS] == (0, 1)
-    assert ADVERTISED[ApiKey.LIST_PARTITION_REASSIGNMENTS] == (0, 0)
-    assert len(ADVERTISED) == 42
+    """The table the handlers declare is sorted, names only Kafka's API keys, and reaches no
+    further than kio's newest schema for each (the codec could not read beyond it)."""
     assert list(ADVERTISED) == sorted(ADVERTISED)
-
-
-# APIs that exist only as flexible versions (Kafka added them after KIP-482)
-FIRST_FLEXIBLE = {ApiKey.WRITE_TXN_MARKERS: 0, ApiKey.DESCRIBE_TRANSACTIONS: 0,
-                  ApiKey.LIST_TRANSACTIONS: 0, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
-                  ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0, ApiKey.METADATA: 9,
-                  ApiKey.ELECT_LEADERS: 2, ApiKey.DESCRIBE_LOG_DIRS: 2,
-                  ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
-                  ApiKey.LIST_PARTITION_REASSIGNMENTS: 0}
-"""The first flexible version (tagged fields) of the APIs served in one."""
-
-
-def flexible_served(api_key: int, version: int) -> bool:
-    return version >= FIRST_FLEXIBLE.get(api_key, 1 << 15)
+    assert set(ADVERTISED) <= set(ApiKey)
+    for key, (low, high) in ADVERTISED.items():
+        assert 0 <= low <= high <= max(kio_versions(key)), ApiKey(key).name
 
 
 def test_header_versions() -> None:
+    """Which versions are flexible (request header v2, response header v1) agrees with
+    kafka-python's schemas, an independent reading of Kafka's JSON, for every served
+    version; ApiVersions answers with response header v0 whatever its version."""
     for key, (low, high) in ADVERTISED.items():
-        flexible = flexible_served(key, high)
-        if FIRST_FLEXIBLE.get(key, 0) > low:  # served in older versions and flexible ones
-            assert not is_flexible(key, FIRST_FLEXIBLE[key] - 1)
-        assert is_flexible(key, high) is flexible
-        assert request_header_version(key, high) == (2 if flexible else 1)
-        assert response_header_version(key, high) == (1 if flexible else 0)
-    assert is_flexible(ApiKey.METADATA, 9)
-    assert request_header_version(ApiKey.METADATA, 9) == 2
-    assert response_header_version(ApiKey.METADATA, 9) == 1
-    assert request_header_version(ApiKey.API_VERSIONS, 3) == 2
-    assert response_header_version(ApiKey.API_VERSIONS, 3) == 0
+        first, last = kp_request(key)._flexible_versions
+        for version in range(low, high + 1):
+            flexible = first <= version <= last
+            assert is_flexible(key, version) is flexible, (ApiKey(key).name, version)
+            assert request_header_version(key, version) == (2 if flexible else 1)
+            expected = 0 if key == ApiKey.API_VERSIONS else (1 if flexible else 0)
+            assert response_header_version(key, version) == expected
     assert not is_flexible(ApiKey.SASL_HANDSHAKE, 100)
     assert request_header_version(999, 5) == 1
 
@@ -242,7 +220,8 @@ def test_every_advertised_version_has_a_codec(api_key: int, version: int) -> Non
     (kafka-python's), and has a response class of its API, flexible where Kafka's is."""
     cls = response_class(api_key, version)
     assert cls.__api_key__ == api_key
-    assert cls.__flexible__ is flexible_served(api_key, version)
+    first, last = kp_request(api_key)._flexible_versions
+    assert cls.__flexible__ is (first <= version <= last)
     header, request = decode(kp_frame(kp_request(api_key)(version=version)))
     assert (header.api_key, header.api_version) == (api_key, version)
     assert request.__api_key__ == api_key
@@ -717,10 +696,11 @@ def materialise(parts: list[bytes | FileRegion]) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize("version", range(12))
+@pytest.mark.parametrize("version", range(19))
 def test_fetch_response(version: int, segment: tuple[int, bytes, int]) -> None:
     fd, batch, position = segment
     inline = record_batch(b"inline")
+    ids = uuid.uuid4(), uuid.uuid4()
     topics = [
         FetchTopic(
             "orders",
@@ -728,18 +708,33 @@ def test_fetch_response(version: int, segment: tuple[int, bytes, int]) -> None:
                 FetchPartition(0, 0, 100, 90, 10, FileRegion(fd, position, len(batch))),
                 FetchPartition(1, 0, 5, 5, 0, inline),
                 FetchPartition(2, ErrorCode.OFFSET_OUT_OF_RANGE, 7, 7, 3, None),
+                FetchPartition(3, ErrorCode.NOT_LEADER_OR_FOLLOWER, current_leader=(2, 9)),
             ],
+            ids[0],
         ),
-        FetchTopic("empty", []),
+        FetchTopic("empty", [], ids[1]),
     ]
-    parts = encode_fetch_response(31, version, FetchAnswer(topics, throttle_ms=12))
+    leaders = [NodeEndpoint(2, "broker-2.example", 9093, "rack-b")]
+    parts = encode_fetch_response(31, version, FetchAnswer(topics, throttle_ms=12,
+                                                           node_endpoints=leaders))
     assert type(parts[0]) is bytes
     assert any(isinstance(part, FileRegion) for part in parts)
     assert any(part is inline for part in parts)  # not copied
     decoded = kp_decode(FetchResponse, version, materialise(parts), 31)
 
     orders, empty = decoded.responses
-    assert (orders.topic, empty.topic, empty.partitions) == ("orders", "empty", [])
+    if version >= 13:
+        assert (orders.topic_id, empty.topic_id, empty.partitions) == (*ids, [])
+    else:
+        assert (orders.topic, empty.topic, empty.partitions) == ("orders", "empty", [])
+    moved = orders.partitions.pop()
+    assert moved.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if version >= 12:  # KIP-951's fields, tagged
+        assert (moved.current_leader.leader_id, moved.current_leader.leader_epoch) == (2, 9)
+    if version >= 16:
+        (endpoint,) = decoded.node_endpoints
+        assert (endpoint.node_id, endpoint.host, endpoint.port, endpoint.rack) == \
+            (2, "broker-2.example", 9093, "rack-b")
     records = [bytes(p.records) if p.records is not None else None for p in orders.partitions]
     assert records == [batch, inline, b""]
     assert [p.high_watermark for p in orders.partitions] == [100, 5, 7]
@@ -769,9 +764,9 @@ def test_fetch_response_aborted_transactions_and_session_error() -> None:
     assert [(a.producer_id, a.first_offset) for a in aborted] == [(1000, 3)]
 
 
-def test_fetch_response_rejects_flexible_versions() -> None:
+def test_fetch_response_rejects_versions_beyond_the_newest() -> None:
     with pytest.raises(ValueError):
-        encode_fetch_response(1, 12, FetchAnswer([]))
+        encode_fetch_response(1, 19, FetchAnswer([]))
 
 
 # --- property tests --------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from sparklog.broker.replication.partition import Partition
 from sparklog.broker.replication.replica_manager import ReplicaManager
 from sparklog.broker.request_context import current, current_session
 from sparklog.broker.security.broker_security import BrokerSecurity
+from sparklog.cluster.layout import Endpoint
 from sparklog.coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.coordinator.offsets_store import OffsetsStore
@@ -133,6 +134,21 @@ class Broker:
         UNKNOWN_TOPIC_ID)."""
         found = self.logs.topic_by_id(topic_id.hex)
         return None if found is None else found.name
+
+    def listed_endpoints(self, listener: str | None) -> dict[int, tuple[Endpoint, str | None]]:
+        """Each broker Metadata lists (the live ones, and for a few seconds one that just
+        left) with its endpoint on ``listener`` and its rack; brokers without that listener
+        are left out, as Kafka does."""
+        return {b: (endpoint, info.rack) for b, info in self.replicas.listed_brokers().items()
+                if (endpoint := info.endpoint(listener)) is not None}
+
+    def current_leader(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """The partition's leader and leader epoch as this broker knows them (KIP-951:
+        what a NOT_LEADER_OR_FOLLOWER answer tells the client), None when it has none."""
+        found = self.replicas.partitions.get((topic, partition))
+        if found is None or found.leader < 0:
+            return None
+        return found.leader, found.leader_epoch
 
     def leader_partition(self, topic: str, partition: int) -> Partition:
         """The partition this broker leads, to serve to clients (a fault hook may refuse

@@ -1,4 +1,4 @@
-"""Fetch (key 1), v0-v11.
+"""Fetch (key 1), v0-v18.
 
 Behaviour:
 - Each partition returns the bytes from the segment file starting at the batch that holds
@@ -22,58 +22,113 @@ Behaviour:
 - No fetch sessions: ``session_id`` is 0 and every requested partition is answered each time.
 - An offset outside [log start, log end] is OFFSET_OUT_OF_RANGE; a current leader epoch
   above ours is UNKNOWN_LEADER_EPOCH, below it FENCED_LEADER_EPOCH.
+- v12+ are flexible (the zero-copy encoder writes them too). v13+ name topics by id: an id
+  no topic has is UNKNOWN_TOPIC_ID for each of its partitions (a deleted topic's id, also
+  one re-created since under the same name: ids are never reused, so a log never holds
+  another topic's id here and INCONSISTENT_TOPIC_ID does not arise). v15+ carry a
+  follower's id in ``replica_state``. v16+ (KIP-951): a partition answered
+  NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names the leader and epoch this broker
+  knows, and the response carries those leaders' endpoints on the request's listener, so
+  the consumer moves without a Metadata round. v17's directory id and v18's follower high
+  watermark are for KRaft's JBOD and fetch-from-follower: read and ignored.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
+from sparklog.broker.request_context import listener_name
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
-from sparklog.protocol.fetch_response import FetchPartition, FetchResponse, FetchTopic, FileRegion
+from sparklog.protocol.fetch_response import (
+    FIRST_NODE_ENDPOINTS,
+    FetchPartition,
+    FetchResponse,
+    FetchTopic,
+    FileRegion,
+    NodeEndpoint,
+)
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey, IsolationLevel
 
 if TYPE_CHECKING:
-    from kio.schema.fetch.v11.request import FetchRequest
+    from kio.schema.fetch.v18.request import FetchRequest
+
+MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+"""The answers that name the partition's leader (KIP-951)."""
 
 
-
-@handles(ApiKey.FETCH, versions=(0, 11))
+@handles(ApiKey.FETCH, versions=(0, 18))
 async def fetch(broker: Broker, header: RequestHeader,
                 request: FetchRequest) -> FetchResponse:
     deadline = time.monotonic() + request.max_wait.total_seconds()
-    wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    named = [(_topic_name(broker, t), t) for t in request.topics]
+    wanted = [(name, p.partition) for name, t in named if name is not None
+              for p in t.partitions]
     committed = getattr(request, "isolation_level", 0) == IsolationLevel.READ_COMMITTED
+    replica_state = getattr(request, "replica_state", None)
+    replica_id = replica_state.replica_id if replica_state is not None \
+        else getattr(request, "replica_id", -1)
     while True:
-        topics, total, errors = _read(broker, request, committed)
+        topics, total, errors = _read(broker, request, named, committed, replica_id)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
             break
         await broker.replicas.wait_for_append(wanted, remaining)
-    return FetchResponse(topics)
+    if header.api_version < FIRST_NODE_ENDPOINTS:
+        return FetchResponse(topics)
+    return _with_leaders(broker, topics)
 
 
-def _read(broker: Broker, request: Any, committed: bool) -> tuple[list[FetchTopic], int, bool]:
+def _topic_name(broker: Broker, topic: Any) -> str | None:
+    """The topic's name: given (v0-v12), or the one of its id (v13+; None: no such id)."""
+    topic_id = getattr(topic, "topic_id", None)
+    return topic.topic if topic_id is None else broker.topic_named(topic_id)
+
+
+def _read(broker: Broker, request: Any, named: list[tuple[str | None, Any]], committed: bool,
+          replica_id: int) -> tuple[list[FetchTopic], int, bool]:
     budget = request.max_bytes
     total, errors = 0, False
     topics = []
-    for topic in request.topics:
+    for name, topic in named:
         partitions = []
         for p in topic.partitions:
-            result = _read_partition(broker, topic.topic, p, budget if total else None,
-                                     committed, getattr(request, "replica_id", -1))
+            result = FetchPartition(p.partition, ErrorCode.UNKNOWN_TOPIC_ID) if name is None \
+                else _read_partition(broker, name, p, budget if total else None, committed,
+                                     replica_id)
             partitions.append(result)
             if result.error_code:
                 errors = True
             elif isinstance(result.records, FileRegion):
                 total += result.records.length
                 budget -= result.records.length
-        topics.append(FetchTopic(topic.topic, partitions))
+        topics.append(FetchTopic(name or "", partitions, getattr(topic, "topic_id", None)))
     return topics, total, errors
+
+
+def _with_leaders(broker: Broker, topics: list[FetchTopic]) -> FetchResponse:
+    """KIP-951: partitions this broker does not lead name their leader, and the response
+    its endpoint (on the request's listener)."""
+    answered, leaders = [], set()
+    for topic in topics:
+        partitions = []
+        for p in topic.partitions:
+            current = broker.current_leader(topic.topic, p.partition_index) \
+                if p.error_code in MOVED else None
+            if current is not None:
+                leaders.add(current[0])
+                p = replace(p, current_leader=current)
+            partitions.append(p)
+        answered.append(replace(topic, partitions=partitions))
+    endpoints = broker.listed_endpoints(listener_name())
+    return FetchResponse(answered, node_endpoints=[
+        NodeEndpoint(node, endpoint.host, endpoint.port, rack)
+        for node, (endpoint, rack) in sorted(endpoints.items()) if node in leaders])
 
 
 def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None,

@@ -1,4 +1,4 @@
-"""Metadata (key 3), v0-v12.
+"""Metadata (key 3), v0-v13.
 
 Behaviour: the answer is what the replica manager knows of the cluster (ZooKeeper's, or a
 single node's, which is the only broker, the controller, and the leader in epoch 0, only
@@ -24,11 +24,16 @@ operations (v8) are Kafka's bit fields when asked for, else ``OMITTED``.
 v9+ matter to librdkafka: only from Metadata v9 does it trust the leader epochs it is
 given (KIP-320), and without them it follows a partition's new leader after a failover one
 metadata refresh late. Topic ids (v10+) are the topic's (the cluster's, which every broker
-keeps); a topic asked for by id alone (no name) is UNKNOWN_TOPIC_ID.
+keeps). From v12 a topic may be asked for by id alone (no name): it is described like one
+asked for by name (never auto-created), an id no topic has is UNKNOWN_TOPIC_ID, and one
+the principal may not describe is TOPIC_AUTHORIZATION_FAILED without its name (Kafka holds
+ids not sensitive, names are). v13 adds a top-level error code: always NONE here
+(REBOOTSTRAP_REQUIRED is for brokers that lose their metadata).
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
@@ -42,7 +47,7 @@ from sparklog.protocol.versions import ApiKey
 from sparklog.storage.log_manager import validate_topic_name
 
 if TYPE_CHECKING:
-    from kio.schema.metadata.v12.request import MetadataRequest
+    from kio.schema.metadata.v13.request import MetadataRequest
 
 
 
@@ -50,7 +55,7 @@ OMITTED = -(2**31)
 """Authorized operations not asked for (Kafka's Integer.MIN_VALUE)."""
 
 
-@handles(ApiKey.METADATA, versions=(0, 12))
+@handles(ApiKey.METADATA, versions=(0, 13))
 async def metadata(broker: Broker, header: RequestHeader,
                    request: MetadataRequest) -> Any:
     build = Build(header)
@@ -61,22 +66,22 @@ async def metadata(broker: Broker, header: RequestHeader,
         names = [n for n in sorted(replicas.assignments)
                  if security.authorize(Operation.DESCRIBE, ResourceType.TOPIC, n)]
     else:
-        names = [t.name for t in request.topics if t.name is not None]
+        names = [t.name if t.name is not None else broker.topic_named(t.topic_id)
+                 for t in request.topics]
+    by_id = {t.topic_id for t in request.topics or () if t.name is None}
     auto_create = (version < 4 or request.allow_auto_topic_creation) and \
         broker.config.get_bool("auto.create.topics.enable")
     with_operations = getattr(request, "include_topic_authorized_operations", False)
     cluster_operations = security.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) \
         if getattr(request, "include_cluster_authorized_operations", False) else OMITTED
-    topics = [await _topic(build, broker, name, auto_create, with_operations)
-              for name in names]
-    listener = listener_name()
-    endpoints = {b: (info, e) for b, info in replicas.listed_brokers().items()
-                 if (e := info.endpoint(listener)) is not None}
+    topics = [await _topic(build, broker, name, auto_create, with_operations, by_id)
+              for name in names if name is not None]
     return build.response(
         brokers=tuple(build("MetadataResponseBroker", node_id=b, host=e.host, port=e.port,
-                            rack=info.rack) for b, (info, e) in endpoints.items()),
+                            rack=rack)
+                      for b, (e, rack) in broker.listed_endpoints(listener_name()).items()),
         cluster_id=broker.cluster_id, controller_id=replicas.controller_id,
-        topics=tuple(topics) + _unknown_ids(build, request),
+        topics=tuple(topics) + _unknown_ids(build, broker, by_id), error_code=ErrorCode.NONE,
         cluster_authorized_operations=cluster_operations)
 
 
@@ -100,13 +105,17 @@ def _operations(broker: Broker, name: str, with_operations: bool) -> int:
 
 
 async def _topic(build: Build, broker: Broker, name: str, auto_create: bool,
-                 with_operations: bool) -> Any:
+                 with_operations: bool, by_id: set[uuid.UUID]) -> Any:
     """One topic's answer, auto-creating it when the request may (module docstring)."""
     replicas = broker.replicas
-    create = auto_create and not name.startswith("__")
+    topic_id = broker.topic_id(name)
+    create = auto_create and not name.startswith("__") and topic_id not in by_id
     try:
         _authorize(broker, name, create and name not in replicas.assignments)
     except KafkaError as exc:
+        if topic_id in by_id:
+            return build("MetadataResponseTopic", error_code=exc.code, name=None,
+                         topic_id=topic_id, is_internal=False, partitions=())
         return _refused(build, name, exc.code)
     if name not in replicas.assignments:
         if not create:
@@ -140,8 +149,8 @@ async def _topic(build: Build, broker: Broker, name: str, auto_create: bool,
                  topic_authorized_operations=_operations(broker, name, with_operations))
 
 
-def _unknown_ids(build: Build, request: Any) -> tuple[Any, ...]:
-    """Topics asked for by id alone (v10+): sparklog knows topics by name only."""
+def _unknown_ids(build: Build, broker: Broker, by_id: set[uuid.UUID]) -> tuple[Any, ...]:
+    """Topics asked for by an id no topic has (v12+)."""
     return tuple(build("MetadataResponseTopic", error_code=ErrorCode.UNKNOWN_TOPIC_ID,
-                       name=None, topic_id=t.topic_id, partitions=())
-                 for t in request.topics or () if t.name is None)
+                       name=None, topic_id=topic_id, partitions=())
+                 for topic_id in sorted(by_id) if broker.topic_named(topic_id) is None)

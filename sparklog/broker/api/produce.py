@@ -1,4 +1,4 @@
-"""Produce (key 0), v0-v8.
+"""Produce (key 0), v0-v13.
 
 Behaviour:
 - Each partition's records blob is validated whole (framing, CRC-32C, record counts,
@@ -20,6 +20,13 @@ Behaviour:
 - acks 0 gets no response; acks 1 is answered after the append, acks -1 once the ISR has
   it (``replication.partition.Partition``: at once when the leader is the whole ISR).
   Produce does not auto-create topics (Metadata does).
+- v9+ are flexible. v10+ (KIP-951): a partition answered NOT_LEADER_OR_FOLLOWER names
+  the leader and epoch this broker knows (``current_leader``), and the response those
+  leaders' endpoints on the request's listener, so the producer moves at once instead of
+  after a Metadata round. v11 may answer TRANSACTION_ABORTABLE, v12 is v11 for a broker
+  whose ``transaction.version`` is below 2 (no partition is added implicitly; KIP-890 part
+  2 belongs to the transactions protocol), v13 names topics by id (an id no topic has is
+  UNKNOWN_TOPIC_ID for each of its partitions, nothing appended).
 - Every partition of a request is appended, in request order, before any waits for its
   acks; then the request ``release``s its connection (``request_context``), so the
   connection's
@@ -36,7 +43,7 @@ from inspect import isawaitable
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
-from sparklog.broker.request_context import release
+from sparklog.broker.request_context import listener_name, release
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
@@ -45,7 +52,7 @@ from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
-    from kio.schema.produce.v8.request import ProduceRequest
+    from kio.schema.produce.v13.request import ProduceRequest
 
     from sparklog.storage.log import AppendInfo
 
@@ -53,7 +60,7 @@ if TYPE_CHECKING:
 VALID_ACKS = (-1, 0, 1)
 
 
-@handles(ApiKey.PRODUCE, versions=(0, 8))
+@handles(ApiKey.PRODUCE, versions=(0, 13))
 async def produce(broker: Broker, header: RequestHeader,
                   request: ProduceRequest) -> Any:
     build = Build(header)
@@ -63,12 +70,13 @@ async def produce(broker: Broker, header: RequestHeader,
     refused = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional_id is not None \
         and not security.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                    transactional_id) else None
+    names = [_topic_name(broker, topic) for topic in request.topic_data]
     appends = []
-    for topic in request.topic_data:
-        denied = refused or (None if security.authorize(Operation.WRITE, ResourceType.TOPIC,
-                                                        topic.name)
-                             else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        appends.extend(_append(build, broker, topic.name, data, request.acks, now,
+    for name, topic in zip(names, request.topic_data, strict=True):
+        denied = refused or (ErrorCode.UNKNOWN_TOPIC_ID if name is None else None) or (
+            None if security.authorize(Operation.WRITE, ResourceType.TOPIC, name)
+            else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        appends.extend(_append(build, broker, name or "", data, request.acks, now,
                                request.timeout, denied) for data in topic.partition_data)
     release()  # every partition is appended: the connection's next request may start
     waiting = [i for i, a in enumerate(appends) if isawaitable(a)]
@@ -76,13 +84,26 @@ async def produce(broker: Broker, header: RequestHeader,
         for i, answer in zip(waiting, await asyncio.gather(*(appends[i] for i in waiting)),
                              strict=True):
             appends[i] = answer
-    answers = iter(appends)
     if request.acks == 0:
         return None
-    return build.response(responses=tuple(
-        build("TopicProduceResponse", name=topic.name,
+    answers = iter(appends)
+    topics = tuple(
+        build("TopicProduceResponse", name=name, topic_id=getattr(topic, "topic_id", None),
               partition_responses=tuple(next(answers) for _ in topic.partition_data))
-        for topic in request.topic_data))
+        for name, topic in zip(names, request.topic_data, strict=True))
+    leaders = {p.current_leader.leader_id for t in topics for p in t.partition_responses
+               if getattr(p, "current_leader", None) is not None
+               and p.current_leader.leader_id >= 0}
+    return build.response(responses=topics, node_endpoints=tuple(
+        build("NodeEndpoint", node_id=node, host=endpoint.host, port=endpoint.port, rack=rack)
+        for node, (endpoint, rack) in sorted(broker.listed_endpoints(listener_name()).items())
+        if node in leaders))
+
+
+def _topic_name(broker: Broker, topic: Any) -> str | None:
+    """The topic's name: given (v0-v12), or the one of its id (v13+; None: no such id)."""
+    topic_id = getattr(topic, "topic_id", None)
+    return topic.name if topic_id is None else broker.topic_named(topic_id)
 
 
 def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
@@ -91,14 +112,19 @@ def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now:
     waits for the ISR."""
     def answer(code: ErrorCode, base_offset: int = -1, append_time: int = -1,
                log_start: int = -1, message: str | None = None,
-               record_errors: tuple[Any, ...] = ()) -> Any:
+               record_errors: tuple[Any, ...] = (), current_leader: Any = None) -> Any:
+        moved = {} if current_leader is None else {"current_leader": current_leader}
         return build("PartitionProduceResponse", index=data.index, error_code=code,
                      base_offset=base_offset, log_append_time=timestamp_ms(append_time),
                      log_start_offset=log_start, record_errors=record_errors,
-                     error_message=message)
+                     error_message=message, **moved)
 
     def refused(exc: KafkaError) -> Any:
-        return answer(exc.code, message=str(exc), record_errors=_record_errors(build, exc))
+        moved = broker.current_leader(topic, data.index) \
+            if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
+        return answer(exc.code, message=str(exc), record_errors=_record_errors(build, exc),
+                      current_leader=None if moved is None else build(
+                          "LeaderIdAndEpoch", leader_id=moved[0], leader_epoch=moved[1]))
 
     def appended(info: AppendInfo) -> Any:
         return answer(ErrorCode.NONE, info.base_offset, info.log_append_time,
