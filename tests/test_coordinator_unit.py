@@ -482,7 +482,8 @@ def test_commits_survive_a_restart_and_groups_come_back(offsets_log: MemoryTopic
             assert (summary.state, summary.protocol, summary.members[0].assignment) == (
                 "Stable", "range", b"assigned")
             assert coord.describe("nogroup")[1].state == "Dead"
-            assert sorted(coord.list_groups()[1]) == [("g", "consumer"), ("simple", "")]
+            assert sorted(coord.list_groups()[1]) == [("g", "consumer", "Stable"),
+                                                      ("simple", "", "Empty")]
             # a member that died while the broker was down is removed by its session timeout
             await until(lambda: state(coord) is GroupState.EMPTY)
 

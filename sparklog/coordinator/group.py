@@ -58,7 +58,9 @@ _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
 
 @dataclass(frozen=True, slots=True)
 class JoinResult:
-    """A JoinGroup answer; ``members`` (id, instance id, metadata) only go to the leader."""
+    """A JoinGroup answer; ``members`` (id, instance id, metadata) only go to the leader.
+    ``skip_assignment``: a static leader rejoined a Stable group (KIP-814, JoinGroup v9+); it
+    gets the members but must not compute a new assignment."""
 
     error: ErrorCode
     member_id: str
@@ -66,12 +68,18 @@ class JoinResult:
     protocol: str | None = None
     leader: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class SyncResult:
+    """A SyncGroup answer; a successful one names the group's protocol type and protocol
+    (SyncGroup v5+ echoes them)."""
+
     error: ErrorCode
     assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol: str | None = None
 
 
 @dataclass(eq=False)
@@ -85,6 +93,7 @@ class Member:
     protocol_type: str
     protocols: Protocols
     assignment: bytes = b""
+    join_reason: str | None = None  # the client's reason for its latest JoinGroup (v8+)
     is_new: bool = False
     join_waiter: asyncio.Future[JoinResult] | None = None
     sync_waiter: asyncio.Future[SyncResult] | None = None

@@ -239,7 +239,11 @@ class GroupCoordinator:
     async def join(self, group_id: str, member_id: str, instance_id: str | None, *,
                    require_known_member_id: bool, client_id: str, client_host: str,
                    rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
-                   protocols: Protocols) -> JoinResult:
+                   protocols: Protocols, reason: str | None = None,
+                   supports_skip_assignment: bool = False) -> JoinResult:
+        """A JoinGroup; ``reason`` (v8+) is logged with the rebalance it causes, and a
+        client that ``supports_skip_assignment`` (v9+) rejoining as the static leader of a
+        Stable group is answered as the leader with ``skip_assignment`` (KIP-814)."""
         error = self._check(group_id)
         if error is None and not (
                 self.config.min_session_ms <= session_timeout_ms <= self.config.max_session_ms):
@@ -247,7 +251,7 @@ class GroupCoordinator:
         if error is not None:
             return JoinResult(error, member_id)
         member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
-                        session_timeout_ms, protocol_type, protocols)
+                        session_timeout_ms, protocol_type, protocols, join_reason=reason)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:  # a member of a group we do not know: let it rejoin afresh
@@ -258,17 +262,19 @@ class GroupCoordinator:
         if member_id:
             outcome = self._join_known(group, member)
         else:
-            outcome = self._join_unknown(group, member, require_known_member_id)
+            outcome = self._join_unknown(group, member, require_known_member_id,
+                                         supports_skip_assignment)
         if group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group)
         return await outcome if isinstance(outcome, asyncio.Future) else outcome
 
-    def _join_unknown(self, group: Group, joining: Member, require_known_member_id: bool
+    def _join_unknown(self, group: Group, joining: Member, require_known_member_id: bool,
+                      supports_skip_assignment: bool
                       ) -> JoinResult | asyncio.Future[JoinResult]:
         instance_id = joining.group_instance_id
         joining.member_id = f"{instance_id or joining.client_id}-{uuid.uuid4()}"
         if instance_id is not None and instance_id in group.static_members:
-            return self._rejoin_static_member(group, joining)
+            return self._rejoin_static_member(group, joining, supports_skip_assignment)
         if require_known_member_id:
             group.pending_members[joining.member_id] = self._call_later(
                 joining.session_timeout_ms, self._expire_pending_member, group,
@@ -300,7 +306,8 @@ class GroupCoordinator:
             return self._join_answer(group, member)
         return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)  # Empty
 
-    def _rejoin_static_member(self, group: Group, joining: Member
+    def _rejoin_static_member(self, group: Group, joining: Member,
+                              supports_skip_assignment: bool
                               ) -> JoinResult | asyncio.Future[JoinResult]:
         """A known ``group.instance.id`` came back with an empty member id: replace it."""
         assert joining.group_instance_id is not None
@@ -321,13 +328,19 @@ class GroupCoordinator:
             except KafkaError as exc:  # not stored: the old member id stays the valid one
                 group.replace_static_member(joining.group_instance_id, old_id)
                 return JoinResult(exc.code, "")
-            # The old leader id keeps a rejoined leader from computing a new assignment
-            # that a Stable group would not hand out.
+            if supports_skip_assignment and group.leader == member.member_id:
+                # KIP-814: the leader learns it leads (and its members) but keeps the
+                # assignment the Stable group has.
+                return JoinResult(ErrorCode.NONE, member.member_id, group.generation,
+                                  group.protocol, member.member_id, group.member_metadata(),
+                                  skip_assignment=True)
+            # Before JoinGroup v9 the old leader id keeps a rejoined leader from computing a
+            # new assignment that a Stable group would not hand out.
             return JoinResult(ErrorCode.NONE, member.member_id, group.generation,
                               group.protocol, old_leader or "")
         waiter = self._park_join(member)
-        self._maybe_prepare_rebalance(group, f"static member {joining.group_instance_id} "
-                                             "rejoined")
+        self._maybe_prepare_rebalance(group, _client_reason(
+            f"static member {joining.group_instance_id} rejoined", joining))
         return waiter
 
     def _add_member_and_rebalance(self, group: Group, member: Member) -> asyncio.Future[JoinResult]:
@@ -338,14 +351,16 @@ class GroupCoordinator:
         waiter = self._park_join(member)
         # A new member cannot heartbeat before its join completes: give it longer (Kafka).
         self._touch(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
-        self._maybe_prepare_rebalance(group, f"member {member.member_id} joined")
+        self._maybe_prepare_rebalance(group, _client_reason(f"member {member.member_id} joined",
+                                                            member))
         return waiter
 
     def _update_member_and_rebalance(self, group: Group, member: Member, joining: Member
                                      ) -> asyncio.Future[JoinResult]:
         _update_member(member, joining)
         waiter = self._park_join(member)
-        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
+        self._maybe_prepare_rebalance(group, _client_reason(
+            f"member {member.member_id} rejoined", joining))
         return waiter
 
     def _park_join(self, member: Member) -> asyncio.Future[JoinResult]:
@@ -443,7 +458,7 @@ class GroupCoordinator:
     def _propagate_assignment(self, group: Group, error: ErrorCode) -> None:
         for member in group.members.values():
             if member.sync_waiter is not None:
-                _answer_sync(member, SyncResult(error, member.assignment))
+                _answer_sync(member, _sync_answer(group, member, error))
                 self._touch(group, member)
 
     # -- liveness -------------------------------------------------------------------------
@@ -497,11 +512,19 @@ class GroupCoordinator:
 
     # -- SyncGroup ------------------------------------------------------------------------
     async def sync(self, group_id: str, generation: int, member_id: str,
-                   instance_id: str | None, assignments: Mapping[str, bytes]) -> SyncResult:
+                   instance_id: str | None, assignments: Mapping[str, bytes],
+                   protocol_type: str | None = None, protocol: str | None = None
+                   ) -> SyncResult:
+        """A SyncGroup; a ``protocol_type`` or ``protocol`` (v5+) other than the group's is
+        INCONSISTENT_GROUP_PROTOCOL (None: not checked)."""
         error = self._check(group_id)
         group = self.groups.get(group_id)
         if error is None:
             error = self._member_error(group, member_id, instance_id, generation)
+        if error is None and group is not None and (
+                _inconsistent(protocol_type, group.protocol_type)
+                or _inconsistent(protocol, group.protocol)):
+            error = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         if error is not None:
             return SyncResult(error)
         assert group is not None
@@ -510,7 +533,7 @@ class GroupCoordinator:
             return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.state is GroupState.STABLE:
             self._touch(group, member)
-            return SyncResult(ErrorCode.NONE, member.assignment)
+            return _sync_answer(group, member, ErrorCode.NONE)
         _answer_sync(member, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))  # a superseded sync
         waiter = member.sync_waiter = self.loop.create_future()
         if group.leader == member_id:
@@ -581,9 +604,10 @@ class GroupCoordinator:
         return {topic: self._partition_count(topic) for topic in topics}
 
     # -- LeaveGroup -----------------------------------------------------------------------
-    def leave(self, group_id: str, leaving: Iterable[tuple[str, str | None]]
-              ) -> tuple[ErrorCode, list[ErrorCode]]:
-        """Remove (member id, instance id) pairs; the top-level error and one per member."""
+    def leave(self, group_id: str, leaving: Iterable[tuple[str, str | None]],
+              reasons: Iterable[str | None] = ()) -> tuple[ErrorCode, list[ErrorCode]]:
+        """Remove (member id, instance id) pairs; the top-level error and one per member.
+        ``reasons`` (LeaveGroup v5+, one per member) are logged."""
         leaving = list(leaving)
         error = self._check(group_id)
         if error is not None:
@@ -591,9 +615,13 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(leaving)
-        return ErrorCode.NONE, [self._leave_one(group, m, i) for m, i in leaving]
+        why = list(reasons)
+        why += [None] * (len(leaving) - len(why))
+        return ErrorCode.NONE, [self._leave_one(group, m, i, r)
+                                for (m, i), r in zip(leaving, why, strict=True)]
 
-    def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> ErrorCode:
+    def _leave_one(self, group: Group, member_id: str, instance_id: str | None,
+                   reason: str | None) -> ErrorCode:
         if member_id and group.is_static_member_fenced(member_id, instance_id):
             return ErrorCode.FENCED_INSTANCE_ID
         pending = group.pending_members.pop(member_id, None)
@@ -607,17 +635,23 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        log.info("group %s: member %s left", group.group_id, member_id)
+        log.info("group %s: member %s left; client reason: %s", group.group_id, member_id,
+                 reason or "not provided")
         self._remove_member_and_update_group(group, member)
         return ErrorCode.NONE
 
     # -- offsets --------------------------------------------------------------------------
     def commit(self, group_id: str, member_id: str, instance_id: str | None, generation: int,
-               offsets: Mapping[TopicPartition, OffsetCommit]) -> dict[TopicPartition, ErrorCode]:
+               offsets: Mapping[TopicPartition, OffsetCommit], *,
+               unknown_group_not_found: bool = False) -> dict[TopicPartition, ErrorCode]:
+        """An OffsetCommit. A member's commit (generation >= 0) to an unknown group is
+        ILLEGAL_GENERATION, or GROUP_ID_NOT_FOUND with ``unknown_group_not_found`` (v9+)."""
         error = self._check(group_id, allow_empty_id=True)
         group = self.groups.get(group_id)
         if error is None:
             error = self._commit_error(group, member_id, instance_id, generation)
+            if group is None and error is not None and unknown_group_not_found:
+                error = ErrorCode.GROUP_ID_NOT_FOUND
         if error is not None:
             return dict.fromkeys(offsets, error)
         if group is None:  # a simple consumer's first commit creates the group
@@ -708,12 +742,21 @@ class GroupCoordinator:
             return ErrorCode.NONE, dict(committed)
         return ErrorCode.NONE, {tp: committed.get(tp) for tp in partitions}
 
+    def unstable_offsets(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions with a transactional commit still open (KIP-447: OffsetFetch
+        with ``require_stable`` answers them UNSTABLE_OFFSET_COMMIT)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return set()
+        return {tp for pending in group.pending_txn_offsets.values() for tp in pending}
+
     # -- ListGroups, DescribeGroups, DeleteGroups -----------------------------------------
-    def list_groups(self) -> tuple[ErrorCode, list[tuple[str, str]]]:
-        """(error, [(group id, protocol type)])."""
+    def list_groups(self) -> tuple[ErrorCode, list[tuple[str, str, GroupState]]]:
+        """(error, [(group id, protocol type, state)])."""
         if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
-        return ErrorCode.NONE, [(g.group_id, g.protocol_type or "") for g in self.groups.values()]
+        return ErrorCode.NONE, [(g.group_id, g.protocol_type or "", g.state)
+                                for g in self.groups.values()]
 
     def describe(self, group_id: str) -> tuple[ErrorCode, GroupSummary]:
         error = self._check(group_id, allow_empty_id=True)
@@ -746,6 +789,52 @@ class GroupCoordinator:
             return exc.code
         log.info("group %s deleted", group_id)
         return ErrorCode.NONE
+
+    def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]
+                       ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete (Kafka's deleteOffsets): the group-level error, and each partition's.
+        A group with members may only lose offsets if it uses the consumer protocol
+        (NON_EMPTY_GROUP otherwise), and never those of a topic its members subscribe to
+        (GROUP_SUBSCRIBED_TO_TOPIC); the rest get a tombstone where an offset is committed
+        or a transaction's commit is pending (the open transaction's own offsets still land
+        at its COMMIT marker, on replay too). An Empty group left without offsets dies."""
+        error = self._check(group_id)
+        if error is not None:
+            return error, {}
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        if group.state is not GroupState.EMPTY and group.protocol_type != PROTOCOL_TYPE:
+            return ErrorCode.NON_EMPTY_GROUP, {}
+        subscribed = self._subscribed_topics(group)
+        result = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                  if subscribed is None or tp[0] in subscribed else ErrorCode.NONE
+                  for tp in partitions}
+        pending = self.unstable_offsets(group_id)
+        removed = [tp for tp, code in result.items()
+                   if code == ErrorCode.NONE and (tp in group.offsets or tp in pending)]
+        try:
+            self._cleanup(group, removed)
+        except KafkaError as exc:
+            return exc.code, {}
+        if removed:
+            log.info("group %s: deleted the offsets of %d partitions", group_id, len(removed))
+        return ErrorCode.NONE, result
+
+    def _subscribed_topics(self, group: Group) -> set[str] | None:
+        """The topics the members subscribe to (consumer protocol); None when a member's
+        subscription cannot be read (Kafka then takes every topic to be subscribed)."""
+        if group.protocol_type != PROTOCOL_TYPE or not group.members:
+            return set()
+        if group.protocol is None:
+            return None
+        topics: set[str] = set()
+        for member in group.members.values():
+            try:
+                topics.update(subscribed_topics(member.metadata(group.protocol)))
+            except (ValueError, KeyError):
+                return None
+        return topics
 
     # -- expiration -----------------------------------------------------------------------
     def _expire_periodically(self) -> None:
@@ -832,6 +921,12 @@ def _update_member(member: Member, joining: Member) -> None:
     member.client_id, member.client_host = joining.client_id, joining.client_host
     member.rebalance_timeout_ms = joining.rebalance_timeout_ms
     member.session_timeout_ms = joining.session_timeout_ms
+    member.join_reason = joining.join_reason
+
+
+def _client_reason(cause: str, member: Member) -> str:
+    """A rebalance's cause with the client's reason, as Kafka logs it."""
+    return f"{cause}; client reason: {member.join_reason or 'not provided'}"
 
 
 def _answer_join(member: Member, result: JoinResult) -> None:
@@ -839,6 +934,17 @@ def _answer_join(member: Member, result: JoinResult) -> None:
         if not member.join_waiter.done():
             member.join_waiter.set_result(result)
         member.join_waiter = None
+
+
+def _inconsistent(given: str | None, group_value: str | None) -> bool:
+    """Kafka's isProtocolInconsistent: both known and different."""
+    return given is not None and group_value is not None and given != group_value
+
+
+def _sync_answer(group: Group, member: Member, error: ErrorCode) -> SyncResult:
+    if error != ErrorCode.NONE:
+        return SyncResult(error, member.assignment)
+    return SyncResult(error, member.assignment, group.protocol_type, group.protocol)
 
 
 def _answer_sync(member: Member, result: SyncResult) -> None:
