@@ -1,5 +1,5 @@
 """``sparklog groups`` against a real broker: describe with lag, reset-offsets (plan, execute,
-refusal for an active group, every kind of target), list and delete.
+refusal for an active group, every kind of target), list, delete, and delete-offsets.
 
 The tool runs in-process through ``sparklog.cli.main``; its stdout and stderr are captured.
 """
@@ -202,3 +202,34 @@ def test_list_and_delete(broker: BrokerProcess, topic: str,
     assert code == 1 and "does not exist" in err
     code, _, err = groups(broker, capsys, "describe", "--group", group)
     assert code == 1 and "does not exist" in err
+
+
+def test_delete_offsets_of_a_topic_the_group_no_longer_consumes(
+        broker: BrokerProcess, topic: str, capsys: pytest.CaptureFixture[str]) -> None:
+    group = f"{topic}-g"
+    consumer = member(broker.bootstrap, group, topic)
+    try:
+        commit(consumer, topic, {0: 4, 1: 7})
+        code, out, err = groups(broker, capsys, "delete-offsets", "--group", group,
+                                "--topic", f"{topic}:0")
+        assert code == 1
+        assert rows(out, "TOPIC PARTITION STATUS") == [
+            [topic, "0", "Error:", "GROUP_SUBSCRIBED_TO_TOPIC", "(86)"]]
+        assert "kept the offsets of 1 partitions" in err
+        assert committed(broker.bootstrap, group, topic) == {0: 4, 1: 7}
+    finally:
+        consumer.close()
+    code, out, err = groups(broker, capsys, "delete-offsets", "--group", group,
+                            "--topic", f"{topic}:0")
+    assert (code, err) == (0, "")
+    assert rows(out, "TOPIC PARTITION STATUS") == [[topic, "0", "Successful"]]
+    assert committed(broker.bootstrap, group, topic) == {0: -1001, 1: 7}
+    code, out, _ = groups(broker, capsys, "delete-offsets", "--group", group, "--topic", topic)
+    assert code == 0
+    assert rows(out, "TOPIC PARTITION STATUS") == [[topic, "0", "Successful"],
+                                                   [topic, "1", "Successful"]]
+    assert committed(broker.bootstrap, group, topic) == {0: -1001, 1: -1001}
+    code, out, err = groups(broker, capsys, "delete-offsets", "--group", f"{topic}-none",
+                            "--topic", topic)
+    assert (code, out) == (1, "")
+    assert "does not exist" in err

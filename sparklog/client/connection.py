@@ -43,7 +43,7 @@ OPTIONAL = {ApiKey.FIND_COORDINATOR: (1, 2), ApiKey.INIT_PRODUCER_ID: (0, 1),
             ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 1),
             ApiKey.DESCRIBE_LOG_DIRS: (1, 5),
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
-            ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0)}
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0), ApiKey.OFFSET_DELETE: (0, 0)}
 """The versions it can speak of the APIs it uses where a broker offers them."""
 API_NAMES = {ApiKey.FETCH: "Fetch", ApiKey.LIST_OFFSETS: "ListOffsets",
              ApiKey.METADATA: "Metadata", ApiKey.FIND_COORDINATOR: "FindCoordinator",
@@ -53,7 +53,8 @@ API_NAMES = {ApiKey.FETCH: "Fetch", ApiKey.LIST_OFFSETS: "ListOffsets",
              ApiKey.LIST_TRANSACTIONS: "ListTransactions",
              ApiKey.DESCRIBE_LOG_DIRS: "DescribeLogDirs",
              ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
-             ApiKey.LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments"}
+             ApiKey.LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
+             ApiKey.OFFSET_DELETE: "OffsetDelete"}
 
 _SIZE = struct.Struct(">i")
 

@@ -1,4 +1,5 @@
-"""``sparklog groups``: list, describe, reset the offsets of, and delete consumer groups.
+"""``sparklog groups``: list, describe, reset and delete the offsets of, and delete consumer
+groups.
 
 Like ``kafka-consumer-groups.sh``, through confluent-kafka's AdminClient:
 - ``list`` prints one group id per line (``--state`` adds each group's state);
@@ -15,7 +16,13 @@ Like ``kafka-consumer-groups.sh``, through confluent-kafka's AdminClient:
   ``--by-duration PnDTnHnMnS`` (the first offset at or after now minus the duration),
   ``--shift-by`` and ``--from-file`` (CSV lines ``topic,partition,offset``, as ``--export``
   prints the plan: one group, or ``group,topic,partition,offset`` for several);
-- ``delete (--group G ... | --all-groups)`` deletes groups that have no members.
+- ``delete (--group G ... | --all-groups)`` deletes groups that have no members;
+- ``delete-offsets --group G --topic T[:P,P...] ...`` (Kafka's ``--delete-offsets``) deletes
+  the group's committed offsets of those partitions (every partition of a topic named
+  without any) with OffsetDelete, through ``sparklog.client.group_offsets``; it prints
+  TOPIC PARTITION STATUS, the status ``Successful`` or the partition's error (a topic the
+  group's members still consume cannot lose its offsets). A group with members that does
+  not use the consumer protocol, or an unknown group, fails as a whole.
 
 Invariants:
 - stdout is for results (tables, ids, confirmations); notes such as "dry run" and failures go
@@ -26,6 +33,7 @@ Invariants:
   on stderr naming the partition, the target and the offset used; ``--shift-by`` needs a
   committed offset to shift from.
 - A value that does not exist (no committed offset, no member) is printed ``-``.
+- ``delete-offsets`` exits 1 when any partition kept its offset (after the table).
 """
 
 from __future__ import annotations
@@ -50,16 +58,20 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, OffsetSpec
 
 from sparklog.client.admin import REQUEST_TIMEOUT_S, kafka_error, topic_partitions
+from sparklog.client.cluster import TopicPartition as ClientPartition
+from sparklog.client.group_offsets import GroupOffsetsError, delete_offsets
 from sparklog.commands._client import (
     USAGE,
     ToolError,
     client_config,
     client_parent,
     complain,
+    protocol_client,
     tool,
     topic_error,
 )
 from sparklog.commands._table import print_table
+from sparklog.errors import ErrorCode, error_name
 
 NAME = "groups"
 INACTIVE = frozenset({ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD})
@@ -80,7 +92,8 @@ _DURATION_UNITS_MS = {"days": 86_400_000, "hours": 3_600_000, "minutes": 60_000,
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parent = client_parent()
-    groups = subparsers.add_parser(NAME, help="list, describe, reset offsets of, delete groups",
+    groups = subparsers.add_parser(NAME, help="list, describe, reset and delete offsets of, "
+                                              "delete groups",
                                    description=__doc__.split("\n\n")[1])
     actions = groups.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -133,6 +146,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     delete = actions.add_parser("delete", parents=[parent], help="delete groups without members")
     _add_groups(delete)
     delete.set_defaults(func=tool(NAME, _delete))
+
+    delete_offsets = actions.add_parser("delete-offsets", parents=[parent],
+                                        help="delete a group's committed offsets of partitions")
+    delete_offsets.add_argument("--group", required=True, help="the group")
+    delete_offsets.add_argument("--topic", action="append", required=True,
+                                metavar="TOPIC[:P,P...]",
+                                help="a topic, optionally with some of its partitions "
+                                     "(repeatable)")
+    delete_offsets.set_defaults(func=tool(NAME, _delete_offsets))
 
 
 def _add_groups(parser: argparse.ArgumentParser) -> None:
@@ -456,4 +478,28 @@ def _delete(args: argparse.Namespace) -> int:
         print(f"Deleted group {group}.")
     if failures:
         raise ToolError("; ".join(failures))
+    return 0
+
+
+def _delete_offsets(args: argparse.Namespace) -> int:
+    partitions = _scope(_Admin(args), args.topic)
+    with protocol_client(args, NAME) as client:
+        try:
+            errors = delete_offsets(client, args.group,
+                                    [ClientPartition(t, p) for t, p in partitions])
+        except GroupOffsetsError as exc:
+            reason = {ErrorCode.GROUP_ID_NOT_FOUND: "it does not exist",
+                      ErrorCode.NON_EMPTY_GROUP: "it has members and does not use the "
+                                                 "consumer protocol"}.get(exc.code,
+                                                                          error_name(exc.code))
+            raise ToolError(f"the offsets of group {args.group!r} were not deleted: "
+                            f"{reason}") from None
+    print_table(("TOPIC", "PARTITION", "STATUS"), (
+        (tp.topic, str(tp.partition),
+         "Successful" if code == ErrorCode.NONE else f"Error: {error_name(code)}")
+        for tp, code in sorted(errors.items())))
+    kept = sorted(tp for tp, code in errors.items() if code != ErrorCode.NONE)
+    if kept:
+        raise ToolError(f"group {args.group!r} kept the offsets of {len(kept)} partitions "
+                        f"(first {kept[0]}: {error_name(errors[kept[0]])})")
     return 0
