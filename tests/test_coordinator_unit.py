@@ -532,6 +532,52 @@ def test_partition_count_change_triggers_a_rebalance(offsets_log: MemoryTopic) -
     run(scenario)
 
 
+def test_deleted_offsets_stay_deleted_across_a_restart(offsets_log: MemoryTopic) -> None:
+    """OffsetDelete's tombstones: the partitions named lose their offsets, also when the
+    coordinator replays its log; a topic the members subscribe to keeps them; an Empty group
+    left without offsets dies."""
+    async def scenario() -> None:
+        async with coordinator(offsets_log) as coord:
+            offsets_log.data_topics.update({"t": 2, "u": 1})
+            one = OffsetCommit(1, -1, "")
+            coord.commit("simple", "", None, -1, {("t", 0): one, ("t", 1): one, ("u", 0): one})
+            assert coord.delete_offsets("simple", [("t", 0), ("u", 0)]) == (
+                E.NONE, {("t", 0): E.NONE, ("u", 0): E.NONE})
+            a = await join_new(coord)  # subscribes to "t" (SUB)
+            await coord.sync("g", 1, a.member_id, None, {})
+            coord.commit("g", a.member_id, None, 1, {("t", 0): one, ("u", 0): one})
+            assert coord.delete_offsets("g", [("t", 0), ("u", 0)]) == (
+                E.NONE, {("t", 0): E.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): E.NONE})
+            assert coord.delete_offsets("nogroup", [("t", 0)]) == (E.GROUP_ID_NOT_FOUND, {})
+            coord.commit("gone", "", None, -1, {("t", 1): one})
+            assert coord.delete_offsets("gone", [("t", 1)]) == (E.NONE, {("t", 1): E.NONE})
+            assert "gone" not in coord.groups
+        async with coordinator(offsets_log) as coord:
+            assert list(coord.fetch_offsets("simple", None)[1]) == [("t", 1)]
+            assert list(coord.fetch_offsets("g", None)[1]) == [("t", 0)]
+            assert "gone" not in coord.groups
+
+    run(scenario)
+
+
+def test_client_reasons_are_logged_with_rebalances_and_departures(
+        offsets_log: MemoryTopic, caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        async with coordinator(offsets_log) as coord:
+            first = await coord.join(
+                "g", "", "i-a", require_known_member_id=False, client_id="c",
+                client_host="/127.0.0.1", rebalance_timeout_ms=REBALANCE_MS,
+                session_timeout_ms=SESSION_MS, protocol_type="consumer", protocols=RANGE,
+                reason="the consumer started")
+            assert coord.leave("g", [(first.member_id, "i-a")], ["the consumer closed"]) == (
+                E.NONE, [E.NONE])
+
+    with caplog.at_level("INFO", logger="sparklog.coordinator.group_coordinator"):
+        run(scenario)
+    assert "joined; client reason: the consumer started" in caplog.text
+    assert "left; client reason: the consumer closed" in caplog.text
+
+
 def test_stop_answers_parked_requests_and_refuses_new_ones(tmp_path: Path) -> None:
     """On a real broker: closing it stops its coordinator."""
     async def scenario() -> None:

@@ -191,6 +191,37 @@ def test_offset_commit_errors_are_kafkas(secured: EmbeddedBroker, certificates: 
     assert code() == ErrorCode.NONE
 
 
+def test_offset_delete_needs_delete_on_the_group_and_read_on_the_topic(
+        secured: EmbeddedBroker, certificates: Path) -> None:
+    topic, group = _topic(secured, certificates, "acl-offset-delete"), unique_topic("del")
+    commit = kp_request(ApiKey.OFFSET_COMMIT)
+    entry = commit.OffsetCommitRequestTopic
+    with sasl_raw(_sasl(secured), "admin") as conn:
+        committed = conn.call(commit(
+            version=8, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+            topics=[entry(name=topic, partitions=[entry.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=3, committed_metadata="")])]),
+            kp_response(ApiKey.OFFSET_COMMIT))
+    assert committed.topics[0].partitions[0].error_code == ErrorCode.NONE
+    request = kp_request(ApiKey.OFFSET_DELETE)
+    named = request.OffsetDeleteRequestTopic
+    delete = request(version=0, group_id=group, topics=[named(
+        name=topic, partitions=[named.OffsetDeleteRequestPartition(partition_index=0)])])
+
+    def codes() -> tuple[int, list[int]]:
+        with sasl_raw(_sasl(secured), "bob") as conn:
+            answer = conn.call(delete, kp_response(ApiKey.OFFSET_DELETE))
+        return answer.error_code, [p.error_code for t in answer.topics for p in t.partitions]
+
+    assert codes() == (ErrorCode.GROUP_AUTHORIZATION_FAILED, [])
+    acls(secured, certificates, "add", "--allow-principal", "User:bob", "--operation", "Delete",
+         "--group", group)
+    assert codes() == (ErrorCode.NONE, [ErrorCode.TOPIC_AUTHORIZATION_FAILED])
+    acls(secured, certificates, "add", "--allow-principal", "User:bob", "--operation", "Read",
+         "--topic", topic)
+    assert codes() == (ErrorCode.NONE, [ErrorCode.NONE])
+
+
 def test_topic_create_delete_and_config_changes_need_their_acls(
         secured: EmbeddedBroker, certificates: Path) -> None:
     prefix = unique_topic("bobs") + "-"
