@@ -72,7 +72,11 @@ async def offset_commit(broker: Broker, header: RequestHeader,
     generation = request.generation_id_or_member_epoch if version >= 1 else NO_GENERATION
     names = topic_names(broker, request.topics)
     requested = requested_offsets(request.topics, names)
-    unknown = {tp: ErrorCode.UNKNOWN_TOPIC_ID for tp in requested if tp[0] == UNKNOWN_TOPIC}
+    # as Kafka: a group the principal may not read refuses every partition, even one of an
+    # unknown topic id
+    unknown = {tp: ErrorCode.UNKNOWN_TOPIC_ID for tp in requested if tp[0] == UNKNOWN_TOPIC
+               } if broker.security.authorize(Operation.READ, ResourceType.GROUP,
+                                              request.group_id) else {}
     offsets, refused = authorized_offsets(
         broker, request.group_id, {tp: o for tp, o in requested.items() if tp not in unknown})
     errors = broker.coordinator.commit(
@@ -153,11 +157,12 @@ async def offset_fetch(broker: Broker, header: RequestHeader,
         error, topics = _fetch_group(broker, request.group_id, request.topics, require_stable,
                                      version)
         return build.response(error_code=error, topics=topics)
-    return build.response(groups=tuple(
-        {"group_id": group.group_id, "error_code": error, "topics": topics}
-        for group in request.groups
-        for error, topics in [_fetch_group(broker, group.group_id, group.topics,
-                                           require_stable, version)]))
+    groups = []
+    for group in request.groups:
+        error, topics = _fetch_group(broker, group.group_id, group.topics, require_stable,
+                                     version)
+        groups.append({"group_id": group.group_id, "error_code": error, "topics": topics})
+    return build.response(groups=groups)
 
 
 def _fetch_group(broker: Broker, group_id: str, topics: Sequence[Any] | None,
