@@ -126,7 +126,7 @@ class _Found:
 async def _coordinator_of(broker: Broker, key_type: int, key: str) -> _Found:
     coordinators = {CoordinatorType.GROUP: broker.coordinator,
                     CoordinatorType.TRANSACTION: broker.txn_coordinator}
-    coordinator = coordinators.get(key_type)  # type: ignore[call-overload]
+    coordinator = coordinators.get(key_type)
     if coordinator is None:
         what = "share groups (key type 2) are" if key_type == _SHARE_KEY_TYPE \
             else f"coordinator key type {key_type} is"
