@@ -55,7 +55,6 @@ NOT_SERVED = {
     ApiKey.EXPIRE_DELEGATION_TOKEN: "delegation tokens",
     ApiKey.DESCRIBE_DELEGATION_TOKEN: "delegation tokens",
     ApiKey.UPDATE_FEATURES: "the levels are the code's (broker/features.py), not an admin's",
-    ApiKey.OFFSET_DELETE: "issue 28 item 3, not yet",
     ApiKey.DESCRIBE_CLIENT_QUOTAS: "issue 28 item 3 (quotas), not yet",
     ApiKey.ALTER_CLIENT_QUOTAS: "issue 28 item 3 (quotas), not yet",
     ApiKey.DESCRIBE_CLUSTER: "issue 28 item 3, not yet",
@@ -81,15 +80,6 @@ connection closed, as Kafka answers an API it lacks)."""
 
 NOT_YET: dict[int, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (6, 11),
-    ApiKey.OFFSET_COMMIT: (8, 10),
-    ApiKey.OFFSET_FETCH: (6, 10),
-    ApiKey.FIND_COORDINATOR: (3, 6),
-    ApiKey.JOIN_GROUP: (6, 9),
-    ApiKey.HEARTBEAT: (4, 4),
-    ApiKey.LEAVE_GROUP: (4, 5),
-    ApiKey.SYNC_GROUP: (4, 5),
-    ApiKey.DESCRIBE_GROUPS: (5, 6),
-    ApiKey.LIST_GROUPS: (3, 5),
     ApiKey.CREATE_TOPICS: (5, 7),
     ApiKey.DELETE_TOPICS: (4, 6),
     ApiKey.DELETE_RECORDS: (2, 2),
@@ -106,7 +96,6 @@ NOT_YET: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CONFIGS: (2, 2),
     ApiKey.SASL_AUTHENTICATE: (2, 2),
     ApiKey.CREATE_PARTITIONS: (2, 3),
-    ApiKey.DELETE_GROUPS: (2, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (1, 1),
     ApiKey.LIST_TRANSACTIONS: (2, 2),
 }
