@@ -80,8 +80,6 @@ connection closed, as Kafka answers an API it lacks)."""
 
 NOT_YET: dict[int, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (6, 11),
-    ApiKey.CREATE_TOPICS: (5, 7),
-    ApiKey.DELETE_TOPICS: (4, 6),
     ApiKey.DELETE_RECORDS: (2, 2),
     ApiKey.INIT_PRODUCER_ID: (2, 6),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (4, 4),
@@ -95,7 +93,6 @@ NOT_YET: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (4, 4),
     ApiKey.ALTER_CONFIGS: (2, 2),
     ApiKey.SASL_AUTHENTICATE: (2, 2),
-    ApiKey.CREATE_PARTITIONS: (2, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (1, 1),
     ApiKey.LIST_TRANSACTIONS: (2, 2),
 }

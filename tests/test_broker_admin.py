@@ -399,6 +399,42 @@ def test_delete_topic(broker: BrokerProcess, topic: str, client: Admin) -> None:
     assert watermarks(broker.bootstrap, topic) == (0, 0)
 
 
+def test_kafka_python_creates_and_deletes_topics_at_the_newest_versions(
+        broker: BrokerProcess, topic: str) -> None:
+    """kafka-python 3 (versions negotiated): CreateTopics v7 answers what was created (its
+    id, partitions, replication factor, every config with its source: KIP-525), or what
+    would be (validate_only: no id, nothing created); DeleteTopics v6 deletes by id, and an
+    id no topic has is UNKNOWN_TOPIC_ID."""
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        (created,) = client.create_topics(
+            {topic: {"num_partitions": 2, "configs": {"retention.ms": "3600000"}}})["topics"]
+        assert (created["error_code"], created["num_partitions"],
+                created["replication_factor"]) == (0, 2, 1)
+        assert uuid.UUID(created["topic_id"]) == metadata_v12(
+            broker.bootstrap, topic).topics[0].topic_id
+        configs = dict(created["configs"])
+        assert (configs["retention.ms"]["value"], configs["retention.ms"]["config_source"]) == \
+            ("3600000", "DYNAMIC_TOPIC_CONFIG")
+        assert configs["retention.bytes"]["config_source"] == "STATIC_BROKER_CONFIG"
+        assert configs["cleanup.policy"] == {"value": "delete", "read_only": False,
+                                             "config_source": "DEFAULT_CONFIG",
+                                             "is_sensitive": False}
+        (checked,) = client.create_topics({f"{topic}-checked": {}},
+                                          validate_only=True)["topics"]
+        assert (checked["error_code"], checked["topic_id"], checked["num_partitions"]) == \
+            (0, None, 1)
+        assert f"{topic}-checked" not in client.list_topics()
+        unknown = uuid.uuid4()
+        deleted = client.delete_topics([uuid.UUID(created["topic_id"]), unknown],
+                                       raise_errors=False)["topics"]
+        assert [(t["name"], t["error_code"]) for t in deleted] == \
+            [(topic, 0), (None, ErrorCode.UNKNOWN_TOPIC_ID)]
+        assert topic not in client.list_topics()
+    finally:
+        client.close()
+
+
 def test_metadata_names_topic_ids_and_leader_epochs(broker: BrokerProcess,
                                                     topic: str) -> None:
     """What librdkafka reads from Metadata v9+: leader epochs, and (v10+) topic ids, each

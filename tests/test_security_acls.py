@@ -255,6 +255,39 @@ def test_topic_create_delete_and_config_changes_need_their_acls(
         KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
+def test_create_topics_v7_shows_configs_only_to_who_may_describe_them_and_delete_by_id_hides_names(
+        secured: EmbeddedBroker, certificates: Path) -> None:
+    """CreateTopics v5+ leave the configs out (TOPIC_CONFIG_ERROR: TOPIC_AUTHORIZATION_FAILED)
+    without DESCRIBE_CONFIGS on the topic; DeleteTopics v6 by id without DELETE is
+    TOPIC_AUTHORIZATION_FAILED without the topic's name, as Kafka answers them."""
+    topic = unique_topic("alices")
+    acls(secured, certificates, "add", "--allow-principal", "User:alice", "--operation",
+         "Create", "--topic", topic)
+    create = kp_request(ApiKey.CREATE_TOPICS)
+    delete = kp_request(ApiKey.DELETE_TOPICS)
+
+    def created(user: str, name: str) -> Any:
+        with sasl_raw(_sasl(secured), user) as conn:
+            (answer,) = conn.call(create(
+                version=7, timeout_ms=10000, validate_only=False, topics=[create.CreatableTopic(
+                    name=name, num_partitions=1, replication_factor=-1, assignments=[],
+                    configs=[])]), kp_response(ApiKey.CREATE_TOPICS)).topics
+        return answer
+
+    answer = created("alice", topic)
+    assert (answer.error_code, answer.topic_config_error_code, answer.configs) == \
+        (ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED, [])
+    assert answer.num_partitions == 1 and answer.topic_id.int != 0
+    with sasl_raw(_sasl(secured), "alice") as conn:
+        (refused,) = conn.call(delete(version=6, timeout_ms=10000, topics=[
+            delete.DeleteTopicState(name=None, topic_id=answer.topic_id)]),
+            kp_response(ApiKey.DELETE_TOPICS)).responses
+    assert (refused.error_code, refused.name, refused.topic_id) == \
+        (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, answer.topic_id)
+    described = created("admin", unique_topic("admins"))
+    assert described.topic_config_error_code == ErrorCode.NONE and described.configs
+
+
 def test_prefixed_patterns_and_deny_wins_over_allow(secured: EmbeddedBroker,
                                                     certificates: Path) -> None:
     prefix = unique_topic("orders") + "-"

@@ -118,6 +118,7 @@ class ApiKey(IntEnum):
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
 
+
 class IsolationLevel(IntEnum):
     """Fetch and ListOffsets ``isolation_level`` (Kafka's ``IsolationLevel``)."""
 
@@ -130,6 +131,28 @@ class CoordinatorType(IntEnum):
 
     GROUP = 0
     TRANSACTION = 1
+
+
+class ConfigSource(IntEnum):
+    """Where a config's value comes from, as DescribeConfigs and CreateTopics v5+ answer
+    it (Kafka's ``DescribeConfigsResponse.ConfigSource``)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+
+TOPIC_CONFIG_SOURCES = {"topic": ConfigSource.DYNAMIC_TOPIC_CONFIG,
+                        "broker": ConfigSource.STATIC_BROKER_CONFIG,
+                        "default": ConfigSource.DEFAULT_CONFIG}
+"""A topic config's source as the log config names it (``LogConfig.source_of``), as Kafka
+answers it."""
 
 
 @cache

@@ -1,4 +1,4 @@
-"""CreateTopics (key 19, v0-v4), DeleteTopics (20, v0-v3), CreatePartitions (37, v0-v1).
+"""CreateTopics (key 19, v0-v7), DeleteTopics (20, v0-v6), CreatePartitions (37, v0-v3).
 
 Behaviour:
 - CreateTopics writes the topic's replica assignment to the replica manager's store
@@ -23,10 +23,21 @@ Behaviour:
   coordinators place their keys by the partition count and read nothing elsewhere.
 - A CreateTopics or CreatePartitions request adding more than 10,000 partitions in all is
   refused whole with POLICY_VIOLATION, as Kafka's controller does.
+- Flexible from CreateTopics v5, DeleteTopics v4, CreatePartitions v2 (v3 is v2 again).
+  CreateTopics v5+ (KIP-525) answers what was created (or, with ``validate_only``, would
+  be): partition count, replication factor and every topic config with its value and
+  source, as DescribeConfigs would; without DESCRIBE_CONFIGS on the topic the configs are
+  left out and ``topic_config_error_code`` says TOPIC_AUTHORIZATION_FAILED. v7 answers the
+  topic id (the zero id for a ``validate_only`` or failed creation).
+- DeleteTopics v5+ carry error messages; v6 names each topic by name or by id (both, or
+  neither, is INVALID_REQUEST; an id no topic has is UNKNOWN_TOPIC_ID; a topic named by
+  id that the principal may not delete is TOPIC_AUTHORIZATION_FAILED without its name) and
+  answers each with its name and id.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +48,14 @@ from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
-from sparklog.protocol.versions import ApiKey
+from sparklog.protocol.versions import TOPIC_CONFIG_SOURCES, ApiKey
+from sparklog.storage.config import CONFIG_KEYS, render
+from sparklog.storage.log_manager import TopicMetadata
 
 if TYPE_CHECKING:
-    from kio.schema.create_partitions.v1.request import CreatePartitionsRequest
-    from kio.schema.create_topics.v4.request import CreateTopicsRequest
-    from kio.schema.delete_topics.v3.request import DeleteTopicsRequest
+    from kio.schema.create_partitions.v3.request import CreatePartitionsRequest
+    from kio.schema.create_topics.v7.request import CreateTopicsRequest
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest
 
 
 # Kafka's controller refuses requests adding more partitions than this (MAX_PARTITIONS_PER_BATCH)
@@ -83,12 +96,13 @@ async def _each(items: Any, action: Callable[[Any], Awaitable[None]], added_part
     return results
 
 
-@handles(ApiKey.CREATE_TOPICS, versions=(0, 4))
+@handles(ApiKey.CREATE_TOPICS, versions=(0, 7))
 async def create_topics(broker: Broker, header: RequestHeader,
                         request: CreateTopicsRequest) -> Any:
     build = Build(header)
     validate_only = request.validate_only if header.api_version else False
     added = sum(_requested_partitions(broker, t) for t in request.topics)
+    created: dict[str, tuple[TopicMetadata, int]] = {}
 
     async def create(topic: Any) -> None:
         """Validate the topic locally (name, configs), then write its assignment."""
@@ -96,16 +110,48 @@ async def create_topics(broker: Broker, header: RequestHeader,
             broker.security.require(Operation.CREATE, ResourceType.TOPIC, topic.name)
         partitions = _requested_partitions(broker, topic)
         configs = {c.name: c.value for c in topic.configs if c.value is not None}
-        broker.logs.create_topic(topic.name, partitions, configs, validate_only=True)
+        metadata = broker.logs.create_topic(topic.name, partitions, configs,
+                                            validate_only=True)
         factor = topic.replication_factor if topic.replication_factor != -1 else \
             broker.config.get_int("default.replication.factor")
+        manual = _manual(topic)
         await broker.replicas.create_topic(topic.name, partitions, factor, configs,
-                                           request.timeout.total_seconds(), _manual(topic),
+                                           request.timeout.total_seconds(), manual,
                                            validate_only)
+        created[topic.name] = (metadata, len(next(iter(manual.values()))) if manual
+                               else factor)
 
+    results = await _each(request.topics, create, added)
     return build.response(topics=tuple(
-        build("CreatableTopicResult", name=topic.name, error_code=code, error_message=message)
-        for topic, code, message in await _each(request.topics, create, added)))
+        _created(build, broker, topic.name, code, message, created.get(topic.name),
+                 validate_only) for topic, code, message in results))
+
+
+FIRST_DESCRIBED = 5
+"""CreateTopics answers the created topic's partitions, replicas and configs from v5."""
+
+
+def _created(build: Build, broker: Broker, name: str, code: ErrorCode, message: str | None,
+             created: tuple[TopicMetadata, int] | None, validate_only: bool) -> Any:
+    """One CreateTopics answer; from v5 what the topic is (module docstring)."""
+    if created is None:
+        return build("CreatableTopicResult", name=name, error_code=code,
+                     error_message=message, topic_id=None, configs=())
+    metadata, factor = created
+    config = metadata.config
+    described = build.version >= FIRST_DESCRIBED and broker.security.authorize(
+        Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name)
+    return build(
+        "CreatableTopicResult", name=name, error_code=code, error_message=message,
+        topic_id=None if validate_only else broker.topic_id(name),
+        num_partitions=metadata.partitions, replication_factor=factor,
+        topic_config_error_code=ErrorCode.NONE if described
+        else ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        configs=tuple(
+            build("CreatableTopicConfigs", name=key, value=render(config.get(key)),
+                  read_only=False, config_source=TOPIC_CONFIG_SOURCES[config.source_of(key)],
+                  is_sensitive=False)
+            for key in CONFIG_KEYS) if described else ())
 
 
 def _manual(topic: Any) -> dict[int, tuple[int, ...]] | None:
@@ -131,33 +177,56 @@ def _refuse_internal(broker: Broker, name: str, change: str) -> None:
                          ErrorCode.INVALID_REQUEST)
 
 
-@handles(ApiKey.DELETE_TOPICS, versions=(0, 3))
+@handles(ApiKey.DELETE_TOPICS, versions=(0, 6))
 async def delete_topics(broker: Broker, header: RequestHeader,
                         request: DeleteTopicsRequest) -> Any:
     build = Build(header)
     replicas = broker.replicas
-    codes: dict[str, ErrorCode] = {}
-    for name in request.topic_names:
+    named = getattr(request, "topics", None)
+    wanted = [(t.name, t.topic_id) for t in named] if named is not None \
+        else [(name, None) for name in request.topic_names]
+    results: list[tuple[str | None, uuid.UUID | None, ErrorCode, str | None]] = []
+    for name, topic_id in wanted:
         try:
-            broker.security.require(Operation.DELETE, ResourceType.TOPIC, name)
-            if not broker.config.get_bool("delete.topic.enable"):
-                raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
-            _refuse_internal(broker, name, "deleted")
+            name = _deletable(broker, name, topic_id)
             await cluster_topics.request_deletion(replicas, name)
         except KafkaError as exc:
-            codes[name] = exc.code
+            if topic_id is not None and exc.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                name, exc = None, KafkaError(f"not authorized to delete the topic {topic_id}",
+                                             exc.code)  # nor to learn its name
+            results.append((name, topic_id, exc.code, str(exc)))
         else:
-            codes[name] = ErrorCode.NONE
-    requested = [name for name, code in codes.items() if code == ErrorCode.NONE]
-    for name in await cluster_topics.wait_deleted(replicas, requested,
-                                                  request.timeout.total_seconds()):
-        codes[name] = ErrorCode.REQUEST_TIMED_OUT
+            results.append((name, topic_id or broker.topic_id(name), ErrorCode.NONE, None))
+    requested = [name for name, _, code, _ in results if code == ErrorCode.NONE and name]
+    late = await cluster_topics.wait_deleted(replicas, requested,
+                                             request.timeout.total_seconds())
     return build.response(responses=tuple(
-        build("DeletableTopicResult", name=name, error_code=code)
-        for name, code in codes.items()))
+        build("DeletableTopicResult", name=name, topic_id=topic_id,
+              error_code=ErrorCode.REQUEST_TIMED_OUT if name in late else code,
+              error_message=f"topic {name} not deleted within the request's timeout"
+              if name in late else message)
+        for name, topic_id, code, message in results))
 
 
-@handles(ApiKey.CREATE_PARTITIONS, versions=(0, 1))
+def _deletable(broker: Broker, name: str | None, topic_id: uuid.UUID | None) -> str:
+    """The name of the topic a DeleteTopics entry names, once it may be deleted; else
+    ``KafkaError`` with Kafka's code."""
+    if (name is None) == (topic_id is None or topic_id.int == 0):
+        raise KafkaError("name a topic by its name or by its id, not both",
+                         ErrorCode.INVALID_REQUEST)
+    if name is None:
+        assert topic_id is not None
+        name = broker.topic_named(topic_id)
+        if name is None:
+            raise KafkaError(f"no topic has the id {topic_id}", ErrorCode.UNKNOWN_TOPIC_ID)
+    broker.security.require(Operation.DELETE, ResourceType.TOPIC, name)
+    if not broker.config.get_bool("delete.topic.enable"):
+        raise KafkaError("topic deletion is disabled", ErrorCode.TOPIC_DELETION_DISABLED)
+    _refuse_internal(broker, name, "deleted")
+    return name
+
+
+@handles(ApiKey.CREATE_PARTITIONS, versions=(0, 3))
 async def create_partitions(broker: Broker, header: RequestHeader,
                             request: CreatePartitionsRequest) -> Any:
     build = Build(header)
