@@ -64,7 +64,6 @@ NOT_SERVED = {
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: "KIP-714: issue 28 item 3, not yet",
     ApiKey.PUSH_TELEMETRY: "KIP-714: issue 28 item 3, not yet",
     ApiKey.LIST_CONFIG_RESOURCES: "issue 28 item 3, not yet",
-    ApiKey.DESCRIBE_TOPIC_PARTITIONS: "issue 28 item 3, not yet",
     ApiKey.SHARE_GROUP_HEARTBEAT: "share groups (KIP-932): no issue asks for them",
     ApiKey.SHARE_GROUP_DESCRIBE: "share groups",
     ApiKey.SHARE_FETCH: "share groups",

@@ -435,6 +435,40 @@ def test_kafka_python_creates_and_deletes_topics_at_the_newest_versions(
         client.close()
 
 
+def test_describe_topic_partitions_pages_through_topics_with_a_cursor(
+        broker: BrokerProcess, topic: str) -> None:
+    """DescribeTopicPartitions (Kafka 3.8's admin client): topics in name order, at most
+    the limit of partitions per answer, the next cursor naming the first left out; an
+    unknown topic is answered as such, a cursor on a topic not asked for is refused."""
+    first, second = f"{topic}-a", f"{topic}-b"
+    create_topic(broker.bootstrap, first, partitions=3)
+    create_topic(broker.bootstrap, second, partitions=2)
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        pages, cursor = [], None
+        while True:
+            page = client.describe_topic_partitions([second, first], response_partition_limit=2,
+                                                    cursor=cursor)
+            pages.append([(t["name"], [p["partition_index"] for p in t["partitions"]])
+                          for t in page["topics"]])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert pages == [[(first, [0, 1])], [(first, [2]), (second, [0])], [(second, [1])]]
+        (described,) = client.describe_topic_partitions([first])["topics"]
+        assert described["topic_id"] == metadata_v12(broker.bootstrap, first).topics[0].topic_id
+        assert [(p["leader_id"], p["replica_nodes"], p["isr_nodes"])
+                for p in described["partitions"]] == [(0, [0], [0])] * 3
+        (unknown,) = client.describe_topic_partitions([f"{topic}-never"])["topics"]
+        assert unknown["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert f"{topic}-never" not in client.list_topics()
+        refused = client.describe_topic_partitions(
+            [first], cursor={"topic_name": second, "partition_index": 0})["topics"]
+        assert [t["error_code"] for t in refused] == [ErrorCode.INVALID_REQUEST]
+    finally:
+        client.close()
+
+
 def test_metadata_names_topic_ids_and_leader_epochs(broker: BrokerProcess,
                                                     topic: str) -> None:
     """What librdkafka reads from Metadata v9+: leader epochs, and (v10+) topic ids, each

@@ -46,6 +46,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "auto.create.topics.enable": "true",
     "delete.topic.enable": "true",
     "socket.request.max.bytes": "104857600",
+    "max.request.partition.size.limit": "2000",
     "log.retention.check.interval.ms": "300000",
     "log.flush.scheduler.interval.ms": "1000",
     "log.flush.offset.checkpoint.interval.ms": "60000",
@@ -89,6 +90,7 @@ BROKER_DEFAULTS: dict[str, str] = {
 
 _INT_KEYS = {
     "node.id", "num.partitions", "default.replication.factor", "socket.request.max.bytes",
+    "max.request.partition.size.limit",
     "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms",
     "log.flush.offset.checkpoint.interval.ms", "offsets.topic.num.partitions",
     "offsets.topic.segment.bytes", "offsets.load.buffer.size",

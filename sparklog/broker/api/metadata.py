@@ -34,6 +34,7 @@ ids not sensitive, names are). v13 adds a top-level error code: always NONE here
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.registry import handles
@@ -129,24 +130,33 @@ async def _topic(build: Build, broker: Broker, name: str, auto_create: bool,
                 return _refused(build, name, exc.code)
         if name not in replicas.assignments or not replicas.led(name, replicas.assignments[name]):
             return _refused(build, name, ErrorCode.LEADER_NOT_AVAILABLE)
-    partitions = []
-    for p, assigned in sorted(replicas.assignments[name].items()):
-        partition = replicas.partitions.get((name, p))
-        leader = partition.leader if partition is not None else -1
-        code = broker.refused(name, p) or (
-            ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE)
-        partitions.append(build(
-            "MetadataResponsePartition", error_code=code, partition_index=p,
-            leader_id=leader if code == ErrorCode.NONE else -1,
-            leader_epoch=partition.leader_epoch if partition is not None else -1,
-            replica_nodes=assigned, isr_nodes=partition.isr if partition is not None else (),
-            offline_replicas=tuple(r for r in assigned if r not in replicas.live)))
     local = broker.logs.topics.get(name)
     return build("MetadataResponseTopic", error_code=ErrorCode.NONE, name=name,
                  topic_id=broker.topic_id(name),
                  is_internal=local is not None and local.internal,
-                 partitions=tuple(partitions),
+                 partitions=tuple(build("MetadataResponsePartition", **state)
+                                  for state in partition_states(broker, name)),
                  topic_authorized_operations=_operations(broker, name, with_operations))
+
+
+def partition_states(broker: Broker, name: str, first: int = 0) -> Iterator[dict[str, Any]]:
+    """Each partition of ``name`` from ``first`` as Metadata (and DescribeTopicPartitions)
+    describe it: leader (-1, LEADER_NOT_AVAILABLE, without one), leader epoch, replicas,
+    ISR and offline replicas, as the replica manager knows them."""
+    replicas = broker.replicas
+    for p, assigned in sorted(replicas.assignments[name].items()):
+        if p < first:
+            continue
+        partition = replicas.partitions.get((name, p))
+        leader = partition.leader if partition is not None else -1
+        code = broker.refused(name, p) or (
+            ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE)
+        yield {"error_code": code, "partition_index": p,
+               "leader_id": leader if code == ErrorCode.NONE else -1,
+               "leader_epoch": partition.leader_epoch if partition is not None else -1,
+               "replica_nodes": assigned,
+               "isr_nodes": partition.isr if partition is not None else (),
+               "offline_replicas": tuple(r for r in assigned if r not in replicas.live)}
 
 
 def _unknown_ids(build: Build, broker: Broker, by_id: set[uuid.UUID]) -> tuple[Any, ...]:
