@@ -113,7 +113,19 @@ _BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.e
               "controlled.shutdown.enable", "auto.leader.rebalance.enable"}
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[0-9a-fA-F:.]*\]|[^:/\[\]]*)"
                        r":(?P<port>\d{1,5})$")
-_TOPIC_SYNONYMS = {k.broker_synonym for k in CONFIG_KEYS.values() if k.broker_synonym}
+
+_TOPIC_KEY_OF = {k.broker_synonym: k for k in CONFIG_KEYS.values() if k.broker_synonym}
+
+
+def config_type(key: str) -> str | None:
+    """A broker config's type in ``ConfigKey.type``'s words (a topic default's is its topic
+    config's), None when this broker does not know it."""
+    if key in _BOOL_KEYS:
+        return "boolean"
+    if key in _INT_KEYS:
+        return "int"
+    topic_key = _TOPIC_KEY_OF.get(key)
+    return None if topic_key is None else topic_key.type
 
 
 class BrokerConfig:
@@ -143,7 +155,7 @@ class BrokerConfig:
         return config
 
     def unknown_keys(self) -> list[str]:
-        known = BROKER_DEFAULTS.keys() | _INT_KEYS | _TOPIC_SYNONYMS | {
+        known = BROKER_DEFAULTS.keys() | _INT_KEYS | _TOPIC_KEY_OF.keys() | {
             "log.retention.ms", "log.retention.minutes", "log.roll.hours"}
         return sorted(k for k in self.props if k not in known and not is_security_key(k))
 

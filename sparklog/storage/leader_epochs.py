@@ -51,6 +51,11 @@ class LeaderEpochCache:
         end = self.entries[i + 1][1] if i + 1 < len(self.entries) else log_end
         return self.entries[i][0], end
 
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch ``offset`` was written in (the latest starting at or before it), -1
+        before every epoch known (Kafka's ``epochForOffset``)."""
+        return next((e for e, o in reversed(self.entries) if o <= offset), -1)
+
     def truncate_from_end(self, offset: int) -> None:
         kept = [(e, o) for e, o in self.entries if o < offset]
         if kept != self.entries:

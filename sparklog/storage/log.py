@@ -509,6 +509,13 @@ class PartitionLog:
                 return found
         return None
 
+    def max_timestamp_record(self) -> tuple[int, int, int] | None:
+        """(offset, timestamp, batch leader epoch) of the record with the largest timestamp
+        from the log start on (the first one on a tie; ListOffsets -3, KIP-734), or None."""
+        segments = self.segments[_segment_at(self.segments, self.log_start_offset):]
+        best = max(segments, key=lambda s: s.max_timestamp, default=None)
+        return None if best is None else best.max_timestamp_record()
+
     # -- retention -----------------------------------------------------------------------
     def delete_records(self, offset: int) -> int:
         """Advance the log start offset (DeleteRecords); returns the new low watermark."""

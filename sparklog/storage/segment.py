@@ -330,6 +330,20 @@ class LogSegment:
                     return record.offset, record.timestamp
         return None
 
+    def max_timestamp_record(self) -> tuple[int, int, int] | None:
+        """(offset, timestamp, batch leader epoch) of the first record holding this segment's
+        largest timestamp (KIP-734: the first batch reaching it, then its first record with
+        that timestamp, as Kafka's ``offsetOfMaxTimestamp``), None without timestamps."""
+        if self.max_timestamp < 0:
+            return None
+        header = self.translate_offset(self.offset_of_max_timestamp)
+        if header is None:
+            return None
+        data = os.pread(self.fd, header.size, header.position)
+        offset = next((r.offset for r in decode_records(data, parse_header(data))
+                       if r.timestamp == header.max_timestamp), header.last_offset)
+        return offset, header.max_timestamp, header.leader_epoch
+
     # -- lifecycle -----------------------------------------------------------------------
     def flush(self) -> None:
         if self.fd >= 0:  # closed: deleted, or its log flushed it before closing

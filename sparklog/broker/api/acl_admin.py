@@ -1,6 +1,13 @@
-"""CreateAcls (key 30), DescribeAcls (key 29), DeleteAcls (key 31), v1 (v0 is gone from
+"""CreateAcls (key 30), DescribeAcls (key 29), DeleteAcls (key 31), v1-v3 (v0 is gone from
 Kafka 4, KIP-896): the authorizer's bindings, as ``kafka-acls.sh`` and ``sparklog acls``
 manage them.
+
+Versions, as Kafka's JSON: v1 adds the resource pattern type (LITERAL, PREFIXED; MATCH in
+filters), v2 is the first flexible version, v3 adds the USER resource type (7, KIP-373's
+delegation-token bindings such as ``CREATE_TOKENS`` on ``User:alice``): such a binding is
+stored, described and deleted like any other (at any version, as Kafka's broker, which
+checks no version; an older client cannot name the type). It grants nothing here, as this
+broker has no delegation tokens.
 
 Behaviour, as Kafka's:
 - Without an authorizer (``authorizer.class.name`` empty) all three answer
@@ -35,9 +42,9 @@ from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
-    from kio.schema.create_acls.v1.request import CreateAclsRequest
-    from kio.schema.delete_acls.v1.request import DeleteAclsRequest
-    from kio.schema.describe_acls.v1.request import DescribeAclsRequest
+    from kio.schema.create_acls.v3.request import CreateAclsRequest
+    from kio.schema.delete_acls.v3.request import DeleteAclsRequest
+    from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 
 DISABLED = "No Authorizer is configured on the broker"
 
@@ -58,7 +65,7 @@ def _filter(request: Any) -> AclFilter:
                      _enum(Permission, request.permission_type))
 
 
-@handles(ApiKey.CREATE_ACLS, versions=(1, 1))
+@handles(ApiKey.CREATE_ACLS, versions=(1, 3))
 async def create_acls(broker: Broker, header: RequestHeader, request: CreateAclsRequest) -> Any:
     build = Build(header)
     authorizer = broker.security.authorizer
@@ -88,7 +95,7 @@ async def create_acls(broker: Broker, header: RequestHeader, request: CreateAcls
     return build.response(results=tuple(results))
 
 
-@handles(ApiKey.DESCRIBE_ACLS, versions=(1, 1))
+@handles(ApiKey.DESCRIBE_ACLS, versions=(1, 3))
 async def describe_acls(broker: Broker, header: RequestHeader,
                         request: DescribeAclsRequest) -> Any:
     build = Build(header)
@@ -110,7 +117,7 @@ async def describe_acls(broker: Broker, header: RequestHeader,
         for (kind, name, pattern), acls in grouped.items()))
 
 
-@handles(ApiKey.DELETE_ACLS, versions=(1, 1))
+@handles(ApiKey.DELETE_ACLS, versions=(1, 3))
 async def delete_acls(broker: Broker, header: RequestHeader, request: DeleteAclsRequest) -> Any:
     build = Build(header)
     authorizer = broker.security.authorizer

@@ -1,4 +1,10 @@
-"""DescribeConfigs (key 32, v0-v3), AlterConfigs (33, v0-v1), IncrementalAlterConfigs (44, v0).
+"""DescribeConfigs (key 32, v0-v4), AlterConfigs (33, v0-v2), IncrementalAlterConfigs (44,
+v0-v1).
+
+Versions, as Kafka's JSON: DescribeConfigs v1 adds ``include_synonyms`` and each config's
+source (v0 has ``is_default`` instead), v2 is v1, v3 adds the config type and
+``include_documentation``, v4 is the first flexible version; AlterConfigs v1 is v0 and v2
+flexible; IncrementalAlterConfigs v1 is v0 flexible. Fields a version lacks are left out.
 
 Behaviour:
 - Topic resources (type 2): every topic config Kafka knows, with its effective value and
@@ -8,7 +14,10 @@ Behaviour:
 - Broker resources (type 4, named by the node id, or "" for the cluster default): every
   broker config, read-only, with its source: STATIC_BROKER_CONFIG when set in
   ``server.properties`` or ``--set``, else DEFAULT_CONFIG; the topic defaults (``log.*``
-  synonyms) included. This broker has no dynamic broker configs: altering one is
+  synonyms) included. Synonyms (v1+, when asked for) are the static value, then the
+  default; the type (v3) is known for boolean, numeric, password and topic-default keys
+  (UNKNOWN for the rest), documentation only for the topic defaults (their topic
+  config's). This broker has no dynamic broker configs: altering one is
   INVALID_REQUEST with a message saying so; another node id is INVALID_REQUEST too.
   Secrets (passwords, JAAS lines) are answered sensitive, without their value.
 - With an authorizer: DESCRIBE_CONFIGS / ALTER_CONFIGS on the TOPIC, or on the CLUSTER for
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sparklog.broker.config import BROKER_DEFAULTS, config_type
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 from sparklog.broker.security.settings import is_sensitive
@@ -39,9 +49,9 @@ from sparklog.protocol.versions import ApiKey
 from sparklog.storage.config import CONFIG_KEYS, LogConfig, render
 
 if TYPE_CHECKING:
-    from kio.schema.alter_configs.v1.request import AlterConfigsRequest
-    from kio.schema.describe_configs.v3.request import DescribeConfigsRequest
-    from kio.schema.incremental_alter_configs.v0.request import (
+    from kio.schema.alter_configs.v2.request import AlterConfigsRequest
+    from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
+    from kio.schema.incremental_alter_configs.v1.request import (
         IncrementalAlterConfigsRequest,
     )
 
@@ -49,11 +59,11 @@ if TYPE_CHECKING:
 TOPIC, BROKER = 2, 4
 SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
 _SOURCES = {"topic": SOURCE_TOPIC, "broker": SOURCE_STATIC_BROKER, "default": SOURCE_DEFAULT}
-_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7, "password": 9}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-@handles(ApiKey.DESCRIBE_CONFIGS, versions=(0, 3))
+@handles(ApiKey.DESCRIBE_CONFIGS, versions=(0, 4))
 async def describe_configs(broker: Broker, header: RequestHeader,
                            request: DescribeConfigsRequest) -> Any:
     build = Build(header)
@@ -67,7 +77,8 @@ async def describe_configs(broker: Broker, header: RequestHeader,
             if resource.resource_type == TOPIC:
                 entries = _topic_entries(build, broker, resource.resource_name, synonyms, docs)
             elif resource.resource_type == BROKER:
-                entries = _broker_entries(build, broker, resource.resource_name)
+                entries = _broker_entries(build, broker, resource.resource_name, synonyms,
+                                           docs)
             else:
                 raise KafkaError(f"resource type {resource.resource_type} is not supported",
                                  ErrorCode.INVALID_REQUEST)
@@ -116,27 +127,42 @@ def _synonyms(build: Build, config: LogConfig, name: str) -> list[Any]:
     return out
 
 
-def _broker_entries(build: Build, broker: Broker, name: str) -> list[Any]:
+def _broker_entries(build: Build, broker: Broker, name: str, synonyms: bool,
+                    docs: bool) -> list[Any]:
     if name not in ("", str(broker.node_id)):
         raise KafkaError(f"broker {name} is not this broker (node id {broker.node_id})",
                          ErrorCode.INVALID_REQUEST)
     explicit = broker.config.explicit
-    values = dict(broker.config.props)
-    for key in CONFIG_KEYS.values():
-        if key.broker_synonym and key.broker_synonym not in values:
-            values[key.broker_synonym] = render(key.default)
+    defaults = dict(BROKER_DEFAULTS)
+    topic_keys = {key.broker_synonym: key for key in CONFIG_KEYS.values() if key.broker_synonym}
+    defaults.update({k: render(key.default) for k, key in topic_keys.items()})
+    values = {**defaults, **broker.config.props}
+
+    def value(k: str, raw: str | None) -> str | None:
+        return None if is_sensitive(k) else raw
+
+    def synonyms_of(k: str) -> tuple[Any, ...]:
+        found = [(values[k], SOURCE_STATIC_BROKER)] if k in explicit else []
+        if k in defaults:
+            found.append((defaults[k], SOURCE_DEFAULT))
+        return tuple(build("DescribeConfigsSynonym", name=k, value=value(k, v), source=source)
+                     for v, source in found)
+
     return [
-        build("DescribeConfigsResourceResult", name=k,
-              value=None if is_sensitive(k) else values[k], read_only=True,
+        build("DescribeConfigsResourceResult", name=k, value=value(k, values[k]),
+              read_only=True,
               config_source=SOURCE_STATIC_BROKER if k in explicit else SOURCE_DEFAULT,
-              is_default=k not in explicit, is_sensitive=is_sensitive(k), synonyms=(),
-              config_type=0, documentation=None)
+              is_default=k not in explicit, is_sensitive=is_sensitive(k),
+              synonyms=synonyms_of(k) if synonyms else (),
+              config_type=_TYPES["password"] if is_sensitive(k) else _TYPES.get(
+                  config_type(k) or "", 0),
+              documentation=topic_keys[k].doc if docs and k in topic_keys else None)
         for k in sorted(values)
     ]
 
 
-@handles(ApiKey.ALTER_CONFIGS, versions=(0, 1))
-@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, versions=(0, 0))
+@handles(ApiKey.ALTER_CONFIGS, versions=(0, 2))
+@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, versions=(0, 1))
 async def alter_configs(broker: Broker, header: RequestHeader,
                         request: AlterConfigsRequest | IncrementalAlterConfigsRequest) -> Any:
     build = Build(header)

@@ -1,4 +1,4 @@
-"""DeleteRecords (key 21), v0-v1.
+"""DeleteRecords (key 21), v0-v2 (v1 is v0, v2 the first flexible version).
 
 Behaviour: advances each partition's log start offset to the requested offset (-1 means
 the high watermark, as in Kafka) and answers the new low watermark; offsets below it become
@@ -22,13 +22,13 @@ from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
-    from kio.schema.delete_records.v1.request import DeleteRecordsRequest
+    from kio.schema.delete_records.v2.request import DeleteRecordsRequest
 
 
 HIGH_WATERMARK = -1
 
 
-@handles(ApiKey.DELETE_RECORDS, versions=(0, 1))
+@handles(ApiKey.DELETE_RECORDS, versions=(0, 2))
 async def delete_records(broker: Broker, header: RequestHeader,
                          request: DeleteRecordsRequest) -> Any:
     build = Build(header)

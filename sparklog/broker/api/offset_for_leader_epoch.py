@@ -1,4 +1,5 @@
-"""OffsetForLeaderEpoch (key 23), v0-v3.
+"""OffsetForLeaderEpoch (key 23), v0-v4 (v2 adds ``current_leader_epoch``, v3
+``replica_id``, v4 is the first flexible version).
 
 Behaviour: only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere), from its
 leader-epoch cache (KIP-101): the largest epoch <= the one asked for and its end offset (the
@@ -25,11 +26,11 @@ from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
-    from kio.schema.offset_for_leader_epoch.v3.request import OffsetForLeaderEpochRequest
+    from kio.schema.offset_for_leader_epoch.v4.request import OffsetForLeaderEpochRequest
 
 
 
-@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, versions=(0, 3))
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, versions=(0, 4))
 async def offset_for_leader_epoch(broker: Broker, header: RequestHeader,
                                   request: OffsetForLeaderEpochRequest) -> Any:
     build = Build(header)

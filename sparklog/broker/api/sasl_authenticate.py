@@ -1,5 +1,9 @@
-"""SaslHandshake (key 17, v0-1) and SaslAuthenticate (key 36, v0-1): logging in on a
+"""SaslHandshake (key 17, v0-v1) and SaslAuthenticate (key 36, v0-v2): logging in on a
 SASL_PLAINTEXT or SASL_SSL listener.
+
+Versions, as Kafka's JSON: SaslAuthenticate v1 adds the session lifetime (KIP-368), answered
+0 as Kafka does with ``connections.max.reauth.ms`` unset (this broker never asks a client
+to log in again); v2 is the first flexible version.
 
 Behaviour, as Kafka's:
 - SaslHandshake names a mechanism; one the listener does not enable is answered
@@ -32,7 +36,7 @@ from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
-    from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 
@@ -57,7 +61,7 @@ async def sasl_handshake(broker: Broker, header: RequestHeader,
     return build.response(error_code=ErrorCode.NONE, mechanisms=enabled)
 
 
-@handles(ApiKey.SASL_AUTHENTICATE, versions=(0, 1))
+@handles(ApiKey.SASL_AUTHENTICATE, versions=(0, 2))
 async def sasl_authenticate(broker: Broker, header: RequestHeader,
                             request: SaslAuthenticateRequest) -> Any:
     build = Build(header)
