@@ -6,8 +6,9 @@ Covers: ListOffsets' max timestamp (KIP-734, v7) through confluent-kafka's
 ``OffsetSpec.max_timestamp()`` and kafka-python's ``OffsetSpec.MAX_TIMESTAMP``, across batches
 and inside one batch; the tiered-storage specs answered as Kafka without tiering (-4 the log
 start, -5 and -6 offset -1) and refused per partition before their version; timestamps
-through ``offsets_for_times``; DescribeConfigs v4 of a broker (synonyms, config types,
-documentation).
+through ``offsets_for_times``; DescribeCluster (cluster id, controller, brokers, endpoint
+types of v1, fenced brokers of v2, authorized operations); ListConfigResources (KIP-1142);
+DescribeConfigs v4 of a broker (synonyms, config types, documentation).
 """
 
 from __future__ import annotations
@@ -153,6 +154,79 @@ def test_offsets_for_times_finds_the_first_record_at_or_after(embedded: Embedded
     finally:
         consumer.close()
     assert [(tp.partition, tp.offset) for tp in found] == [(0, 1), (1, -1)]
+
+
+def test_describe_cluster_with_both_clients(embedded: EmbeddedBroker) -> None:
+    """confluent-kafka and kafka-python (DescribeCluster v2) see the cluster id, this broker
+    as the only broker and the controller, and, asked for, the cluster's operations."""
+    node_id, cluster_id = embedded.call(lambda b: (b.node_id, b.cluster_id))
+    client = admin(embedded.bootstrap)  # referenced: its futures fail once it is freed
+    described = client.describe_cluster(include_authorized_operations=True).result(TIMEOUT)
+    assert described.cluster_id == cluster_id
+    assert [(n.id, n.host, n.port) for n in described.nodes] == \
+        [(node_id, "127.0.0.1", int(embedded.bootstrap.rsplit(":", 1)[1]))]
+    assert described.controller.id == node_id
+    assert {op.name for op in described.authorized_operations} >= {"DESCRIBE", "ALTER"}
+    kp = _kp_admin(embedded.bootstrap)
+    try:
+        kp_described = kp.describe_cluster()
+    finally:
+        kp.close()
+    assert kp_described["cluster_id"] == cluster_id
+    assert kp_described["controller_id"] == node_id
+    assert [(b["broker_id"], b["is_fenced"]) for b in kp_described["brokers"]] == \
+        [(node_id, False)]
+    assert "DESCRIBE" in str(kp_described["authorized_operations"])
+
+
+def _describe_cluster(bootstrap: str, version: int, **fields: Any) -> Any:
+    fields.setdefault("include_cluster_authorized_operations", False)
+    request = kp_request(ApiKey.DESCRIBE_CLUSTER)(version=version, **fields)
+    with RawConnection(bootstrap) as conn:
+        return conn.call(request, kp_response(ApiKey.DESCRIBE_CLUSTER))
+
+
+def test_describe_cluster_endpoint_types(embedded: EmbeddedBroker) -> None:
+    """v1's endpoint type: brokers are described; controllers are a mismatch at a broker
+    (KIP-919), another type is unsupported; v2 lists the same unfenced broker either way."""
+    brokers = _describe_cluster(embedded.bootstrap, 1, endpoint_type=1)
+    assert (brokers.error_code, brokers.endpoint_type, len(brokers.brokers)) == (0, 1, 1)
+    assert brokers.authorized_operations is None  # not asked for (-2**31)
+    asked = _describe_cluster(embedded.bootstrap, 0, include_cluster_authorized_operations=True)
+    assert asked.authorized_operations  # every cluster operation, without an authorizer
+    controllers = _describe_cluster(embedded.bootstrap, 1, endpoint_type=2)
+    assert (controllers.error_code, controllers.brokers) == \
+        (ErrorCode.MISMATCHED_ENDPOINT_TYPE, [])
+    unknown = _describe_cluster(embedded.bootstrap, 1, endpoint_type=3)
+    assert unknown.error_code == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+    for fenced in (False, True):
+        answer = _describe_cluster(embedded.bootstrap, 2, include_fenced_brokers=fenced)
+        assert [(b.broker_id, b.is_fenced) for b in answer.brokers] == \
+            [(embedded.call(lambda b: b.node_id), False)]
+
+
+def test_list_config_resources(embedded: EmbeddedBroker, topic: str) -> None:
+    """kafka-python's list_config_resources (v1): every topic and the broker; a type of
+    which this broker has no configs lists nothing; a type Kafka 4.1 does not list fails
+    the request (UNSUPPORTED_VERSION); v0 (client metrics) is empty."""
+    create_topic(embedded.bootstrap, topic)
+    kp = _kp_admin(embedded.bootstrap)
+    try:
+        listed = kp.list_config_resources()
+        groups = kp.list_config_resources(["GROUP"])
+    finally:
+        kp.close()
+    assert topic in listed["topic"]
+    assert listed["broker"] == [str(embedded.call(lambda b: b.node_id))]
+    assert set(listed) == {"topic", "broker"}
+    assert groups == {}
+    request_class = kp_request(ApiKey.LIST_CONFIG_RESOURCES)
+    with RawConnection(embedded.bootstrap) as conn:
+        bad = conn.call(request_class(version=1, resource_types=[2, 64]),
+                        kp_response(ApiKey.LIST_CONFIG_RESOURCES))
+        legacy = conn.call(request_class(version=0), kp_response(ApiKey.LIST_CONFIG_RESOURCES))
+    assert (bad.error_code, bad.config_resources) == (ErrorCode.UNSUPPORTED_VERSION, [])
+    assert (legacy.error_code, legacy.config_resources) == (0, [])
 
 
 def test_broker_configs_carry_synonyms_and_types(embedded: EmbeddedBroker) -> None:

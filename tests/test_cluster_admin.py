@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from broker_fixtures import (
+    TIMEOUT,
     BackgroundProducer,
     Cluster,
     RawConnection,
@@ -315,3 +316,31 @@ def test_topic_configs_change_on_every_broker(cluster: Cluster,
                "min.insync.replicas")[0] == 0
     cluster.brokers[follower].start()
     everywhere({**changed, "min.insync.replicas": "2"}, [0, 1, 2])
+
+
+def test_describe_cluster_lists_the_live_brokers(cluster: Cluster) -> None:
+    """DescribeCluster at any broker (confluent-kafka's describe_cluster, kafka-python's v2)
+    names every live broker at its endpoint and the controller ZooKeeper holds; a broker
+    that stopped is left out once its registration is gone (DescribeCluster lists live
+    brokers only, where Metadata keeps a departed one for a few seconds)."""
+    with zk_client(cluster) as zk:
+        controller = json.loads(zk.get(CONTROLLER)[0])["brokerid"]
+    ports = {i: int(b.bootstrap.rsplit(":", 1)[1]) for i, b in enumerate(cluster.brokers)}
+    for broker in cluster.brokers:
+        client = admin(broker.bootstrap)  # referenced: its futures fail once it is freed
+        described = client.describe_cluster().result(TIMEOUT)
+        assert {n.id: n.port for n in described.nodes} == ports
+        assert described.controller.id == controller
+    leaving = next(i for i in ports if i != controller)
+    cluster.brokers[leaving].stop()
+    remaining = next(b for i, b in enumerate(cluster.brokers) if i != leaving)
+
+    def brokers_listed() -> list[int]:
+        client = KafkaAdminClient(bootstrap_servers=remaining.bootstrap)
+        try:
+            return sorted(b["broker_id"] for b in client.describe_cluster()["brokers"])
+        finally:
+            client.close()
+
+    wait_until(lambda: brokers_listed() == sorted(set(ports) - {leaving}),
+               message=f"broker {leaving} gone from DescribeCluster")
