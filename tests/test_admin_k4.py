@@ -157,8 +157,9 @@ def test_offsets_for_times_finds_the_first_record_at_or_after(embedded: Embedded
 
 
 def test_describe_cluster_with_both_clients(embedded: EmbeddedBroker) -> None:
-    """confluent-kafka and kafka-python (DescribeCluster v2) see the cluster id, this broker
-    as the only broker and the controller, and, asked for, the cluster's operations."""
+    """kafka-python (DescribeCluster v2) and confluent-kafka (whose describe_cluster
+    librdkafka answers from Metadata v10) see the cluster id, this broker as the only broker
+    and the controller, and, asked for, the cluster's operations."""
     node_id, cluster_id = embedded.call(lambda b: (b.node_id, b.cluster_id))
     client = admin(embedded.bootstrap)  # referenced: its futures fail once it is freed
     described = client.describe_cluster(include_authorized_operations=True).result(TIMEOUT)

@@ -3,7 +3,8 @@ commit, topic create/delete and config changes are refused without the ACL (Kafk
 codes) and allowed with it; prefixed patterns; deny over allow; super users;
 ``allow.everyone.if.no.acl.found``; Metadata lists only describable topics with Kafka's
 authorized-operations bit fields; the mutual TLS principal; ``sparklog acls``; ElectLeaders
-needs ALTER on the CLUSTER, DescribeLogDirs DESCRIBE."""
+needs ALTER on the CLUSTER, DescribeLogDirs DESCRIBE; USER resource bindings (ACLs v3);
+DescribeCluster's cluster operations and ListConfigResources' DESCRIBE_CONFIGS."""
 
 from __future__ import annotations
 
@@ -33,6 +34,18 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     NewTopic,
+)
+from kafka import KafkaAdminClient
+from kafka import errors as KpErrors
+from kafka.admin import (
+    ACL,
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
 )
 from security_support import certificates, listeners_config, sasl_raw, security
 
@@ -422,5 +435,80 @@ def test_cluster_operations_need_their_cluster_acls(secured: EmbeddedBroker,
     try:
         assert elect_error("alice") == KafkaError.ELECTION_NOT_NEEDED
         assert log_dirs("alice") == (0, 1)  # ALTER implies DESCRIBE, as in Kafka
+    finally:
+        acls(secured, certificates, "remove", *grant, "--force")
+
+
+def _kp_admin(broker: EmbeddedBroker, certs: Path, user: str) -> KafkaAdminClient:
+    """kafka-python 3's admin client as ``user`` (``api_version`` unset: its newest
+    versions, ACLs v3)."""
+    return KafkaAdminClient(bootstrap_servers=_sasl(broker), request_timeout_ms=10_000,
+                            **security("kafka-python", "SASL_PLAINTEXT", certs, user=user))
+
+
+def test_user_resource_acls_of_version_3(secured: EmbeddedBroker, certificates: Path) -> None:
+    """ACLs v3 add the USER resource type (KIP-373's token bindings): kafka-python creates,
+    describes and deletes one (it sends them only at v3); a raw v3 DescribeAcls answers the
+    type as 7; other resources' bindings are not touched."""
+    binding = ACL("User:alice", "*", ACLOperation.CREATE_TOKENS, ACLPermissionType.ALLOW,
+                  ResourcePattern(ResourceType.USER, "bob"))
+    users = ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ANY,
+                      ResourcePatternFilter(ResourceType.USER, None, ACLResourcePatternType.ANY))
+    client = _kp_admin(secured, certificates, "admin")
+    try:
+        created = client.create_acls([binding])
+        assert created["succeeded"] == [binding] and not created["failed"]
+        described, error = client.describe_acls(users)
+        assert error is KpErrors.NoError
+        assert [(a.principal, a.operation, a.resource_pattern.resource_name)
+                for a in described] == [("User:alice", ACLOperation.CREATE_TOKENS, "bob")]
+        request_class = kp_request(ApiKey.DESCRIBE_ACLS)
+        with sasl_raw(_sasl(secured), "admin") as conn:
+            raw = conn.call(request_class(
+                version=3, resource_type_filter=7, resource_name_filter=None,
+                pattern_type_filter=1, principal_filter=None, host_filter=None, operation=1,
+                permission_type=1), kp_response(ApiKey.DESCRIBE_ACLS))
+        assert [(r.resource_type, r.resource_name) for r in raw.resources] == [(7, "bob")]
+        ((_, deleted, error),) = client.delete_acls([users])
+        assert error is KpErrors.NoError and [a.resource_pattern.resource_name
+                                               for a in deleted] == ["bob"]
+        assert client.describe_acls(users)[0] == []
+    finally:
+        client.close()
+
+
+def test_describe_cluster_and_list_config_resources_need_their_cluster_acls(
+        secured: EmbeddedBroker, certificates: Path) -> None:
+    """As Kafka: DescribeCluster needs no ACL, but its cluster operations are 0 without
+    DESCRIBE on the CLUSTER; ListConfigResources needs DESCRIBE_CONFIGS on the CLUSTER."""
+    def operations(user: str) -> set[str]:
+        """The cluster's operations kafka-python's describe_cluster (DescribeCluster v2)
+        reports to ``user`` (librdkafka's describe_cluster sends Metadata instead)."""
+        client = _kp_admin(secured, certificates, user)
+        try:
+            described = client.describe_cluster()
+        finally:
+            client.close()
+        assert [b["broker_id"] for b in described["brokers"]] == [0]
+        return {getattr(op, "name", op) for op in described["authorized_operations"] or ()}
+
+    def listed(user: str) -> dict[str, list[str]] | str:
+        client = _kp_admin(secured, certificates, user)
+        try:
+            return client.list_config_resources(["BROKER"])
+        except KpErrors.KafkaError as exc:
+            return type(exc).__name__
+        finally:
+            client.close()
+
+    assert operations("alice") == set()
+    assert {"DESCRIBE", "ALTER", "CLUSTER_ACTION"} <= operations("admin")
+    assert listed("alice") == "ClusterAuthorizationFailedError"
+    assert listed("admin") == {"broker": ["0"]}
+    grant = ("--allow-principal", "User:alice", "--operation", "DescribeConfigs", "--cluster")
+    acls(secured, certificates, "add", *grant)
+    try:
+        assert listed("alice") == {"broker": ["0"]}
+        assert operations("alice") == set()  # DESCRIBE_CONFIGS does not imply DESCRIBE
     finally:
         acls(secured, certificates, "remove", *grant, "--force")
