@@ -339,8 +339,8 @@ def test_configs_of_the_broker(run: Run) -> None:
                   "--describe") == "Dynamic configs for broker 0 are:\n"
     lines = run.ok("configs", "--broker", "0", "--describe", "--all").splitlines()
     entries = {line.split("=", 1)[0].strip(): line for line in lines[1:]}
-    assert "synonyms={STATIC_BROKER_CONFIG:log.segment.bytes=1048576}" in entries[
-        "log.segment.bytes"]
+    assert ("synonyms={STATIC_BROKER_CONFIG:log.segment.bytes=1048576, "
+            "DEFAULT_CONFIG:log.segment.bytes=1073741824}") in entries["log.segment.bytes"]
     assert "synonyms={DEFAULT_CONFIG:log.retention.bytes=-1}" in entries["log.retention.bytes"]
     assert "synonyms={DEFAULT_CONFIG:num.partitions=1}" in entries["num.partitions"]
     code, _, err = run("configs", "--broker", "7", "--describe")
