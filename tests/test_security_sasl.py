@@ -136,6 +136,21 @@ def test_a_failed_login_gets_sasl_authentication_failed_then_the_connection_clos
         assert conn.read_until_closed() == b""
 
 
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_every_sasl_authenticate_version_logs_in(sasl_broker: EmbeddedBroker,
+                                                 version: int) -> None:
+    """SaslAuthenticate v0-v2 (v2 flexible) log in; the session lifetime (v1+) is 0, as
+    Kafka answers without ``connections.max.reauth.ms``; the connection then serves."""
+    with RawConnection(_address(sasl_broker, "SASL_PLAINTEXT")) as conn:
+        assert _handshake(conn, "PLAIN").error_code == ErrorCode.NONE
+        answer = conn.call(kp_request(ApiKey.SASL_AUTHENTICATE)(
+            version=version, auth_bytes=b"\0alice\0alice-secret"),
+            kp_response(ApiKey.SASL_AUTHENTICATE))
+        assert (answer.error_code, answer.auth_bytes, answer.session_lifetime_ms) == \
+            (ErrorCode.NONE, b"", 0)
+        assert conn.request(ApiKey.METADATA, 1, b"\xff\xff\xff\xff")  # served
+
+
 def test_an_unknown_mechanism_is_answered_with_the_enabled_ones(
         sasl_broker: EmbeddedBroker) -> None:
     with RawConnection(_address(sasl_broker, "SASL_PLAINTEXT")) as conn:
