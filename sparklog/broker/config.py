@@ -23,13 +23,14 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.security.settings import check_authorizer_settings, is_security_key
 from sparklog.errors import InvalidConfigError
 from sparklog.properties import read_properties
-from sparklog.storage.config import CONFIG_KEYS, broker_defaults
+from sparklog.storage.config import CONFIG_KEYS, ConfigKey, broker_defaults
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,9 @@ _BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.e
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[0-9a-fA-F:.]*\]|[^:/\[\]]*)"
                        r":(?P<port>\d{1,5})$")
 
-_TOPIC_KEY_OF = {k.broker_synonym: k for k in CONFIG_KEYS.values() if k.broker_synonym}
+TOPIC_DEFAULTS: Mapping[str, ConfigKey] = MappingProxyType(
+    {k.broker_synonym: k for k in CONFIG_KEYS.values() if k.broker_synonym})
+"""Broker keys of topic defaults (``log.segment.bytes``) -> the topic config they default."""
 
 
 def config_type(key: str) -> str | None:
@@ -124,7 +127,7 @@ def config_type(key: str) -> str | None:
         return "boolean"
     if key in _INT_KEYS:
         return "int"
-    topic_key = _TOPIC_KEY_OF.get(key)
+    topic_key = TOPIC_DEFAULTS.get(key)
     return None if topic_key is None else topic_key.type
 
 
@@ -155,7 +158,7 @@ class BrokerConfig:
         return config
 
     def unknown_keys(self) -> list[str]:
-        known = BROKER_DEFAULTS.keys() | _INT_KEYS | _TOPIC_KEY_OF.keys() | {
+        known = BROKER_DEFAULTS.keys() | _INT_KEYS | TOPIC_DEFAULTS.keys() | {
             "log.retention.ms", "log.retention.minutes", "log.roll.hours"}
         return sorted(k for k in self.props if k not in known and not is_security_key(k))
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sparklog.broker.config import BROKER_DEFAULTS, config_type
+from sparklog.broker.config import BROKER_DEFAULTS, TOPIC_DEFAULTS, config_type
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 from sparklog.broker.security.settings import is_sensitive
@@ -133,9 +133,7 @@ def _broker_entries(build: Build, broker: Broker, name: str, synonyms: bool,
         raise KafkaError(f"broker {name} is not this broker (node id {broker.node_id})",
                          ErrorCode.INVALID_REQUEST)
     explicit = broker.config.explicit
-    defaults = dict(BROKER_DEFAULTS)
-    topic_keys = {key.broker_synonym: key for key in CONFIG_KEYS.values() if key.broker_synonym}
-    defaults.update({k: render(key.default) for k, key in topic_keys.items()})
+    defaults = {**BROKER_DEFAULTS, **{k: render(key.default) for k, key in TOPIC_DEFAULTS.items()}}
     values = {**defaults, **broker.config.props}
 
     def value(k: str, raw: str | None) -> str | None:
@@ -156,7 +154,7 @@ def _broker_entries(build: Build, broker: Broker, name: str, synonyms: bool,
               synonyms=synonyms_of(k) if synonyms else (),
               config_type=_TYPES["password"] if is_sensitive(k) else _TYPES.get(
                   config_type(k) or "", 0),
-              documentation=topic_keys[k].doc if docs and k in topic_keys else None)
+              documentation=TOPIC_DEFAULTS[k].doc if docs and k in TOPIC_DEFAULTS else None)
         for k in sorted(values)
     ]
 
