@@ -511,7 +511,9 @@ class PartitionLog:
 
     def max_timestamp_record(self) -> tuple[int, int, int] | None:
         """(offset, timestamp, batch leader epoch) of the record with the largest timestamp
-        from the log start on (the first one on a tie; ListOffsets -3, KIP-734), or None."""
+        in the segments from the one holding the log start on (the first one on a tie;
+        ListOffsets -3, KIP-734; as in Kafka, the first segment's records below the log start
+        count too), or None."""
         segments = self.segments[_segment_at(self.segments, self.log_start_offset):]
         best = max(segments, key=lambda s: s.max_timestamp, default=None)
         return None if best is None else best.max_timestamp_record()
