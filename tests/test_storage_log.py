@@ -3,8 +3,9 @@
 The property test appends random batches to logs with tiny segments and index intervals, then
 checks the live log, the log reopened after a clean close and the log rebuilt by a full
 recovery: every offset reads back byte for byte from a batch boundary, slices respect
-``max_bytes``, indexes and rolls follow their rules, and ``offset_for_timestamp`` agrees with
-a model. Example tests cover each reason a segment rolls and Kafka's file names.
+``max_bytes``, indexes and rolls follow their rules, and ``offset_for_timestamp`` and
+``max_timestamp_record`` (ListOffsets -3) agree with a model. Example tests cover each
+reason a segment rolls and Kafka's file names.
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ def _check_everything(
     records = offsets_and_timestamps(stored)
     for target in {t + d for _, t in records for d in (0, 1)} | set(targets):
         assert log.offset_for_timestamp(target) == expected_offset_for_timestamp(records, target)
+    largest = max(t for _, t in records)  # KIP-734: the first record holding it
+    found = log.max_timestamp_record()
+    assert found is not None and found[:2] == next((o, t) for o, t in records if t == largest)
 
 
 @settings(max_examples=40, deadline=None)
