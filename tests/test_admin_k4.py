@@ -107,14 +107,16 @@ def test_tiered_specs_are_answered_as_kafka_without_tiered_storage(
     assert found == [2, 2, -1, len(STAMPS)]
 
 
-def _list_offsets(bootstrap: str, version: int, topic: str, timestamp: int) -> Any:
+def _list_offsets(bootstrap: str, version: int, topic: str, timestamp: int,
+                  isolation: int = 0) -> Any:
     """One ListOffsets of partition 0 at ``version`` (kafka-python's codec)."""
     request_class = kp_request(ApiKey.LIST_OFFSETS)
     topics = [request_class.ListOffsetsTopic(name=topic, partitions=[
         request_class.ListOffsetsTopic.ListOffsetsPartition(
             partition_index=0, current_leader_epoch=-1, timestamp=timestamp)])]
     with RawConnection(bootstrap) as conn:
-        answer = conn.call(request_class(version=version, replica_id=-1, isolation_level=0,
+        answer = conn.call(request_class(version=version, replica_id=-1,
+                                         isolation_level=isolation,
                                          topics=topics, timeout_ms=1000),
                            kp_response(ApiKey.LIST_OFFSETS))
     (only,) = answer.topics[0].partitions
@@ -135,6 +137,30 @@ def test_each_special_timestamp_needs_its_version(embedded: EmbeddedBroker, stam
     assert (answer.offset, answer.timestamp, answer.leader_epoch) == expected[timestamp]
     unknown = _list_offsets(embedded.bootstrap, 11, stamped, -7)
     assert unknown.error_code == ErrorCode.UNSUPPORTED_VERSION
+
+
+def test_max_timestamp_under_read_committed_waits_for_the_commit(embedded: EmbeddedBroker,
+                                                                 stamped: str) -> None:
+    """As Kafka: the record with the largest timestamp is answered only below the last
+    fetchable offset, the last stable offset under read_committed: while its transaction
+    is open -3 answers it to read_uncommitted and no offset to read_committed. (Its time
+    is ahead of the COMMIT marker's, which would otherwise be the largest, as in Kafka.)"""
+    producer = Producer({"bootstrap.servers": embedded.bootstrap,
+                         "transactional.id": f"{stamped}-txn"})
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    ahead = NOW + 600_000  # within message.timestamp.after.max.ms
+    producer.produce(stamped, value=b"late", partition=0, timestamp=ahead)
+    producer.flush(TIMEOUT)
+
+    def max_timestamp(isolation: int) -> tuple[int, int]:
+        answer = _list_offsets(embedded.bootstrap, 11, stamped, -3, isolation)
+        return answer.offset, answer.timestamp
+
+    assert max_timestamp(0) == (len(STAMPS), ahead)
+    assert max_timestamp(1) == (-1, -1)
+    producer.commit_transaction(TIMEOUT)
+    assert max_timestamp(1) == (len(STAMPS), ahead)
 
 
 def test_max_timestamp_of_an_empty_partition_is_no_offset(embedded: EmbeddedBroker,
