@@ -57,13 +57,11 @@ NOT_SERVED = {
     ApiKey.UPDATE_FEATURES: "the levels are the code's (broker/features.py), not an admin's",
     ApiKey.DESCRIBE_CLIENT_QUOTAS: "issue 28 item 3 (quotas), not yet",
     ApiKey.ALTER_CLIENT_QUOTAS: "issue 28 item 3 (quotas), not yet",
-    ApiKey.DESCRIBE_CLUSTER: "issue 28 item 3, not yet",
     ApiKey.DESCRIBE_PRODUCERS: "issue 28 item 3, not yet",
     ApiKey.CONSUMER_GROUP_HEARTBEAT: "KIP-848: issue 29",
     ApiKey.CONSUMER_GROUP_DESCRIBE: "KIP-848: issue 29",
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: "KIP-714: issue 28 item 3, not yet",
     ApiKey.PUSH_TELEMETRY: "KIP-714: issue 28 item 3, not yet",
-    ApiKey.LIST_CONFIG_RESOURCES: "issue 28 item 3, not yet",
     ApiKey.SHARE_GROUP_HEARTBEAT: "share groups (KIP-932): no issue asks for them",
     ApiKey.SHARE_GROUP_DESCRIBE: "share groups",
     ApiKey.SHARE_FETCH: "share groups",
@@ -78,21 +76,11 @@ NOT_SERVED = {
 connection closed, as Kafka answers an API it lacks)."""
 
 NOT_YET: dict[int, tuple[int, int]] = {
-    ApiKey.LIST_OFFSETS: (6, 11),
-    ApiKey.DELETE_RECORDS: (2, 2),
     ApiKey.INIT_PRODUCER_ID: (2, 6),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: (4, 4),
     ApiKey.ADD_PARTITIONS_TO_TXN: (3, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (3, 4),
     ApiKey.END_TXN: (3, 5),
     ApiKey.TXN_OFFSET_COMMIT: (3, 5),
-    ApiKey.DESCRIBE_ACLS: (2, 3),
-    ApiKey.CREATE_ACLS: (2, 3),
-    ApiKey.DELETE_ACLS: (2, 3),
-    ApiKey.DESCRIBE_CONFIGS: (4, 4),
-    ApiKey.ALTER_CONFIGS: (2, 2),
-    ApiKey.SASL_AUTHENTICATE: (2, 2),
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: (1, 1),
     ApiKey.LIST_TRANSACTIONS: (2, 2),
 }
 """Versions of served APIs still to come (issue 28): shrinks to nothing."""

@@ -135,11 +135,14 @@ class Broker:
         found = self.logs.topic_by_id(topic_id.hex)
         return None if found is None else found.name
 
-    def listed_endpoints(self, listener: str | None) -> dict[int, tuple[Endpoint, str | None]]:
+    def listed_endpoints(self, listener: str | None, *, live_only: bool = False
+                         ) -> dict[int, tuple[Endpoint, str | None]]:
         """Each broker Metadata lists (the live ones, and for a few seconds one that just
-        left) with its endpoint on ``listener`` and its rack; brokers without that listener
-        are left out, as Kafka does."""
-        return {b: (endpoint, info.rack) for b, info in self.replicas.listed_brokers().items()
+        left; with ``live_only`` the live ones alone, as DescribeCluster lists them) with its
+        endpoint on ``listener`` and its rack; brokers without that listener are left out,
+        as Kafka does."""
+        brokers = self.replicas.live if live_only else self.replicas.listed_brokers()
+        return {b: (endpoint, info.rack) for b, info in brokers.items()
                 if (endpoint := info.endpoint(listener)) is not None}
 
     def current_leader(self, topic: str, partition: int) -> tuple[int, int] | None:

@@ -5,7 +5,8 @@ cluster):
 - The cluster id, the controller (the broker holding ``/controller``; -1 when there is none
   or it is not among the brokers listed, as Kafka avoids naming a node the answer lacks),
   and every live broker with its rack, at its endpoint of the listener the request came in
-  on (``broker_endpoints``, as Metadata; brokers without that listener are left out).
+  on (``Broker.listed_endpoints``, as Metadata; brokers without that listener are left
+  out).
 - v1 adds ``endpoint_type`` (KIP-919): 1 (brokers) is what a broker serves; 2 (controllers)
   is MISMATCHED_ENDPOINT_TYPE, as on any broker (a ZooKeeper-era broker has no controller
   endpoints to describe), and any other value UNSUPPORTED_ENDPOINT_TYPE (INVALID_REQUEST
@@ -23,8 +24,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.api.metadata import OMITTED
-from sparklog.broker.broker_endpoints import listener_endpoints
 from sparklog.broker.registry import handles
+from sparklog.broker.request_context import listener_name
 from sparklog.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode
@@ -58,12 +59,12 @@ async def describe_cluster(broker: Broker, header: RequestHeader,
         operations = security.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) \
             if security.allows_cluster(Operation.DESCRIBE) else 0
     replicas = broker.replicas
-    nodes = listener_endpoints(replicas.live)
+    nodes = broker.listed_endpoints(listener_name(), live_only=True)
     return build.response(
         error_code=ErrorCode.NONE, error_message=None, endpoint_type=BROKERS,
         cluster_id=broker.cluster_id,
         controller_id=replicas.controller_id if replicas.controller_id in nodes else -1,
         brokers=tuple(build("DescribeClusterBroker", broker_id=b, host=e.host, port=e.port,
-                            rack=info.rack, is_fenced=False)
-                      for b, (info, e) in sorted(nodes.items())),
+                            rack=rack, is_fenced=False)
+                      for b, (e, rack) in sorted(nodes.items())),
         cluster_authorized_operations=operations)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sparklog.broker.broker_endpoints import listener_endpoints
 from sparklog.broker.registry import handles
+from sparklog.broker.request_context import listener_name
 from sparklog.broker.security.acls import Operation
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode
@@ -49,7 +49,8 @@ async def list_config_resources(broker: Broker, header: RequestHeader,
     if refusal is not None:
         return build.response(error_code=refusal, config_resources=())
     names = {TOPIC: sorted(broker.replicas.assignments),
-             BROKER: [str(b) for b in sorted(listener_endpoints(broker.replicas.live))]}
+             BROKER: [str(b) for b in sorted(broker.listed_endpoints(listener_name(),
+                                                                     live_only=True))]}
     return build.response(error_code=ErrorCode.NONE, config_resources=tuple(
         build("ConfigResource", resource_name=name, resource_type=kind)
         for kind in LISTED_TYPES if kind in asked for name in names.get(kind, ())))
