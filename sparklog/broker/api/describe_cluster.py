@@ -23,10 +23,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sparklog.broker.api.metadata import OMITTED
+from sparklog.broker.api.metadata import cluster_operations
 from sparklog.broker.registry import handles
 from sparklog.broker.request_context import listener_name
-from sparklog.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode
 from sparklog.protocol.entities import Build
@@ -53,11 +52,7 @@ async def describe_cluster(broker: Broker, header: RequestHeader,
                    else f"unsupported endpoint type {asked}")
         return build.response(error_code=code, error_message=message, cluster_id="",
                               brokers=(), endpoint_type=BROKERS)
-    security = broker.security
-    operations = OMITTED
-    if request.include_cluster_authorized_operations:
-        operations = security.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) \
-            if security.allows_cluster(Operation.DESCRIBE) else 0
+    operations = cluster_operations(broker, request.include_cluster_authorized_operations)
     replicas = broker.replicas
     nodes = broker.listed_endpoints(listener_name(), live_only=True)
     return build.response(

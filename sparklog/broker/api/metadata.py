@@ -19,7 +19,8 @@ style: its error code and leader -1.
 With an authorizer, as Kafka's: an all-topics request lists only the topics the principal
 may DESCRIBE; a named topic it may not describe is TOPIC_AUTHORIZATION_FAILED, and so is a
 missing topic it may not create (CREATE on the CLUSTER or the TOPIC). The authorized
-operations (v8) are Kafka's bit fields when asked for, else ``OMITTED``.
+operations (v8) are Kafka's bit fields when asked for, else ``OMITTED``; the cluster's are 0
+without DESCRIBE on the CLUSTER.
 
 v9+ matter to librdkafka: only from Metadata v9 does it trust the leader epochs it is
 given (KIP-320), and without them it follows a partition's new leader after a failover one
@@ -73,8 +74,8 @@ async def metadata(broker: Broker, header: RequestHeader,
     auto_create = (version < 4 or request.allow_auto_topic_creation) and \
         broker.config.get_bool("auto.create.topics.enable")
     with_operations = getattr(request, "include_topic_authorized_operations", False)
-    cluster_operations = security.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) \
-        if getattr(request, "include_cluster_authorized_operations", False) else OMITTED
+    operations = cluster_operations(
+        broker, getattr(request, "include_cluster_authorized_operations", False))
     topics = [await _topic(build, broker, name, auto_create, with_operations, by_id)
               for name in names if name is not None]
     return build.response(
@@ -83,7 +84,19 @@ async def metadata(broker: Broker, header: RequestHeader,
                       for b, (e, rack) in broker.listed_endpoints(listener_name()).items()),
         cluster_id=broker.cluster_id, controller_id=replicas.controller_id,
         topics=tuple(topics) + _unknown_ids(build, broker, by_id), error_code=ErrorCode.NONE,
-        cluster_authorized_operations=cluster_operations)
+        cluster_authorized_operations=operations)
+
+
+def cluster_operations(broker: Broker, asked: bool) -> int:
+    """The cluster operations the principal may do, when asked for (``OMITTED`` if not):
+    0 without DESCRIBE on the CLUSTER, as Kafka answers Metadata v8-v10 and
+    DescribeCluster."""
+    if not asked:
+        return OMITTED
+    security = broker.security
+    if not security.allows_cluster(Operation.DESCRIBE):
+        return 0
+    return security.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def _authorize(broker: Broker, name: str, creates: bool) -> None:
