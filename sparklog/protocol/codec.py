@@ -70,7 +70,11 @@ from kio.static.protocol import RequestPayload, ResponsePayload
 from sparklog.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
 from sparklog.protocol.body_walk import checked_reader
 from sparklog.protocol.framing import FrameError, RequestHeader, skip_tagged_fields
-from sparklog.protocol.versions import request_header_version, response_header_version
+from sparklog.protocol.versions import (
+    ConfigSource,
+    request_header_version,
+    response_header_version,
+)
 
 Writer = Callable[[IO[bytes], Any], None]
 Derive = Mapping[str, Callable[[Any], object]]
@@ -78,7 +82,6 @@ Derive = Mapping[str, Callable[[Any], object]]
 _I32 = struct.Struct(">i")
 _SIZE_AND_CORRELATION = struct.Struct(">ii")
 _REQUEST_HEAD = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, id length
-_CONFIG_SOURCE_DEFAULT = 5  # Kafka's ConfigSource.DEFAULT_CONFIG
 
 
 def decode_request(header: RequestHeader, frame: bytes | memoryview, body_offset: int
@@ -349,7 +352,7 @@ _LEGACY_RESPONSES: dict[tuple[int, int], _Legacy] = {
         ),
         derive={
             "DescribeConfigsResourceResult.is_default": (
-                lambda c: c.config_source == _CONFIG_SOURCE_DEFAULT
+                lambda c: c.config_source == ConfigSource.DEFAULT_CONFIG
             )
         },
     ),

@@ -45,7 +45,7 @@ from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
-from sparklog.protocol.versions import ApiKey
+from sparklog.protocol.versions import TOPIC_CONFIG_SOURCES, ApiKey, ConfigSource
 from sparklog.storage.config import CONFIG_KEYS, LogConfig, render
 
 if TYPE_CHECKING:
@@ -57,8 +57,9 @@ if TYPE_CHECKING:
 
 
 TOPIC, BROKER = 2, 4
-SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
-_SOURCES = {"topic": SOURCE_TOPIC, "broker": SOURCE_STATIC_BROKER, "default": SOURCE_DEFAULT}
+SOURCE_TOPIC = ConfigSource.DYNAMIC_TOPIC_CONFIG
+SOURCE_STATIC_BROKER = ConfigSource.STATIC_BROKER_CONFIG
+SOURCE_DEFAULT = ConfigSource.DEFAULT_CONFIG
 _TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7, "password": 9}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -105,7 +106,7 @@ def _topic_entries(build: Build, broker: Broker, name: str, synonyms: bool,
     config = broker.logs.get_topic(name).config
     return [
         build("DescribeConfigsResourceResult", name=key.name, value=render(config.get(key.name)),
-              read_only=False, config_source=_SOURCES[config.source_of(key.name)],
+              read_only=False, config_source=TOPIC_CONFIG_SOURCES[config.source_of(key.name)],
               is_default=config.source_of(key.name) == "default", is_sensitive=False,
               synonyms=tuple(_synonyms(build, config, key.name)) if synonyms else (),
               config_type=_TYPES.get(key.type, 0), documentation=key.doc if docs else None)
