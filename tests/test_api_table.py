@@ -161,11 +161,25 @@ def test_api_versions_v3_keeps_the_client_software_and_refuses_a_bad_name(
         assert ("unknown", "unknown") in software()
 
 
-def test_a_version_no_handler_serves_closes_the_connection(embedded: EmbeddedBroker) -> None:
+def test_a_version_no_handler_serves_closes_the_connection(
+        embedded: EmbeddedBroker, caplog: pytest.LogCaptureFixture) -> None:
+    """As Kafka: an unsupported version, or a body that does not decode, closes that
+    connection (with one log line naming the API and version); ApiVersions is answered."""
     high = SERVED[ApiKey.METADATA][1]
     with RawConnection(embedded.bootstrap) as conn:
         conn.send(request_frame(ApiKey.METADATA, high + 1, 1, b"\x00\x00"))
         assert conn.read_until_closed() == b""
+    with RawConnection(embedded.bootstrap) as conn:  # 4 states in no bytes
+        conn.send(frame(request_header(ApiKey.LIST_GROUPS, 4, 1) + b"\x00" + b"\x05\x00"))
+        assert conn.read_until_closed() == b""
+    with RawConnection(embedded.bootstrap) as conn:  # a header v2 without its tags
+        conn.send(request_frame(ApiKey.LIST_GROUPS, 4, 1, b""))
+        assert conn.read_until_closed() == b""
+    closed = [r.getMessage() for r in caplog.records if "closing connection" in r.getMessage()]
+    assert len(closed) == 3, closed
+    assert f"Metadata (API key 3) version {high + 1} is not served" in closed[0]
+    assert "ListGroups v4 does not decode" in closed[1]
+    assert "ListGroups v4's request header" in closed[2]
     with RawConnection(embedded.bootstrap) as conn:  # ApiVersions answers instead
         error, versions = parse_api_versions_v0(conn.request(ApiKey.API_VERSIONS, 99, b""))
     assert error == ErrorCode.UNSUPPORTED_VERSION

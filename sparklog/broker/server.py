@@ -63,7 +63,7 @@ from sparklog.protocol.codec import decode_request, encode_api_versions_error, e
 from sparklog.protocol.fetch_response import FetchResponse, FileRegion, encode_fetch_response
 from sparklog.protocol.frame_protocol import FrameProtocol
 from sparklog.protocol.framing import FrameError, RequestHeader, parse_request_header
-from sparklog.protocol.versions import ApiKey
+from sparklog.protocol.versions import ApiKey, api_name
 
 Parts = list[bytes | FileRegion]
 MAX_PIPELINED = 5
@@ -246,7 +246,8 @@ class BrokerServer:
         if not serves(header.api_key, header.api_version):
             if header.api_key == ApiKey.API_VERSIONS:
                 return [encode_api_versions_error(header.correlation_id, served())]
-            raise FrameError(f"unsupported API {header.api_key} version {header.api_version}")
+            raise FrameError(f"{api_name(header.api_key)} (API key {header.api_key}) version "
+                             f"{header.api_version} is not served")
         request = decode_request(header, frame, body_offset)
         try:
             result = await self._handle(header, request)

@@ -72,6 +72,7 @@ from sparklog.protocol.body_walk import checked_reader
 from sparklog.protocol.framing import FrameError, RequestHeader, skip_tagged_fields
 from sparklog.protocol.versions import (
     ConfigSource,
+    api_name,
     request_header_version,
     response_header_version,
 )
@@ -92,7 +93,8 @@ def decode_request(header: RequestHeader, frame: bytes | memoryview, body_offset
         request, _ = read(frame, body_offset)
     except (SerialError, ValueError, IndexError) as exc:
         # kio raises ValueError for some bad values (BodyError is one)
-        raise InvalidRequestError(f"api {header.api_key} v{header.api_version}: {exc}") from exc
+        raise InvalidRequestError(
+            f"{api_name(header.api_key)} v{header.api_version} does not decode: {exc}") from exc
     return request
 
 

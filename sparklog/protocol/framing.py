@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from sparklog.protocol.versions import request_header_version
+from sparklog.protocol.versions import api_name, request_header_version
 
 _HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 
@@ -40,17 +40,20 @@ def parse_request_header(frame: bytes | memoryview) -> tuple[RequestHeader, int]
     api_key, api_version, correlation_id, length = _HEADER.unpack_from(frame)
     offset = _HEADER.size
     client_id = None
-    if length >= 0:
-        end = offset + length
-        if end > len(frame):
-            raise FrameError("client_id runs past the end of the frame")
-        try:
-            client_id = str(frame[offset:end], "utf-8")
-        except UnicodeDecodeError as exc:
-            raise FrameError("client_id is not valid UTF-8") from exc
-        offset = end
-    if request_header_version(api_key, api_version) == 2:
-        offset = skip_tagged_fields(frame, offset)
+    try:
+        if length >= 0:
+            end = offset + length
+            if end > len(frame):
+                raise FrameError("client_id runs past the end of the frame")
+            try:
+                client_id = str(frame[offset:end], "utf-8")
+            except UnicodeDecodeError as exc:
+                raise FrameError("client_id is not valid UTF-8") from exc
+            offset = end
+        if request_header_version(api_key, api_version) == 2:
+            offset = skip_tagged_fields(frame, offset)
+    except FrameError as exc:
+        raise FrameError(f"{api_name(api_key)} v{api_version}'s request header: {exc}") from None
     return RequestHeader(api_key, api_version, correlation_id, client_id), offset
 
 

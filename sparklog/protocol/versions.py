@@ -155,6 +155,15 @@ TOPIC_CONFIG_SOURCES = {"topic": ConfigSource.DYNAMIC_TOPIC_CONFIG,
 answers it."""
 
 
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API (``ApiKeys.LIST_OFFSETS.name`` is ``ListOffsets``), or
+    ``API <key>`` for a key Kafka has none for."""
+    try:
+        return "".join(part.capitalize() for part in ApiKey(api_key).name.split("_"))
+    except ValueError:
+        return f"API {api_key}"
+
+
 @cache
 def is_flexible(api_key: int, version: int) -> bool:
     """Whether the version uses compact strings/arrays and tagged fields (KIP-482)."""

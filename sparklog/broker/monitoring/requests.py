@@ -28,15 +28,10 @@ from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import count_error_codes
 from sparklog.protocol.fetch_response import FetchResponse
 from sparklog.protocol.framing import RequestHeader
-from sparklog.protocol.versions import ApiKey
+from sparklog.protocol.versions import ApiKey, api_name
 
 LATENCY_BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0,
                       2500.0, 5000.0, 10000.0, 30000.0)
-
-
-def kafka_request_name(api_key: int) -> str:
-    """Kafka's name of an API (``ApiKeys.LIST_OFFSETS.name`` is ``ListOffsets``)."""
-    return "".join(part.capitalize() for part in ApiKey(api_key).name.split("_"))
 
 
 class _ApiCounters:
@@ -117,7 +112,7 @@ class RequestMetrics:
     def _add(self, header: RequestHeader, request: Any, seconds: float,
              errors: dict[int, int]) -> None:
         key = header.api_key
-        name = self._names.get(key) or self._names.setdefault(key, kafka_request_name(key))
+        name = self._names.get(key) or self._names.setdefault(key, api_name(key))
         ms = seconds * 1000
         self._counters(name).add(header.api_version, ms, errors)
         if key == ApiKey.FETCH:
