@@ -29,7 +29,8 @@ def test_a_handler_crashed():
 
 
 def test_a_warning_only():
-    log.warning("closing connection from %s: Metadata v12 does not decode: an array too long", "peer")
+    log.warning("closing connection from %s: Metadata v12 does not decode: %s", "peer",
+                "an array too long")
 
 
 @pytest.mark.internal_errors_expected
