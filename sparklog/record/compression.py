@@ -14,6 +14,9 @@ Invariants:
   rejects linked blocks) and no content checksum; ``decompress`` reads any valid frame.
 - zstd is a standard frame, with or without a content size (streaming writers omit it).
 - Compression levels are Kafka's defaults (KIP-390): gzip 6, lz4 9, zstd 3.
+- ``decompress_bounded`` writes into a buffer of the limit it is given and refuses what
+  would overflow it, so what a peer sends cannot expand past that limit in memory (a
+  PushTelemetry payload; record batches are bounded by the walk instead).
 """
 
 from __future__ import annotations
@@ -145,3 +148,38 @@ def decompress(codec: int, data: Buffer) -> bytes:
         raise CorruptRecordError(
             f"cannot decompress {len(data)} bytes with codec {codec}: {exc}"
         ) from exc
+
+
+_BOUNDED: dict[int, Callable[[Buffer, bytearray | memoryview], int]] = {
+    GZIP: cramjam.gzip.decompress_into,
+    LZ4: cramjam.lz4.decompress_into,
+    ZSTD: cramjam.zstd.decompress_into,
+}
+
+
+def _snappy_bounded(data: Buffer, out: bytearray | memoryview) -> int:
+    written, view = 0, memoryview(out)
+    for block in _snappy_blocks(memoryview(data)):
+        _check_claim(block)
+        written += cramjam.snappy.decompress_raw_into(block, view[written:])
+    return written
+
+
+def decompress_bounded(codec: int, data: Buffer, limit: int) -> bytes:
+    """``data`` (Kafka codec ``codec``, 0 for none) decompressed, at most ``limit`` bytes;
+    ``CorruptRecordError`` for more, an unknown codec or a payload that does not decode."""
+    if codec == NONE:
+        if len(data) > limit:
+            raise CorruptRecordError(f"{len(data)} bytes, more than {limit}")
+        return bytes(data)
+    run = _snappy_bounded if codec == SNAPPY else _codec(_BOUNDED, codec)
+    out = bytearray(limit + 1)  # one byte more: filling it means the output is too large
+    try:
+        written = run(data, out)
+    except cramjam.DecompressionError as exc:
+        raise CorruptRecordError(
+            f"cannot decompress {len(data)} bytes with codec {codec} into {limit} bytes: {exc}"
+        ) from exc
+    if written > limit:
+        raise CorruptRecordError(f"codec {codec} payload decompresses past {limit} bytes")
+    return bytes(out[:written])
