@@ -572,9 +572,12 @@ class RawConnection:
 
 @functools.cache
 def _kp_requests() -> dict[int, type[ApiMessage]]:
+    """kafka-python's request classes by API key, with ``kp_messages``' for the APIs it
+    lacks (KIP-714's), built by its own machinery."""
     found: dict[int, type[ApiMessage]] = {}
-    for module in pkgutil.walk_packages(kafka.protocol.__path__, "kafka.protocol."):
-        for name, cls in vars(importlib.import_module(module.name)).items():
+    modules = [m.name for m in pkgutil.walk_packages(kafka.protocol.__path__, "kafka.protocol.")]
+    for module in (*modules, "kp_messages"):
+        for name, cls in vars(importlib.import_module(module)).items():
             if (isinstance(cls, type) and issubclass(cls, ApiMessage)
                     and name.endswith("Request") and hasattr(cls, "API_KEY")):
                 found[cls.API_KEY] = cls

@@ -60,8 +60,6 @@ NOT_SERVED = {
     ApiKey.DESCRIBE_PRODUCERS: "issue 28 item 3, not yet",
     ApiKey.CONSUMER_GROUP_HEARTBEAT: "KIP-848: issue 29",
     ApiKey.CONSUMER_GROUP_DESCRIBE: "KIP-848: issue 29",
-    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: "KIP-714: issue 28 item 3, not yet",
-    ApiKey.PUSH_TELEMETRY: "KIP-714: issue 28 item 3, not yet",
     ApiKey.SHARE_GROUP_HEARTBEAT: "share groups (KIP-932): no issue asks for them",
     ApiKey.SHARE_GROUP_DESCRIBE: "share groups",
     ApiKey.SHARE_FETCH: "share groups",

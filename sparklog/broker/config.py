@@ -15,6 +15,9 @@ Invariants:
   are unique, every advertised name is a listener's, and every listener's name maps to a
   security protocol in ``listener.security.protocol.map`` whose settings check out
   (``security.listener.ListenerSecurity.check``; TLS files are read later, before binding).
+- ``client.telemetry.default.metrics``, ``.interval.ms`` and ``.match`` preset one client
+  metrics subscription (KIP-714), checked here as Kafka checks a CLIENT_METRICS resource
+  (``broker/client_metrics.py``); ``telemetry.max.bytes`` is at least 1.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
+from sparklog.broker.client_metrics import preset_subscriptions
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.security.settings import check_authorizer_settings, is_security_key
 from sparklog.errors import InvalidConfigError
@@ -87,6 +91,12 @@ BROKER_DEFAULTS: dict[str, str] = {
     "offsets.topic.replication.factor": "3",
     "auto.leader.rebalance.enable": "true",
     "leader.imbalance.check.interval.seconds": "300",
+    # client telemetry (KIP-714): the largest push Kafka accepts, and a preset subscription
+    # (broker/client_metrics.py; no metrics: off, as Kafka until one is configured)
+    "telemetry.max.bytes": "1048576",
+    "client.telemetry.default.metrics": "",
+    "client.telemetry.default.interval.ms": "300000",
+    "client.telemetry.default.match": "",
 }
 
 _INT_KEYS = {
@@ -108,7 +118,8 @@ _INT_KEYS = {
     "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size", "log.cleaner.threads",
     "broker.id", "zookeeper.session.timeout.ms", "replica.lag.time.max.ms",
     "replica.fetch.wait.max.ms", "replica.fetch.max.bytes", "offsets.topic.replication.factor",
-    "leader.imbalance.check.interval.seconds",
+    "leader.imbalance.check.interval.seconds", "telemetry.max.bytes",
+    "client.telemetry.default.interval.ms",
 }
 _BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.enable",
               "controlled.shutdown.enable", "auto.leader.rebalance.enable"}
@@ -143,6 +154,10 @@ class BrokerConfig:
         self.topic_defaults = broker_defaults(self.props)  # validates log.* values
         self.metrics_listener()
         self._check_listeners()
+        if self.get_int("telemetry.max.bytes") < 1:
+            raise InvalidConfigError(f"invalid value {self.props['telemetry.max.bytes']!r} "
+                                     "for broker config telemetry.max.bytes: at least 1")
+        preset_subscriptions(self.props)  # a bad preset stops the broker at start
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:

@@ -20,6 +20,8 @@ Invariants:
   stopped before the logs close. Their markers go through the replica manager's
   ``MarkerChannel`` (to every partition's leader, this broker included); their writes to
   ``__transaction_state`` wait for the ISR (``TXN_REPLICATION_TIMEOUT_S``).
+- ``client_metrics`` keeps the telemetry subscriptions and what clients push (KIP-714),
+  in memory only: a restarted broker has the preset subscription and no clients.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from sparklog.broker.client_metrics import ClientMetricsManager
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.fault_hooks import Faults
 from sparklog.broker.internal_topics import LogTopic
@@ -89,6 +92,7 @@ class Broker:
         # fills it in as each listener starts)
         self.advertised: dict[str, tuple[str, int]] = {}
         self.faults = Faults()
+        self.client_metrics = ClientMetricsManager.from_props(config.props, self.now_ms)
         self.security = BrokerSecurity(config.props, data_dir, current_session)
         offsets_topic = LogTopic(
             self.logs, OFFSETS_TOPIC, config.get_int("offsets.topic.num.partitions"),

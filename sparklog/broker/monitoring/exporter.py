@@ -16,6 +16,13 @@ Names and labels come from:
   MBean keys, KIP-511);
 - danielqsj/kafka_exporter for the consumer groups (``kafka_consumergroup_*``) and topic
   offsets (``kafka_topic_*``, ``kafka_brokers``).
+- KIP-714 client telemetry has no MBean: ``kafka_client_telemetry_metric`` is one gauge
+  family holding the latest value of every series the clients pushed, the OTLP metric name
+  in the ``name`` label (``org.apache.kafka.producer.request.latency.avg``) and the data
+  point's attributes in ``attributes`` (``key=value`` pairs, sorted, comma-separated), beside
+  the client instance's id, client id and software; ``kafka_client_telemetry_pushes`` counts
+  each instance's accepted pushes. Both are bounded by what the broker keeps
+  (``broker/client_metrics.py``: instances, series per instance).
 
 Invariants:
 - ``FAMILIES`` lists every family this module exports (name without ``_total``, type); a scrape
@@ -82,10 +89,13 @@ FAMILIES: dict[str, str] = {
     "kafka_consumergroup_lag": "gauge",
     "kafka_consumergroup_lag_sum": "gauge",
     "kafka_consumergroup_members": "gauge",
+    "kafka_client_telemetry_metric": "gauge",
+    "kafka_client_telemetry_pushes": "counter",
 }
 
 _PARTITION = ["topic", "partition"]
 _GROUP_PARTITION = ["consumergroup", "topic", "partition"]
+_CLIENT = ["client_instance_id", "client_id", "client_software_name", "client_software_version"]
 
 
 def _error_name(code: int) -> str:
@@ -109,6 +119,7 @@ class BrokerCollector(Collector):
         yield from _cleaner_metrics(status)
         yield from _replica_metrics(status)
         yield from _group_metrics(status)
+        yield from _telemetry_metrics(status)
 
 
 def _topic_metrics(status: BrokerStatus) -> Iterator[Metric]:
@@ -262,3 +273,20 @@ def _group_metrics(status: BrokerStatus) -> Iterator[Metric]:
         for topic, total in sorted(sums.items()):
             lag_sum.add_metric([group.group_id, topic], total)
     yield from (committed, lag, lag_sum, members)
+
+
+def _telemetry_metrics(status: BrokerStatus) -> Iterator[Metric]:
+    values = GaugeMetricFamily("kafka_client_telemetry_metric",
+                               "The latest value of a metric a client pushed (KIP-714)",
+                               labels=[*_CLIENT, "name", "attributes"])
+    pushes = CounterMetricFamily("kafka_client_telemetry_pushes",
+                                 "Telemetry pushes accepted from the client instance",
+                                 labels=_CLIENT)
+    for client in status.telemetry:
+        labels = [client.client_instance_id, client.client_id, client.software_name,
+                  client.software_version]
+        pushes.add_metric(labels, client.pushes)
+        for metric in client.metrics:
+            attributes = ",".join(f"{k}={v}" for k, v in sorted(metric.attributes.items()))
+            values.add_metric([*labels, metric.name, attributes], metric.value)
+    yield from (values, pushes)

@@ -27,12 +27,15 @@ Invariants:
   counted over the led ones; ``topic_partitions`` is every topic's partition count and
   ``offline_partitions`` the partitions without a leader, both the cluster's (the offline
   count only on the controller, 0 elsewhere, as Kafka reports it).
+- Client telemetry (KIP-714) is the broker's ``client_metrics`` snapshot: every client
+  instance it knows (bounded and expired there, ``broker/client_metrics.py``), most
+  recently pushed first, each with the latest value of each metric it pushed.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -62,6 +65,12 @@ class Replicas(Protocol):
     def partitions(self) -> Mapping[tuple[str, int], Leadership]: ...
 
 
+class ClientTelemetry(Protocol):
+    """What the status reads of the client metrics (``client_metrics.ClientMetricsManager``)."""
+
+    def snapshot(self) -> Sequence[TelemetryClient]: ...
+
+
 class Broker(Protocol):
     """What monitoring reads of the broker (``state.Broker``), on its event loop thread."""
 
@@ -71,6 +80,7 @@ class Broker(Protocol):
     coordinator: GroupCoordinator
     replicas: Replicas
     advertised: dict[str, tuple[str, int]]
+    client_metrics: ClientTelemetry
 
     @property
     def cluster_id(self) -> str: ...
@@ -133,6 +143,38 @@ class ClientSoftware:
 
 
 @dataclass(frozen=True, slots=True)
+class TelemetryMetric:
+    """The latest value of one metric series a client pushed (KIP-714, OTLP): a gauge's
+    value, a sum's total (deltas added up), a histogram's or summary's mean."""
+
+    name: str
+    kind: str
+    unit: str
+    attributes: dict[str, str]
+    value: float
+    time_ms: int  # the data point's time, as the client stamped it
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryClient:
+    """A client instance that asked for its telemetry subscription (KIP-714)."""
+
+    client_instance_id: str
+    client_id: str
+    software_name: str
+    software_version: str
+    source_address: str
+    subscription_id: int
+    subscribed: tuple[str, ...]  # the metric prefixes it was asked for ("*": all)
+    push_interval_ms: int
+    pushes: int
+    last_push_ms: int | None  # None: never pushed
+    last_error: str  # the last request's error name, NONE when it was accepted
+    terminating: bool
+    metrics: tuple[TelemetryMetric, ...]  # by name, then attributes
+
+
+@dataclass(frozen=True, slots=True)
 class CleanerStatus:
     threads: int
     dead_threads: int
@@ -161,6 +203,7 @@ class BrokerStatus:
     requests: RequestTotals
     topic_partitions: dict[str, int]  # topic -> partitions, in the whole cluster
     offline_partitions: int
+    telemetry: tuple[TelemetryClient, ...]  # most recently pushed first
 
 
 def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str]]],
@@ -188,7 +231,7 @@ def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str
         tuple(partitions), groups,
         None if cleaner is None else _cleaner(cleaner, broker.now_ms()), requests.copy(),
         {name: topic.partitions for name, topic in sorted(logs.topics.items())},
-        _offline(broker, partitions))
+        _offline(broker, partitions), tuple(broker.client_metrics.snapshot()))
 
 
 def _offline(broker: Broker, partitions: list[PartitionStatus]) -> int:

@@ -1,0 +1,30 @@
+"""kafka-python 3.0.12's protocol classes for the KIP-714 APIs it lacks
+(GetTelemetrySubscriptions 71, PushTelemetry 72), built by kafka-python's own JSON-schema
+machinery from the message definitions beside this file (Kafka's fields and versions, as
+``clients/src/main/resources/common/message/`` defines them), so the tests encode and decode
+them independently of the broker's kio codec. ``broker_fixtures.kp_request`` finds them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from kafka.protocol.api_message import ApiMessage
+
+_HERE = sys.modules[__name__]
+
+
+class GetTelemetrySubscriptionsRequest(ApiMessage, load_json=_HERE):
+    pass
+
+
+class GetTelemetrySubscriptionsResponse(ApiMessage, load_json=_HERE):
+    pass
+
+
+class PushTelemetryRequest(ApiMessage, load_json=_HERE):
+    pass
+
+
+class PushTelemetryResponse(ApiMessage, load_json=_HERE):
+    pass
