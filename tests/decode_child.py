@@ -5,8 +5,10 @@ this one, and the parent sees the signal.
 Protocol, on stdin: one message per input, ``kind`` (1 byte: ``q`` a request frame without
 its size, ``r`` a response frame of (api key, version) without its size, ``d`` a data record
 of the named embedded or internal-topic schema, ``b`` the records of a Fetch answer, read
-by the Spark source's decoders, compiled and aiokafka's, and the broker's), int16
-api key (or schema index), int16 version, int32 length, the bytes. On stdout, per input:
+by the Spark source's decoders, compiled and aiokafka's, and the broker's; ``t`` a
+PushTelemetry payload, compressed with the codec its api key names, decoded by the broker
+into at most ``TELEMETRY_MAX_BYTES``), int16 api key (or schema index, or codec), int16
+version, int32 length, the bytes. On stdout, per input:
 one status byte (``0`` decoded, ``1`` refused with the decoder's own error) and the
 process's peak RSS in KiB (int64).
 Any other exception is written to stderr and ends the process with exit code 3.
@@ -29,6 +31,7 @@ from typing import Any
 
 from kio.index import UnknownEntity, load_response_schema
 
+from sparklog.broker.client_metrics import decode_push
 from sparklog.broker.registry import load_handlers, served
 from sparklog.coordinator import consumer_protocol, group_records, txn_records
 from sparklog.datasource.read.arrow_records import (
@@ -40,6 +43,7 @@ from sparklog.errors import KafkaError
 from sparklog.protocol.codec import MalformedResponseError, decode_request, decode_response
 from sparklog.protocol.framing import FrameError, parse_request_header
 from sparklog.record.batch import split_batches
+from sparklog.record.compression import CODECS
 from sparklog.record.records import decode_records
 
 _HEAD = struct.Struct(">chhi")
@@ -61,8 +65,13 @@ REFUSALS: dict[bytes, tuple[type[BaseException], ...]] = {
     b"r": (MalformedResponseError,),
     b"d": (ValueError,),
     b"b": (KafkaError, ValueError),  # CorruptRecordError, a legacy format
+    b"t": (ValueError,),  # MalformedMetricsError: PushTelemetry answers INVALID_RECORD
 }
 """Each kind's own errors: any other exception is a defect, and ends the child."""
+TELEMETRY_MAX_BYTES = 64 * 1024
+"""The decompressed bound of a fuzzed push (the broker's is ``telemetry.max.bytes``, 1 MiB):
+small enough that what the bound lets a tiny compressed input expand to stays within the
+parent's growth allowance."""
 
 
 def _status_kib(name: str) -> int:
@@ -113,6 +122,8 @@ def _decode(kind: bytes, key: int, version: int, data: bytes) -> None:
         decode_request(header, data, offset)
     elif kind == b"r":
         decode_response(key, version, data)
+    elif kind == b"t":
+        decode_push(key, data, TELEMETRY_MAX_BYTES)
     else:
         DATA_DECODERS[key](data)
 
@@ -129,6 +140,11 @@ def _warm_up() -> None:
                     _decode(kind, key, version, data)
                 except REFUSALS[kind]:
                     pass
+    for codec in CODECS:
+        try:
+            _decode(b"t", codec, 0, b"")
+        except REFUSALS[b"t"]:
+            pass
 
 
 def has_schema(load: Callable[[int, int], type], key: int, version: int) -> bool:

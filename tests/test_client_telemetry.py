@@ -18,10 +18,12 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -376,3 +378,16 @@ def test_a_bad_preset_stops_the_broker_naming_the_key() -> None:
     with pytest.raises(InvalidConfigError, match=r"telemetry\.max\.bytes"):
         BrokerConfig({"telemetry.max.bytes": "0"})
     assert BrokerConfig({"client.telemetry.default.interval.ms": "5"})  # no metrics: off
+
+
+def test_a_value_that_is_not_a_number_is_kept_as_none() -> None:
+    """The status JSON has no NaN: a client's NaN or infinity shows as no value."""
+    clock = Clock()
+    manager = _manager(clock)
+    _, instance = manager.get_subscriptions(None, CLIENT)
+    payload = metrics_data(("nan", math.nan), ("inf", math.inf), ("one", 1.0))
+    assert manager.push(instance.instance_id, instance.subscription_id, False, NONE, payload,
+                        CLIENT) == ErrorCode.NONE
+    [client] = manager.snapshot()
+    assert {m.name: m.value for m in client.metrics} == {"inf": None, "nan": None, "one": 1.0}
+    json.dumps(asdict(client), allow_nan=False)

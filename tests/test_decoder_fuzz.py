@@ -11,6 +11,9 @@ Covers:
 - garbled record batches (headers included; or the records only, with the CRC made right
   again so the damage reaches the record walker) through the Spark source's decoders
   (compiled and aiokafka's) and the broker's;
+- PushTelemetry payloads (KIP-714: OTLP ``MetricsData``, compressed with each codec or
+  not) through the broker's decompression and decoder, mutated in the protobuf or in the
+  compressed bytes;
 - the 58-byte Metadata v12 request that made kio 0.6.5's native reader abort the broker.
 
 The child limits its own address space (``decode_child``), so an allocation kio would
@@ -31,19 +34,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from decode_child import DATA_DECODERS, has_schema
+from decode_child import DATA_DECODERS, TELEMETRY_MAX_BYTES, has_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 from kio.serial.writers import write_unsigned_varint
 from kio.static.primitive import Records, uvarint
+from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 from test_records import record_specs, reseal
 
 from sparklog.broker.registry import load_handlers, served
 from sparklog.protocol.versions import request_header_version, response_header_version
 from sparklog.record.batch import HEADER_SIZE
-from sparklog.record.compression import CODECS
+from sparklog.record.compression import CODECS, compress
 from sparklog.record.records import build_batch
 
 CHILD = Path(__file__).with_name("decode_child.py")
@@ -264,3 +268,64 @@ def test_the_cheapest_elements_cost_a_bounded_multiple_of_their_bytes(
     status, growth_kib = child.decode(b"q", 50, 0, frame)
     assert status == 0
     assert growth_kib * 1024 < 64 * len(frame)  # measured: about 32 times
+
+
+_NAMES = st.text(st.characters(codec="utf-8"), max_size=40)
+
+
+@st.composite
+def _metrics_data(draw: st.DrawFn) -> bytes:
+    """An OTLP MetricsData with gauges, sums and histograms, attributes of every kind."""
+    data = MetricsData()
+    for _ in range(draw(st.integers(0, 2))):
+        scope = data.resource_metrics.add().scope_metrics.add()
+        for _ in range(draw(st.integers(0, 4))):
+            metric = scope.metrics.add(name=draw(_NAMES), unit=draw(_NAMES))
+            kind = draw(st.sampled_from(("gauge", "sum", "histogram", "summary", None)))
+            if kind is None:
+                continue
+            body = getattr(metric, kind)
+            for _ in range(draw(st.integers(0, 3))):
+                point = body.data_points.add(time_unix_nano=draw(st.integers(0, 2**64 - 1)))
+                if kind in ("gauge", "sum"):
+                    point.as_double = draw(st.floats())
+                else:
+                    point.count, point.sum = draw(st.integers(0, 2**64 - 1)), draw(st.floats())
+                for _ in range(draw(st.integers(0, 3))):
+                    value = point.attributes.add(key=draw(_NAMES)).value
+                    choice = draw(st.sampled_from(("string", "int", "bool", "array")))
+                    if choice == "string":
+                        value.string_value = draw(_NAMES)
+                    elif choice == "int":
+                        value.int_value = draw(st.integers(-(2**63), 2**63 - 1))
+                    elif choice == "bool":
+                        value.bool_value = draw(st.booleans())
+                    else:
+                        value.array_value.values.add(double_value=draw(st.floats()))
+    return data.SerializeToString()
+
+
+@FUZZ
+@given(payload=_metrics_data(), codec=st.sampled_from(CODECS), inside=st.booleans(),
+       data=st.data())
+def test_no_telemetry_push_ends_or_bloats_the_broker(child: DecodeChild, payload: bytes,
+                                                     codec: int, inside: bool,
+                                                     data: st.DataObject) -> None:
+    """``inside``: the protobuf is mutated, then compressed (the damage reaches the OTLP
+    decoder); else the compressed bytes are (the damage reaches the codec)."""
+    if inside:
+        payload = data.draw(_mutated(payload, 0))
+    pushed = compress(codec, payload) if codec else payload
+    if not inside:
+        pushed = data.draw(_mutated(pushed, 0))
+    _check(child, b"t", codec, 0, pushed)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_telemetry_bomb_is_refused(child: DecodeChild, codec: int) -> None:
+    """Ten times the decompressed bound of empty messages, the most objects per byte:
+    refused before the decoder, whatever the codec."""
+    bomb = b"\x0a\x00" * (5 * TELEMETRY_MAX_BYTES)
+    assert _check(child, b"t", codec, 0, compress(codec, bomb) if codec else bomb) == 1
+    within = b"\x0a\x00" * (TELEMETRY_MAX_BYTES // 2)  # exactly the bound: decoded
+    assert _check(child, b"t", codec, 0, compress(codec, within) if codec else within) == 0

@@ -43,7 +43,8 @@ Requests, as Kafka answers them:
 Kept per instance: client id, software name and version (KIP-511), source address, last
 push time, push count, last error, and the latest value of each series (metric name and
 attributes): a gauge's value, a sum's total (a delta sum, as Kafka asks clients for with
-``delta_temporality``, is added to it; a cumulative one replaces it), a histogram's mean.
+``delta_temporality``, is added to it; a cumulative one replaces it), a histogram's mean;
+None for a value that is not a finite number (the status is JSON, which has no NaN).
 
 Bounds: at most ``MAX_INSTANCES`` instances (a new one evicts the least recently heard
 from), each with at most ``MAX_SERIES`` series (a push's new series past that are dropped)
@@ -54,6 +55,7 @@ every snapshot. All of it runs on the broker's event loop thread.
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from collections import OrderedDict
@@ -196,11 +198,11 @@ class ClientInstance:
             kept = self.series.get(key)
             if kept is None and len(self.series) >= MAX_SERIES:
                 continue
-            value = point.value + kept.value if point.delta and kept is not None \
+            value = point.value + (kept.value or 0.0) if point.delta and kept is not None \
                 else point.value
-            self.series[key] = TelemetryMetric(point.name, point.kind, point.unit,
-                                               dict(point.attributes), value,
-                                               point.time_unix_nano // 1_000_000)
+            self.series[key] = TelemetryMetric(
+                point.name, point.kind, point.unit, dict(point.attributes),
+                value if math.isfinite(value) else None, point.time_unix_nano // 1_000_000)
 
     def status(self) -> TelemetryClient:
         m = self.metadata

@@ -21,7 +21,8 @@ Names and labels come from:
   in the ``name`` label (``org.apache.kafka.producer.request.latency.avg``) and the data
   point's attributes in ``attributes`` (``key=value`` pairs, sorted, comma-separated), beside
   the client instance's id, client id and software; ``kafka_client_telemetry_pushes`` counts
-  each instance's accepted pushes. Both are bounded by what the broker keeps
+  each instance's accepted pushes (a value that is not a finite number is left out). Both
+  are bounded by what the broker keeps
   (``broker/client_metrics.py``: instances, series per instance).
 
 Invariants:
@@ -287,6 +288,8 @@ def _telemetry_metrics(status: BrokerStatus) -> Iterator[Metric]:
                   client.software_version]
         pushes.add_metric(labels, client.pushes)
         for metric in client.metrics:
+            if metric.value is None:
+                continue
             attributes = ",".join(f"{k}={v}" for k, v in sorted(metric.attributes.items()))
             values.add_metric([*labels, metric.name, attributes], metric.value)
     yield from (values, pushes)

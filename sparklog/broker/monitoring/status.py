@@ -151,7 +151,7 @@ class TelemetryMetric:
     kind: str
     unit: str
     attributes: dict[str, str]
-    value: float
+    value: float | None  # None: not a finite number (NaN or infinite: JSON has neither)
     time_ms: int  # the data point's time, as the client stamped it
 
 
