@@ -3,8 +3,9 @@
 Debian's ``chromium`` is driven through its ``chromedriver`` with selenium (``make test``
 installs both with apt when they are missing, as it installs Java): selenium waits on what
 the page shows without a reload, which is what "refreshes by itself" means. The page is
-loaded once; it must show a topic and a group the test made, then the group's lag must
-change by itself after the test produces more.
+loaded once; it must show a topic and a group the test made, and the metrics its member
+(librdkafka) pushes under the broker's telemetry subscription (KIP-714), then the group's
+lag must change by itself after the test produces more.
 
 The screenshots of both states (saved in the test's tmp dir) are read back
 (``png_support``) and checked as a person would look at them: the picture has the window's
@@ -49,7 +50,7 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 # closed network refuses (and which a test has no business calling anyway).
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--window-size=1280,1200")
+         "--window-size=1280,1600")
 
 
 @pytest.fixture
@@ -70,7 +71,10 @@ def browser() -> Iterator[WebDriver]:
 
 @pytest.fixture
 def monitored(tmp_path: Path) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path, {"metrics.listener": "http://127.0.0.1:0"})
+    proc = start_broker(tmp_path, {"metrics.listener": "http://127.0.0.1:0",
+                                   # every client pushes its metrics each second (KIP-714)
+                                   "client.telemetry.default.metrics": "*",
+                                   "client.telemetry.default.interval.ms": "1000"})
     try:
         yield proc
     finally:
@@ -161,8 +165,9 @@ def _check_picture(driver: WebDriver, path: Path, inked: Sequence[str],
 
 
 SECTIONS = ["header", *(f"section:has(#{inside})" for inside in
-                        ("chart-records", "topics", "groups", "clients", "cleaner"))]
-"""The page's header and its five sections (by what each holds)."""
+                        ("chart-records", "topics", "groups", "clients", "telemetry",
+                         "cleaner"))]
+"""The page's header and its six sections (by what each holds)."""
 
 
 def _headings(html: str) -> list[str]:
@@ -233,13 +238,22 @@ def test_the_page_shows_a_topic_and_a_group_and_follows_its_lag(
         software = [c.text for c in browser.find_elements(By.CSS_SELECTOR, client + " td")]
         assert software[1].endswith("-rdkafka-" + confluent_kafka.libversion()[0]), software
         assert software[2] == "PLAINTEXT" and int(software[3]) >= 1, software
-        _check_picture(browser, tmp_path / "status-page.png", [*SECTIONS, row, lag, client])
+        # and pushes its metrics (KIP-714): its row shows the partitions it was assigned
+        pushed = ('#telemetry td.metrics span[data-metric='
+                  '"org.apache.kafka.consumer.coordinator.assigned.partitions"]')
+        wait.until(lambda d: _text(d, pushed) == "consumer.coordinator.assigned.partitions 2")
+        telemetry = f'#telemetry tr[data-telemetry-client]:has({pushed.split(" ", 1)[1]})'
+        cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, telemetry + " td")]
+        assert cells[1].startswith("confluent-kafka-python\n") and cells[2] == "127.0.0.1", cells
+        assert cells[3] == "1 s" and int(cells[4]) >= 1 and int(cells[7]) >= 4, cells
+        _check_picture(browser, tmp_path / "status-page.png",
+                       [*SECTIONS, row, lag, client, telemetry])
 
         # the same page without the driver: the same headings, the same topic and group
         dumped = _dump_dom(monitored.metrics_url)
         headings = _headings(dumped)
         assert {"sparklog broker", "Produce and consume", "Topics", "Consumer groups",
-                "Clients", "Log cleaner"} <= set(headings), headings
+                "Clients", "Client telemetry", "Log cleaner"} <= set(headings), headings
         shown = browser.find_element(By.TAG_NAME, "body").text
         assert [h for h in headings if h not in shown] == [], "headings the driver's page lacks"
         assert f'data-topic="{topic}"' in dumped and f'data-group-lag="{group}"' in dumped

@@ -333,6 +333,8 @@ class ClientMetricsManager:
             del self._instances[instance_id]
 
     def snapshot(self) -> list[TelemetryClient]:
-        """Every instance known, most recently heard from first."""
+        """Every instance known, by client id then instance id (an order that stays put
+        while they push)."""
         self._expire(self._clock_ms())
-        return [instance.status() for instance in reversed(self._instances.values())]
+        return sorted((instance.status() for instance in self._instances.values()),
+                      key=lambda c: (c.client_id, c.client_instance_id))

@@ -28,8 +28,8 @@ Invariants:
   ``offline_partitions`` the partitions without a leader, both the cluster's (the offline
   count only on the controller, 0 elsewhere, as Kafka reports it).
 - Client telemetry (KIP-714) is the broker's ``client_metrics`` snapshot: every client
-  instance it knows (bounded and expired there, ``broker/client_metrics.py``), most
-  recently pushed first, each with the latest value of each metric it pushed.
+  instance it knows (bounded and expired there, ``broker/client_metrics.py``), by client
+  id, each with the latest value of each metric it pushed.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ class BrokerStatus:
     requests: RequestTotals
     topic_partitions: dict[str, int]  # topic -> partitions, in the whole cluster
     offline_partitions: int
-    telemetry: tuple[TelemetryClient, ...]  # most recently pushed first
+    telemetry: tuple[TelemetryClient, ...]  # by client id, then instance id
 
 
 def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str]]],
