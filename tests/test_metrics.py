@@ -291,13 +291,13 @@ def test_the_grafana_dashboard_queries_only_metrics_the_broker_exports(
     queried = {name for query in queries
                for name in re.findall(r"\b((?:kafka|process)_[a-z0-9_]+)", query)}
     assert queried - exported == set(), "the dashboard queries names the broker does not export"
-    # it shows each kind of metric: topics, requests, logs, cleaner, replicas, lag
+    # it shows each kind of metric: topics, requests, logs, cleaner, replicas, lag, clients
     for name in ("kafka_server_brokertopicmetrics_messagesin_total",
                  "kafka_network_requestmetrics_totaltimems_bucket",
                  "kafka_network_requestmetrics_errors_total", "kafka_log_log_size",
                  "kafka_log_logcleanermanager_max_dirty_percent",
                  "kafka_server_replicamanager_underreplicatedpartitions",
-                 "kafka_consumergroup_lag"):
+                 "kafka_consumergroup_lag", "kafka_client_telemetry_metric"):
         assert name in queried
 
 
