@@ -4,7 +4,8 @@
   is on by default) against a broker whose preset subscription matches it: its metrics show
   in ``/status.json`` and ``/metrics``, and its terminating push on close is accepted; a
   client the subscription's ``match`` leaves out is told to push nothing. kafka-python
-  3.0.12 implements no telemetry (it has no class for either API), so it pushes nothing.
+  3.0.12 implements no telemetry (it has no class for either API): a producer the
+  subscription matches never asks.
 - Raw requests (kafka-python's encoder over Kafka's message definitions, ``kp_messages``)
   for each of Kafka's answers: a new instance id, the subscription, throttling within the
   interval, a first push after a Get, UNKNOWN_SUBSCRIPTION_ID (and the Get it allows at
@@ -36,6 +37,7 @@ from broker_fixtures import (
     unique_topic,
     wait_until,
 )
+from kafka import KafkaProducer
 from kp_messages import (
     GetTelemetrySubscriptionsRequest,
     GetTelemetrySubscriptionsResponse,
@@ -133,6 +135,21 @@ def test_librdkafka_pushes_its_metrics_to_the_status_page_and_metrics(
     producer.close()  # librdkafka pushes once more, terminating, as it closes
     wait_until(lambda: (telemetry_of(broker, "pushing-producer") or {})["terminating"])
     assert telemetry_of(broker, "pushing-producer")["last_error"] == "NONE"  # type: ignore[index]
+
+
+def test_kafka_python_3_pushes_no_telemetry(broker: BrokerProcess) -> None:
+    """kafka-python 3.0.12 knows the two APIs' keys, not their messages: a producer the
+    subscription matches never asks for it, over intervals of producing."""
+    topic = unique_topic("telemetry-kp")
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, client_id="pushing-kp")
+    try:
+        deadline = time.monotonic() + 3 * INTERVAL_MS / 1000
+        while time.monotonic() < deadline:
+            producer.send(topic, b"x").get(TIMEOUT)
+            time.sleep(0.1)
+    finally:
+        producer.close(TIMEOUT)
+    assert telemetry_of(broker, "pushing-kp") is None
 
 
 # -- raw requests ---------------------------------------------------------------------------
