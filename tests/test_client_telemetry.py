@@ -379,6 +379,8 @@ def test_instances_and_series_are_capped(monkeypatch: pytest.MonkeyPatch) -> Non
 @pytest.mark.parametrize(("settings", "message"), [
     ({"metrics": "*", "interval.ms": "99"}, "interval.ms"),
     ({"metrics": "*", "interval.ms": "3600001"}, "interval.ms"),
+    ({"metrics": "*", "interval.ms": "--5"}, "interval.ms"),
+    ({"metrics": "*", "interval.ms": "a minute"}, "interval.ms"),
     ({"metrics": "*", "match": "client_rack=a"}, "illegal client matching pattern"),
     ({"metrics": "*", "match": "client_id=a=b"}, "illegal client matching pattern"),
     ({"metrics": "*", "match": "client_id=(unclosed"}, "illegal client matching pattern"),

@@ -104,13 +104,16 @@ class Subscription:
         if unknown:
             raise InvalidConfigError(f"unknown client metrics configuration {unknown[0]}: "
                                      f"expected one of {', '.join(SETTINGS)}")
-        interval = settings.get("interval.ms", str(DEFAULT_INTERVAL_MS)).strip()
-        if not interval.lstrip("-").isdigit() \
-                or not MIN_INTERVAL_MS <= int(interval) <= MAX_INTERVAL_MS:
+        given = settings.get("interval.ms", str(DEFAULT_INTERVAL_MS)).strip()
+        try:
+            interval = int(given)
+        except ValueError:
+            interval = -1
+        if not MIN_INTERVAL_MS <= interval <= MAX_INTERVAL_MS:
             raise InvalidConfigError(
-                f"invalid value {interval!r} for interval.ms of client metrics subscription "
+                f"invalid value {given!r} for interval.ms of client metrics subscription "
                 f"{name}: expected {MIN_INTERVAL_MS} to {MAX_INTERVAL_MS} (1 hour)")
-        return cls(name, _list(settings.get("metrics", "")), int(interval),
+        return cls(name, _list(settings.get("metrics", "")), interval,
                    tuple(_pattern(name, item) for item in _list(settings.get("match", ""))))
 
     def matches(self, metadata: Mapping[str, str | None]) -> bool:
