@@ -27,9 +27,11 @@ CRC-32C of the sorted metrics and the interval, XOR the instance id's Java hash,
 computes it, so it changes when either changes.
 
 Requests, as Kafka answers them:
-- GetTelemetrySubscriptions: the zero id gets a new random id. A request within the push
-  interval of the instance's last accepted request is THROTTLING_QUOTA_EXCEEDED, unless the
-  instance's last push failed with UNKNOWN_SUBSCRIPTION_ID or UNSUPPORTED_COMPRESSION_TYPE
+- GetTelemetrySubscriptions: the zero id gets a new random id (so does Kafka's other
+  reserved id, the metadata topic's, which Kafka would keep and then refuse every push of).
+  A request within the push interval of the instance's last accepted request is
+  THROTTLING_QUOTA_EXCEEDED, unless the instance's last push failed with
+  UNKNOWN_SUBSCRIPTION_ID or UNSUPPORTED_COMPRESSION_TYPE
   (KIP-714: then the client must fetch its subscription at once).
 - PushTelemetry, checked in this order: the zero (or reserved) id is INVALID_REQUEST; a push
   after a terminating push is INVALID_REQUEST; a push within the interval of the last one is
