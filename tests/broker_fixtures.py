@@ -43,6 +43,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -70,6 +71,7 @@ from kafka.protocol.producer import (
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kazoo.client import KazooClient
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.process import BrokerProcess
@@ -203,6 +205,17 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1,
     futures = client.create_topics([topic], operation_timeout=10, request_timeout=TIMEOUT)
     futures[name].result(TIMEOUT)
     return name
+
+
+def request_counts(broker: BrokerProcess) -> dict[tuple[str, int], float]:
+    """Requests the broker answered so far, by (Kafka's API name, version), from its request
+    metrics (a broker started with ``metrics.listener`` set)."""
+    assert broker.metrics_url is not None, "the broker has no metrics.listener"
+    with urllib.request.urlopen(broker.metrics_url + "metrics", timeout=TIMEOUT) as answer:
+        text = answer.read().decode()
+    return {(s.labels["request"], int(s.labels["version"])): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == "kafka_network_requestmetrics_requests_total"}
 
 
 def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:

@@ -12,7 +12,6 @@ every version are checked against kafka-python's classes by ``test_api_table``.
 from __future__ import annotations
 
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -25,13 +24,13 @@ from broker_fixtures import (
     create_topic,
     module_broker,
     produce_confluent,
+    request_counts,
     unique_topic,
     wait_until,
 )
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.client.connection import BrokerConnection
@@ -64,16 +63,6 @@ def conn(broker: BrokerProcess) -> Iterator[BrokerConnection]:
     connection = BrokerConnection(host, int(port), ClientConfig(((host, int(port)),)))
     yield connection
     connection.close()
-
-
-def request_counts(broker: BrokerProcess) -> dict[tuple[str, int], float]:
-    """Requests the broker answered so far, by (Kafka's API name, version)."""
-    assert broker.metrics_url is not None
-    with urllib.request.urlopen(broker.metrics_url + "metrics", timeout=TIMEOUT) as answer:
-        text = answer.read().decode()
-    return {(s.labels["request"], int(s.labels["version"])): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples
-            if s.name == "kafka_network_requestmetrics_requests_total"}
 
 
 GROUP_APIS = ("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup",
