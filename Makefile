@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: test demo bench lint java cc browser zookeeper venv clean
+.PHONY: test demo bench lint java cc browser zookeeper js venv clean
 
 venv: $(STAMP)
 
@@ -58,7 +58,24 @@ zookeeper: java
 		|| { echo "could not install ZooKeeper: install it and retry" >&2; exit 1; }; \
 	fi
 
-test: $(STAMP) java browser zookeeper
+# The JavaScript clients' tests (tests/test_js_clients.py) run kafkajs and @platformatic/kafka
+# on Node.js: install the distribution's nodejs and npm when missing, then the packages pinned
+# in tests/js/package-lock.json (again only when the pins changed).
+JS_STAMP := tests/js/node_modules/.installed
+
+js: $(JS_STAMP)
+
+$(JS_STAMP): tests/js/package.json tests/js/package-lock.json
+	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+		echo "Node.js or npm not found: installing nodejs npm"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm) \
+		|| { echo "could not install Node.js: install nodejs and npm and retry" >&2; exit 1; }; \
+	fi
+	@cd tests/js && npm ci --no-audit --no-fund --loglevel=error \
+		|| { echo "could not install the JavaScript clients (npm ci in tests/js): check the network and retry" >&2; exit 1; }
+	@touch $(JS_STAMP)
+
+test: $(STAMP) java browser zookeeper js
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP) java
