@@ -55,8 +55,6 @@ NOT_SERVED = {
     ApiKey.EXPIRE_DELEGATION_TOKEN: "delegation tokens",
     ApiKey.DESCRIBE_DELEGATION_TOKEN: "delegation tokens",
     ApiKey.UPDATE_FEATURES: "the levels are the code's (broker/features.py), not an admin's",
-    ApiKey.DESCRIBE_CLIENT_QUOTAS: "issue 28 item 3 (quotas), not yet",
-    ApiKey.ALTER_CLIENT_QUOTAS: "issue 28 item 3 (quotas), not yet",
     ApiKey.DESCRIBE_PRODUCERS: "issue 28 item 3, not yet",
     ApiKey.CONSUMER_GROUP_HEARTBEAT: "KIP-848: issue 29",
     ApiKey.CONSUMER_GROUP_DESCRIBE: "KIP-848: issue 29",

@@ -79,6 +79,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.cleaner.dedupe.buffer.size": "134217728",
     "log.cleaner.threads": "1",
     "metrics.listener": "",
+    "quota.window.num": "11",
+    "quota.window.size.seconds": "1",
     # replication (a cluster: set zookeeper.connect; empty runs the single-node broker)
     "broker.id": "-1",
     "broker.rack": "",
@@ -119,7 +121,7 @@ _INT_KEYS = {
     "broker.id", "zookeeper.session.timeout.ms", "replica.lag.time.max.ms",
     "replica.fetch.wait.max.ms", "replica.fetch.max.bytes", "offsets.topic.replication.factor",
     "leader.imbalance.check.interval.seconds", "telemetry.max.bytes",
-    "client.telemetry.default.interval.ms",
+    "client.telemetry.default.interval.ms", "quota.window.num", "quota.window.size.seconds",
 }
 _BOOL_KEYS = {"auto.create.topics.enable", "delete.topic.enable", "log.cleaner.enable",
               "controlled.shutdown.enable", "auto.leader.rebalance.enable"}

@@ -30,6 +30,12 @@ Invariants:
   that released the connection (a Produce waiting for its ISR) lets the next one start,
   at most ``MAX_PIPELINED`` unanswered; answers are written in request order. A single
   node answers each request before reading the next, as Kafka does.
+- Client quotas (``broker/quotas.py``): with a ``request_percentage`` quota set, each
+  request's handling time counts towards it (not ApiVersions, the SASL exchange, a
+  follower's Fetch or the brokers' WriteTxnMarkers) and its answer carries the larger of
+  its own throttle time and that one's; a connection the quota manager muted
+  (``Session.muted_until``) has no further request read until then. With no quota set
+  each costs one test.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
   record data goes from the page cache to the socket without entering Python; through TLS
   (no sendfile there) a region is read whole (``os.pread``, at most the request's
@@ -51,8 +57,10 @@ from collections.abc import Callable
 from typing import Any
 
 from sparklog.broker.monitoring.requests import RequestMetrics
+from sparklog.broker.quotas import with_throttle
 from sparklog.broker.registry import HANDLERS, served, serves
 from sparklog.broker.request_context import REQUEST, RequestContext, extended
+from sparklog.broker.security.client_quotas import REQUEST_PERCENTAGE
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.security.session import Session
 from sparklog.broker.security.tls import certificate_principal
@@ -70,6 +78,7 @@ MAX_PIPELINED = 5
 """Requests of one connection started but not answered yet, at most (as Kafka's clients'
 ``max.in.flight.requests.per.connection`` for idempotence): memory stays bounded."""
 _BEFORE_AUTHENTICATION = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+_NOT_THROTTLED = frozenset((*_BEFORE_AUTHENTICATION, ApiKey.WRITE_TXN_MARKERS))
 
 
 class DroppedByFault(Exception):
@@ -169,6 +178,9 @@ class BrokerServer:
         answers: deque[asyncio.Task[None]] = deque()  # started requests' answers, in order
         try:
             while not session.closing:
+                if session.muted_until:  # throttled by a quota
+                    await asyncio.sleep(session.muted_until - time.monotonic())
+                    session.muted_until = 0.0
                 frame = await frames.read_frame()
                 if frame is None:
                     break
@@ -251,6 +263,11 @@ class BrokerServer:
         request = decode_request(header, frame, body_offset)
         try:
             result = await self._handle(header, request)
+            quotas = self.broker.quotas
+            if quotas.enabled(REQUEST_PERCENTAGE) and header.api_key not in _NOT_THROTTLED \
+                    and not _from_follower(request):
+                result = with_throttle(result, quotas.request_time(
+                    header.client_id, time.perf_counter() - started))
             parts = _to_parts(header, result)
         except Exception as exc:
             if self.metrics is not None:
@@ -295,6 +312,12 @@ class BrokerServer:
             if corked is not None:
                 with contextlib.suppress(OSError):  # a connection gone has nothing to send
                     corked.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+
+
+def _from_follower(request: Any) -> bool:
+    """A follower's Fetch (or OffsetForLeaderEpoch): quotas never throttle replication."""
+    state = getattr(request, "replica_state", None)
+    return (state.replica_id if state is not None else getattr(request, "replica_id", -1)) >= 0
 
 
 def _retrieved(task: asyncio.Task[Any]) -> None:

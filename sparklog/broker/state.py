@@ -36,6 +36,7 @@ from sparklog.broker.client_metrics import ClientMetricsManager
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.fault_hooks import Faults
 from sparklog.broker.internal_topics import LogTopic
+from sparklog.broker.quotas import QuotaManager
 from sparklog.broker.replication.inter_broker import InterBrokerSecurity
 from sparklog.broker.replication.partition import Partition
 from sparklog.broker.replication.replica_manager import ReplicaManager
@@ -94,6 +95,7 @@ class Broker:
         self.faults = Faults()
         self.client_metrics = ClientMetricsManager.from_props(config.props, self.now_ms)
         self.security = BrokerSecurity(config.props, data_dir, current_session)
+        self.quotas = QuotaManager(self.security, config.props)
         offsets_topic = LogTopic(
             self.logs, OFFSETS_TOPIC, config.get_int("offsets.topic.num.partitions"),
             {"segment.bytes": config.get_int("offsets.topic.segment.bytes")},

@@ -4,6 +4,11 @@ Paths and JSON (Kafka 2.x's, so ``zkCli`` and Kafka's tools read them as a Kafka
 - ``/config/users/<user, URL-encoded>``: ``{"version":1,"config":{"SCRAM-SHA-256":
   "salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>", ...}}``; each change adds
   ``/config/changes/config_change_<seq>`` = ``{"version":2,"entity_path":"users/<user>"}``.
+- Client quotas in the same config znodes (a user's beside its credentials):
+  ``/config/users/<user>``, ``/config/clients/<client-id>``,
+  ``/config/users/<user>/clients/<client-id>``, ``<default>`` naming a default entity,
+  ``{"version":1,"config":{"producer_byte_rate":"1024"}}``; each change adds a
+  ``config_change_<seq>`` naming the entity's path (``users/<user>/clients/<client-id>``).
 - ``/kafka-acl/<ResourceType>/<name>`` (LITERAL) and
   ``/kafka-acl-extended/prefixed/<ResourceType>/<name>`` (PREFIXED): ``{"version":1,"acls":
   [{"principal":..,"permissionType":..,"operation":..,"host":..}]}``; each change adds
@@ -46,6 +51,8 @@ from sparklog.cluster.session import ClusterError, split_connect
 log = logging.getLogger(__name__)
 
 USERS = "/config/users"
+CLIENTS = "/config/clients"
+DEFAULT_ENTITY = "<default>"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 ACL_CHANGE_PREFIX = "acl_changes_"
@@ -66,6 +73,10 @@ AclEntry = dict[str, str]
 
 class SecurityListener(Protocol):
     def user(self, name: str, config: dict[str, str]) -> None: ...
+    def entity_config(self, path: str, config: dict[str, str]) -> None:
+        """The config of a quota entity other than a named user: ``users/<default>``,
+        ``clients/<client-id>``, ``users/<user>/clients/<client-id>`` (names as in the
+        path: URL-encoded, ``<default>``)."""
     def acls(self, resource: AclResource, entries: list[AclEntry]) -> None: ...
 
 
@@ -104,7 +115,10 @@ def _decode_notification(path: str, data: bytes) -> AclResource:
 
 
 def _config(data: bytes) -> dict[str, str]:
-    """The ``config`` of an entity's znode (``/config/users/<user>``)."""
+    """The ``config`` of an entity's znode (``/config/users/<user>``; one created empty as
+    the parent of a user's client entity has none)."""
+    if not data:
+        return {}
     return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
 
 
@@ -130,6 +144,7 @@ def open_security_store(connect: str, timeout_s: float = 30) -> Iterator[Securit
             zk.ensure_path(chroot)
             zk.chroot = chroot
         zk.ensure_path(USERS)
+        zk.ensure_path(CLIENTS)
         zk.ensure_path(CONFIG_CHANGES)
         yield SecurityStore(zk, None)
     finally:
@@ -163,7 +178,7 @@ class SecurityStore:
 
     def start(self) -> None:
         assert self.listener is not None, "a store that hears nothing cannot watch"
-        for path in (USERS, CONFIG_CHANGES, LITERAL_CHANGES, EXTENDED_CHANGES,
+        for path in (USERS, CLIENTS, CONFIG_CHANGES, LITERAL_CHANGES, EXTENDED_CHANGES,
                      *(f"{root}/{kind}" for root in ACL_ROOTS.values()
                        for kind in ("Topic", "Group", "Cluster", "TransactionalId"))):
             self.zk.ensure_path(path)
@@ -177,9 +192,33 @@ class SecurityStore:
     def close(self) -> None:
         self._closed = True
 
+    def entity_paths(self) -> list[str]:
+        """Every quota entity's path below ``/config`` (``users/<default>``, ``clients/c``,
+        ``users/u/clients/c``) except named users (``users()`` has those)."""
+        paths = [f"clients/{c}" for c in self.zk.get_children(CLIENTS)]
+        for user in self.zk.get_children(USERS):
+            if user == DEFAULT_ENTITY:
+                paths.append(f"users/{user}")
+            try:
+                clients = self.zk.get_children(f"{USERS}/{user}/clients")
+            except NoNodeError:
+                continue
+            paths.extend(f"users/{user}/clients/{c}" for c in clients)
+        return paths
+
+    def entity_config(self, path: str) -> dict[str, str]:
+        """The config of the entity at ``/config/<path>`` (empty: none), read now."""
+        try:
+            return _config(self.zk.get(f"/config/{path}")[0])
+        except NoNodeError:
+            return {}
+
     def _load(self) -> None:
         for user in self.zk.get_children(USERS):
-            self._read_user(urllib.parse.unquote(user))
+            if user != DEFAULT_ENTITY:
+                self._read_user(urllib.parse.unquote(user))
+        for path in self.entity_paths():
+            self._read_entity(path)
         for pattern, root in ACL_ROOTS.items():
             for kind in self.zk.get_children(root):
                 for name in self.zk.get_children(f"{root}/{kind}"):
@@ -205,6 +244,10 @@ class SecurityStore:
             config = {}
         assert self.listener is not None
         self.listener.user(user, config)
+
+    def _read_entity(self, path: str) -> None:
+        assert self.listener is not None
+        self.listener.entity_config(path, self.entity_config(path))
 
     def _read_acls(self, resource: AclResource) -> None:
         try:
@@ -253,8 +296,10 @@ class SecurityStore:
         if path == CONFIG_CHANGES:
             entity = str(json.loads(data).get("entity_path", ""))
             kind, _, name = entity.partition("/")
-            if kind == "users" and name:
+            if kind == "users" and name and "/" not in name and name != DEFAULT_ENTITY:
                 self._read_user(urllib.parse.unquote(name))
+            elif kind in ("users", "clients") and name:
+                self._read_entity(entity)
         else:
             self._read_acls(_decode_notification(path, data))
 
@@ -262,8 +307,14 @@ class SecurityStore:
     def alter_user(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]
                    ) -> dict[str, str]:
         """Apply ``change`` to the user's config (compare-and-set, retried); the new config."""
-        notification = _dump({"version": 2, "entity_path": f"users/{sanitize(user)}"})
-        return self._alter(user_path(user), lambda raw: json.loads(raw).get("config", {}),
+        return self.alter_entity(f"users/{sanitize(user)}", change)
+
+    def alter_entity(self, path: str, change: Callable[[dict[str, str]], dict[str, str]]
+                     ) -> dict[str, str]:
+        """Apply ``change`` to the config of the entity at ``/config/<path>`` (a user's, a
+        client's, a user's client's: compare-and-set, retried); the new config."""
+        notification = _dump({"version": 2, "entity_path": path})
+        return self._alter(f"/config/{path}", lambda raw: json.loads(raw).get("config", {}),
                            change, lambda config: _dump({"version": 1, "config": config}),
                            f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", notification,
                            delete_when_empty=False)
@@ -283,7 +334,7 @@ class SecurityStore:
         while True:
             try:
                 raw, stat = self.zk.get(path)
-                old, version = decode(raw), stat.version
+                old, version = decode(raw or b"{}"), stat.version
             except NoNodeError:
                 old, version = decode(b"{}"), None
             new = change(json.loads(json.dumps(old)))

@@ -19,6 +19,12 @@ Behaviour:
 - With an authorizer, a consumer's Fetch needs READ on the topic, a follower's
   (``replica_id`` >= 0) CLUSTER_ACTION on the CLUSTER (it needs no topic ACL), as in Kafka;
   either refused is TOPIC_AUTHORIZATION_FAILED per partition, with nothing about the topic.
+- Client quotas: a consumer's Fetch (never a follower's) with a ``consumer_byte_rate``
+  quota (``broker/quotas.py``) reads at most what the quota allows over its window
+  (Kafka's ``getMaxValueInQuotaWindow``), and the record bytes it would answer count
+  towards the quota; one that takes the rate over it is answered with no partitions and
+  the throttle time (what it read is not counted), and its connection reads nothing more
+  for that long, as Kafka answers a throttled consumer.
 - No fetch sessions: ``session_id`` is 0 and every requested partition is answered each time.
 - An offset outside [log start, log end] is OFFSET_OUT_OF_RANGE; a current leader epoch
   above ours is UNKNOWN_LEADER_EPOCH, below it FENCED_LEADER_EPOCH.
@@ -42,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from sparklog.broker.registry import handles
 from sparklog.broker.request_context import listener_name
 from sparklog.broker.security.acls import Operation, ResourceType
+from sparklog.broker.security.client_quotas import CONSUMER_BYTE_RATE
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.fetch_response import (
@@ -73,12 +80,21 @@ async def fetch(broker: Broker, header: RequestHeader,
     replica_state = getattr(request, "replica_state", None)
     replica_id = replica_state.replica_id if replica_state is not None \
         else getattr(request, "replica_id", -1)
+    quotas = broker.quotas
+    quota = replica_id < 0 and quotas.enabled(CONSUMER_BYTE_RATE)
+    max_bytes = request.max_bytes if not quota else \
+        quotas.window_bytes(CONSUMER_BYTE_RATE, header.client_id, request.max_bytes)
     while True:
-        topics, total, errors = _read(broker, request, named, committed, replica_id)
+        topics, total, errors = _read(broker, request, named, committed, replica_id, max_bytes)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
             break
         await broker.replicas.wait_for_append(wanted, remaining)
+    if quota:
+        throttle = quotas.record(CONSUMER_BYTE_RATE, header.client_id, total)
+        if throttle:
+            quotas.unrecord(CONSUMER_BYTE_RATE, header.client_id, total)
+            return FetchResponse([], throttle_ms=throttle)
     if header.api_version < FIRST_NODE_ENDPOINTS:
         return FetchResponse(topics)
     return _with_leaders(broker, topics)
@@ -91,8 +107,8 @@ def _topic_name(broker: Broker, topic: Any) -> str | None:
 
 
 def _read(broker: Broker, request: Any, named: list[tuple[str | None, Any]], committed: bool,
-          replica_id: int) -> tuple[list[FetchTopic], int, bool]:
-    budget = request.max_bytes
+          replica_id: int, max_bytes: int) -> tuple[list[FetchTopic], int, bool]:
+    budget = max_bytes
     total, errors = 0, False
     topics = []
     for name, topic in named:

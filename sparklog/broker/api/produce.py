@@ -27,6 +27,10 @@ Behaviour:
   whose ``transaction.version`` is below 2 (no partition is added implicitly; KIP-890 part
   2 belongs to the transactions protocol), v13 names topics by id (an id no topic has is
   UNKNOWN_TOPIC_ID for each of its partitions, nothing appended).
+- Client quotas: with a ``producer_byte_rate`` quota for the client (``broker/quotas.py``),
+  the request's record bytes count towards it once appended; a request taking the rate
+  over it is answered (acks 1 and -1) with the throttle time, and its connection reads
+  nothing more for that long (acks 0 too).
 - Every partition of a request is appended, in request order, before any waits for its
   acks; then the request ``release``s its connection (``request_context``), so the
   connection's
@@ -42,9 +46,11 @@ from datetime import timedelta
 from inspect import isawaitable
 from typing import TYPE_CHECKING, Any
 
+from sparklog.broker.quotas import with_throttle
 from sparklog.broker.registry import handles
 from sparklog.broker.request_context import listener_name, release
 from sparklog.broker.security.acls import Operation, ResourceType
+from sparklog.broker.security.client_quotas import PRODUCER_BYTE_RATE
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build, timestamp_ms
@@ -78,6 +84,9 @@ async def produce(broker: Broker, header: RequestHeader,
             else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         appends.extend(_append(build, broker, name or "", data, request.acks, now,
                                request.timeout, denied) for data in topic.partition_data)
+    throttle = broker.quotas.record(PRODUCER_BYTE_RATE, header.client_id, sum(
+        len(data.records or b"") for topic in request.topic_data for data in topic.partition_data
+    )) if broker.quotas.enabled(PRODUCER_BYTE_RATE) else 0
     release()  # every partition is appended: the connection's next request may start
     waiting = [i for i, a in enumerate(appends) if isawaitable(a)]
     if waiting:
@@ -94,10 +103,11 @@ async def produce(broker: Broker, header: RequestHeader,
     leaders = {p.current_leader.leader_id for t in topics for p in t.partition_responses
                if getattr(p, "current_leader", None) is not None
                and p.current_leader.leader_id >= 0}
-    return build.response(responses=topics, node_endpoints=tuple(
+    response = build.response(responses=topics, node_endpoints=tuple(
         build("NodeEndpoint", node_id=node, host=endpoint.host, port=endpoint.port, rack=rack)
         for node, (endpoint, rack) in sorted(broker.listed_endpoints(listener_name()).items())
         if node in leaders))
+    return with_throttle(response, throttle) if throttle else response
 
 
 def _topic_name(broker: Broker, topic: Any) -> str | None:

@@ -1,12 +1,13 @@
-"""The security state a broker keeps (SCRAM credentials, the authorizer and its ACLs) and
-the checks handlers make against the current request's principal.
+"""The security state a broker keeps (SCRAM credentials, the authorizer and its ACLs, the
+client quotas of users and client ids) and the checks handlers make against the current
+request's principal.
 
 Invariants:
 - On a single node everything here lives in the data directory; on a cluster
   (``join_cluster``) in ZooKeeper, and the stores are this broker's view of it
   (``cluster_view``). Either way it is touched from the event loop thread only, like the
-  rest of ``Broker``, and changed only through ``set_credential``, ``add_acls`` and
-  ``remove_acls``, which write where the record is.
+  rest of ``Broker``, and changed only through ``set_credential``, ``set_quotas``,
+  ``add_acls`` and ``remove_acls``, which write where the record is.
 - Without an authorizer (``authorizer.class.name`` empty, Kafka's default) every check
   allows and costs one attribute test; the authorized-operations fields then list every
   operation of the resource type, as Kafka's.
@@ -32,6 +33,7 @@ from sparklog.broker.security.acls import (
     Operation,
     ResourceType,
 )
+from sparklog.broker.security.client_quotas import ClientQuotas, Entity
 from sparklog.broker.security.cluster_view import ClusterSecurityStore
 from sparklog.broker.security.listener import ANONYMOUS
 from sparklog.broker.security.scram_credentials import ScramCredential, ScramStore
@@ -55,6 +57,7 @@ class BrokerSecurity:
                  session: Callable[[], Session | None] = lambda: None) -> None:
         self._session = session
         self.scram = ScramStore(data_dir)
+        self.quotas = ClientQuotas(data_dir)
         self.authorizer: Authorizer | None = None
         self.cluster: ClusterSecurityStore | None = None
         self._super_users = [u.strip() for u in props.get("super.users", "").split(";")
@@ -67,15 +70,17 @@ class BrokerSecurity:
         """Serve the cluster's users and ACLs (ZooKeeper's) instead of the data directory's,
         loaded before this returns."""
         loop = asyncio.get_running_loop()
-        for single_node in (self.scram.path, getattr(self.authorizer, "path", None)):
+        for single_node in (self.scram.path, getattr(self.authorizer, "path", None),
+                            self.quotas.path):
             if single_node is not None and single_node.exists():
                 log.warning("%s is a single node's and is not read in a cluster, whose "
-                            "users and ACLs are ZooKeeper's (add them again through a "
-                            "broker, or sparklog users add --zookeeper)", single_node)
+                            "users, ACLs and quotas are ZooKeeper's (add them again through "
+                            "a broker, or sparklog users add --zookeeper)", single_node)
         self.scram = ScramStore(None)
+        self.quotas = ClientQuotas(None)
         if self.authorizer is not None:
             self.authorizer = Authorizer(None, self._super_users, self._allow)
-        self.cluster = ClusterSecurityStore(self.scram, self.authorizer, zk, loop)
+        self.cluster = ClusterSecurityStore(self.scram, self.authorizer, self.quotas, zk, loop)
         # the loaded views reach the loop (call_soon_threadsafe) before this resumes
         await loop.run_in_executor(None, self.cluster.start)
 
@@ -92,6 +97,13 @@ class BrokerSecurity:
             self.scram.delete(user, mechanism)
         else:
             self.scram.upsert(user, mechanism, credential)
+
+    async def set_quotas(self, quota_entity: Entity, values: dict[str, float]) -> None:
+        """The entity's quotas are now ``values`` (none: it has no quota left)."""
+        if self.cluster is not None:
+            await self.cluster.set_quotas(quota_entity, values)
+        else:
+            self.quotas.alter(quota_entity, values)
 
     async def add_acls(self, bindings: Iterable[AclBinding]) -> None:
         assert self.authorizer is not None

@@ -1,5 +1,6 @@
-"""A cluster's SCRAM credentials and ACLs: ZooKeeper's (``cluster.security_store``) as this
-broker's ``ScramStore`` and ``Authorizer`` see them.
+"""A cluster's SCRAM credentials, ACLs and client quotas: ZooKeeper's
+(``cluster.security_store``) as this broker's ``ScramStore``, ``Authorizer`` and
+``ClientQuotas`` see them.
 
 Invariants:
 - ZooKeeper is the record; the broker's stores are views of it. Every change a watch
@@ -31,6 +32,16 @@ from sparklog.broker.security.acls import (
     PatternType,
     Permission,
     ResourceType,
+)
+from sparklog.broker.security.client_quotas import (
+    QUOTA_KEYS,
+    ClientQuotas,
+    Entity,
+    entity,
+    entity_of_path,
+    entity_path,
+    kafka_value,
+    quota_values,
 )
 from sparklog.broker.security.scram_credentials import (
     ScramCredential,
@@ -81,12 +92,14 @@ def binding_of(resource: AclResource, entry: AclEntry) -> AclBinding | None:
 
 class ClusterSecurityStore:
     """The ZooKeeper side of ``BrokerSecurity`` on a cluster (see the module invariants):
-    it keeps ``scram`` and ``authorizer`` (None without one) as views of ZooKeeper."""
+    it keeps ``scram``, ``authorizer`` (None without one) and ``quotas`` as views of
+    ZooKeeper."""
 
-    def __init__(self, scram: ScramStore, authorizer: Authorizer | None, zk: KazooClient,
-                 loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, scram: ScramStore, authorizer: Authorizer | None, quotas: ClientQuotas,
+                 zk: KazooClient, loop: asyncio.AbstractEventLoop) -> None:
         self.scram = scram
         self.authorizer = authorizer
+        self.quotas = quotas
         self.loop = loop
         self.zookeeper = SecurityStore(zk, self)
 
@@ -101,11 +114,17 @@ class ClusterSecurityStore:
     def user(self, name: str, config: dict[str, str]) -> None:
         self.loop.call_soon_threadsafe(self._apply_user, name, config)
 
+    def entity_config(self, path: str, config: dict[str, str]) -> None:
+        found = entity_of_path(path)
+        if found is not None:
+            self.loop.call_soon_threadsafe(self.quotas.replace, found, quota_values(config))
+
     def acls(self, resource: AclResource, entries: list[AclEntry]) -> None:
         self.loop.call_soon_threadsafe(self._apply_acls, resource, entries)
 
     def _apply_user(self, name: str, config: dict[str, str]) -> None:
         self.scram.replace(name, credentials_of(name, config))
+        self.quotas.replace(entity(user=name), quota_values(config))
 
     def _apply_acls(self, resource: AclResource, entries: list[AclEntry]) -> None:
         authorizer = self.authorizer
@@ -131,6 +150,17 @@ class ClusterSecurityStore:
             return config
 
         self._apply_user(user, await self._run(self.zookeeper.alter_user, user, change))
+
+    async def set_quotas(self, quota_entity: Entity, values: dict[str, float]) -> None:
+        """The entity's quotas are now ``values``; other keys of its config (a user's
+        credentials) are kept."""
+
+        def change(config: dict[str, str]) -> dict[str, str]:
+            kept = {k: v for k, v in config.items() if k not in QUOTA_KEYS}
+            return {**kept, **{k: kafka_value(k, v) for k, v in values.items()}}
+
+        config = await self._run(self.zookeeper.alter_entity, entity_path(quota_entity), change)
+        self.quotas.replace(quota_entity, quota_values(config))
 
     async def add_acls(self, bindings: Iterable[AclBinding]) -> None:
         by_resource: dict[AclResource, list[AclEntry]] = defaultdict(list)

@@ -8,6 +8,8 @@ Invariants:
 - ``authenticated`` starts true on PLAINTEXT and SSL listeners and turns true on a SASL
   listener only when an exchange completed; until then the server serves nothing but
   ApiVersions, SaslHandshake and SaslAuthenticate.
+- ``muted_until`` (a ``time.monotonic`` instant) set by the quota manager makes the server
+  read no further request of the connection before it (a throttled client, KIP-219).
 - ``closing`` set by a handler makes the server close the connection once that response
   is written (after a failed authentication, as Kafka does); a failed SASL step sets it
   and answers only after the listener's ``connection.failed.authentication.delay.ms``.
@@ -41,6 +43,8 @@ class Session:
         self.raw_tokens = False
         """SaslHandshake v0 was used: the next frames are bare SASL tokens."""
         self.closing = False
+        self.muted_until = 0.0
+        """No request is read before this ``time.monotonic`` instant (quota throttling)."""
         self.client_software = UNKNOWN_SOFTWARE
         """The client's software name and version (KIP-511: ApiVersions v3+)."""
 
