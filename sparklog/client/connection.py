@@ -43,7 +43,8 @@ OPTIONAL = {ApiKey.FIND_COORDINATOR: (1, 2), ApiKey.INIT_PRODUCER_ID: (0, 1),
             ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 1),
             ApiKey.DESCRIBE_LOG_DIRS: (1, 5),
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
-            ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0), ApiKey.OFFSET_DELETE: (0, 0)}
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0), ApiKey.OFFSET_DELETE: (0, 0),
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1), ApiKey.ALTER_CLIENT_QUOTAS: (0, 1)}
 """The versions it can speak of the APIs it uses where a broker offers them."""
 API_NAMES = {ApiKey.FETCH: "Fetch", ApiKey.LIST_OFFSETS: "ListOffsets",
              ApiKey.METADATA: "Metadata", ApiKey.FIND_COORDINATOR: "FindCoordinator",
@@ -54,7 +55,9 @@ API_NAMES = {ApiKey.FETCH: "Fetch", ApiKey.LIST_OFFSETS: "ListOffsets",
              ApiKey.DESCRIBE_LOG_DIRS: "DescribeLogDirs",
              ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
              ApiKey.LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
-             ApiKey.OFFSET_DELETE: "OffsetDelete"}
+             ApiKey.OFFSET_DELETE: "OffsetDelete",
+             ApiKey.DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotas",
+             ApiKey.ALTER_CLIENT_QUOTAS: "AlterClientQuotas"}
 
 _SIZE = struct.Struct(">i")
 

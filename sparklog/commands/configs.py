@@ -1,12 +1,17 @@
-"""``sparklog configs``: describe and alter topic and broker configs, like ``kafka-configs.sh``.
+"""``sparklog configs``: describe and alter topic and broker configs and client quotas, like
+``kafka-configs.sh``.
 
     sparklog configs --bootstrap-server B --entity-type topics|brokers [--entity-name N]
         --describe [--all]
+    sparklog configs --bootstrap-server B --entity-type users|clients [--entity-name N |
+        --entity-default] [--entity-type clients ...] --describe | --alter
+        [--add-config producer_byte_rate=1024,consumer_byte_rate=2048] [--delete-config K]
     sparklog configs --bootstrap-server B --entity-type topics --entity-name T --alter
         [--add-config k1=v1,k2=[a,b]] [--delete-config k1,k2]
         [--append-config k=[a,b]] [--subtract-config k=[a,b]]
 
 ``--topic T`` and ``--broker ID`` are short for ``--entity-type ... --entity-name ...``.
+Quotas of users and client ids are ``commands/_quotas.py``'s.
 
 Invariants:
 - ``--describe`` prints Kafka's layout: ``Dynamic configs for topic T are:`` (or ``All
@@ -37,6 +42,7 @@ from confluent_kafka.admin import (
 )
 
 from sparklog.client.admin import REQUEST_TIMEOUT_S
+from sparklog.commands import _quotas
 from sparklog.commands._client import (
     USAGE,
     ToolError,
@@ -62,8 +68,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.split("Invariants:")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--entity-type", choices=sorted(ENTITY_TYPES))
-    parser.add_argument("--entity-name", help="the topic name or broker id (default: all)")
+    parser.add_argument("--entity-type", action="append",
+                        choices=sorted([*ENTITY_TYPES, *_quotas.ENTITY_TYPES]),
+                        help="users and clients may be given together (a user's client id)")
+    parser.add_argument("--entity-name", action="append", dest="entity_names",
+                        help="the topic name, broker id, user or client id (default: all)")
+    parser.add_argument("--entity-default", action="append_const", const=None,
+                        dest="entity_names", help="the default user or client id")
     parser.add_argument("--topic", help="same as --entity-type topics --entity-name TOPIC")
     parser.add_argument("--broker", help="same as --entity-type brokers --entity-name ID")
     action = parser.add_mutually_exclusive_group(required=True)
@@ -81,6 +92,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if set(args.entity_type or ()) & _quotas.ENTITY_TYPES.keys():
+        return _quotas.run(args, NAME, split_configs(args.add_config or "", "--add-config"))
     kind, name = _entity(args)
     admin = AdminClient(client_config(args))
     if args.describe:
@@ -94,14 +107,17 @@ def _entity(args: argparse.Namespace) -> tuple[str, str | None]:
     """(entity type, name or None) from --entity-type/--entity-name or --topic/--broker."""
     given = [(kind, value) for kind, value in (("topics", args.topic), ("brokers", args.broker))
              if value is not None]
-    if given and (args.entity_type or args.entity_name or len(given) > 1):
+    if given and (args.entity_type or args.entity_names or len(given) > 1):
         raise ToolError("give --topic, --broker or --entity-type/--entity-name, not several",
                         USAGE)
     if given:
         return given[0]
-    if args.entity_type is None:
-        raise ToolError("--entity-type (topics or brokers) is required", USAGE)
-    return args.entity_type, args.entity_name
+    if not args.entity_type:
+        raise ToolError("--entity-type (topics, brokers, users or clients) is required", USAGE)
+    names = args.entity_names or [None]
+    if len(args.entity_type) > 1 or len(names) > 1 or (None in names and args.entity_names):
+        raise ToolError("topics and brokers take one --entity-type and --entity-name", USAGE)
+    return args.entity_type[0], names[0]
 
 
 def _resources(admin: AdminClient, kind: str, name: str | None) -> list[ConfigResource]:

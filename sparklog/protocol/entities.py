@@ -97,7 +97,7 @@ class Build:
     def has(self, entity: str, field_name: str) -> bool:
         return field_name in _fields(getattr(self.module, entity))
 
-    def __call__(self, entity: str, **values: Any) -> Any:
+    def __call__(self, entity: str, /, **values: Any) -> Any:
         return build(getattr(self.module, entity), values)
 
     def response(self, **values: Any) -> Any:
