@@ -27,7 +27,7 @@ Invariants (Kafka's rules, ``quota.window.num`` samples of ``quota.window.size.s
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Coroutine, Generator, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -213,6 +213,31 @@ def _precedence(user: str, client_id: str) -> tuple[Entity, ...]:
             ((USER, user),), ((CLIENT_ID, client_id), (USER, None)),
             ((CLIENT_ID, None), (USER, None)), ((USER, None),), ((CLIENT_ID, client_id),),
             ((CLIENT_ID, None),))
+
+
+class BusyTime:
+    """Awaits a coroutine and measures the time it ran (``busy``, seconds): the sum of its
+    steps on the loop, not the time it was suspended (a long poll, a wait for the ISR).
+    Kafka's request quota counts a request handler thread's time the same way."""
+
+    def __init__(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        self._coroutine = coroutine
+        self.busy = 0.0
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coroutine, sent, thrown = self._coroutine, None, None
+        while True:
+            started = time.perf_counter()
+            try:
+                awaited = coroutine.send(sent) if thrown is None else coroutine.throw(thrown)
+            except StopIteration as finished:
+                self.busy += time.perf_counter() - started
+                return finished.value
+            self.busy += time.perf_counter() - started
+            try:
+                sent, thrown = (yield awaited), None
+            except BaseException as exc:  # a cancellation reaches the coroutine
+                sent, thrown = None, exc
 
 
 def with_throttle(result: Any, throttle_ms: int) -> Any:

@@ -31,11 +31,12 @@ Invariants:
   at most ``MAX_PIPELINED`` unanswered; answers are written in request order. A single
   node answers each request before reading the next, as Kafka does.
 - Client quotas (``broker/quotas.py``): with a ``request_percentage`` quota set, each
-  request's handling time counts towards it (not ApiVersions, the SASL exchange, a
-  follower's Fetch or the brokers' WriteTxnMarkers) and its answer carries the larger of
-  its own throttle time and that one's; a connection the quota manager muted
-  (``Session.muted_until``) has no further request read until then. With no quota set
-  each costs one test.
+  request's handling time (decoding, and the time its handler ran on the loop: not its
+  long poll or its wait for the ISR, as Kafka counts a handler thread's time) counts
+  towards it (not ApiVersions, the SASL exchange, a follower's Fetch or the brokers'
+  WriteTxnMarkers) and its answer carries the larger of its own throttle time and that
+  one's; a connection the quota manager muted (``Session.muted_until``) has no further
+  request read until then. With no quota set each costs one test.
 - File regions of a Fetch response are sent with ``loop.sendfile`` (``os.sendfile``), so
   record data goes from the page cache to the socket without entering Python; through TLS
   (no sendfile there) a region is read whole (``os.pread``, at most the request's
@@ -57,7 +58,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sparklog.broker.monitoring.requests import RequestMetrics
-from sparklog.broker.quotas import with_throttle
+from sparklog.broker.quotas import BusyTime, with_throttle
 from sparklog.broker.registry import HANDLERS, served, serves
 from sparklog.broker.request_context import REQUEST, RequestContext, extended
 from sparklog.broker.security.client_quotas import REQUEST_PERCENTAGE
@@ -261,13 +262,17 @@ class BrokerServer:
             raise FrameError(f"{api_name(header.api_key)} (API key {header.api_key}) version "
                              f"{header.api_version} is not served")
         request = decode_request(header, frame, body_offset)
+        handling_from = time.perf_counter()
         try:
-            result = await self._handle(header, request)
             quotas = self.broker.quotas
             if quotas.enabled(REQUEST_PERCENTAGE) and header.api_key not in _NOT_THROTTLED \
                     and not _from_follower(request):
+                handling = BusyTime(self._handle(header, request))
+                result = await handling
                 result = with_throttle(result, quotas.request_time(
-                    header.client_id, time.perf_counter() - started))
+                    header.client_id, handling.busy + handling_from - started))
+            else:
+                result = await self._handle(header, request)
             parts = _to_parts(header, result)
         except Exception as exc:
             if self.metrics is not None:

@@ -82,10 +82,10 @@ async def fetch(broker: Broker, header: RequestHeader,
         else getattr(request, "replica_id", -1)
     quotas = broker.quotas
     quota = replica_id < 0 and quotas.enabled(CONSUMER_BYTE_RATE)
-    max_bytes = request.max_bytes if not quota else \
-        quotas.window_bytes(CONSUMER_BYTE_RATE, header.client_id, request.max_bytes)
+    quota_bytes = quotas.window_bytes(CONSUMER_BYTE_RATE, header.client_id, request.max_bytes) \
+        if quota else None
     while True:
-        topics, total, errors = _read(broker, request, named, committed, replica_id, max_bytes)
+        topics, total, errors = _read(broker, request, named, committed, replica_id, quota_bytes)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
             break
@@ -107,16 +107,19 @@ def _topic_name(broker: Broker, topic: Any) -> str | None:
 
 
 def _read(broker: Broker, request: Any, named: list[tuple[str | None, Any]], committed: bool,
-          replica_id: int, max_bytes: int) -> tuple[list[FetchTopic], int, bool]:
-    budget = max_bytes
+          replica_id: int, quota_bytes: int | None) -> tuple[list[FetchTopic], int, bool]:
+    """Every partition's answer, the bytes they carry and whether one failed; ``quota_bytes``
+    bounds the whole answer, the first partition's too (which is otherwise bounded only by
+    its ``partition_max_bytes``), though never below one batch."""
+    budget = request.max_bytes if quota_bytes is None else min(request.max_bytes, quota_bytes)
     total, errors = 0, False
     topics = []
     for name, topic in named:
         partitions = []
         for p in topic.partitions:
             result = FetchPartition(p.partition, ErrorCode.UNKNOWN_TOPIC_ID) if name is None \
-                else _read_partition(broker, name, p, budget if total else None, committed,
-                                     replica_id)
+                else _read_partition(broker, name, p, budget if total or quota_bytes is not None
+                                     else None, committed, replica_id)
             partitions.append(result)
             if result.error_code:
                 errors = True
