@@ -16,7 +16,7 @@ import io
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -278,23 +278,30 @@ def produce_for(bootstrap: str, topic: str, client_id: str, seconds: float,
     out[client_id] = (acked[0], throttle_seen(stats))
 
 
-def concurrently(*runs: threading.Thread) -> None:
+Run = Callable[[str, str, str, float, dict[str, tuple[int, int]]], None]
+
+
+def side_by_side(client: Run, broker: BrokerProcess, topic: str, quota_key: str, slow: str,
+                 fast: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``client`` run as ``slow`` (given a ``quota_key`` quota) and as ``fast`` at the same
+    time for ``RUN_S``: each one's bytes and largest throttle time."""
+    assert alter(broker.bootstrap, {"client-id": slow},
+                 {quota_key: QUOTA}).error_code == ErrorCode.NONE
+    out: dict[str, tuple[int, int]] = {}
+    runs = [threading.Thread(target=client, args=(broker.bootstrap, topic, c, RUN_S, out))
+            for c in (slow, fast)]
     for run in runs:
         run.start()
     for run in runs:
         run.join(TIMEOUT * 2)
+    return out[slow], out[fast]
 
 
 def test_a_producer_quota_throttles_one_client_id_while_another_keeps_its_rate(
         broker: BrokerProcess, topic: str, quotas_cleared: None) -> None:
     create_topic(broker.bootstrap, topic)
-    assert alter(broker.bootstrap, {"client-id": "slow-producer"},
-                 {"producer_byte_rate": QUOTA}).error_code == ErrorCode.NONE
-    out: dict[str, tuple[int, int]] = {}
-    concurrently(*(threading.Thread(target=produce_for, args=(broker.bootstrap, topic, c,
-                                                               RUN_S, out))
-                   for c in ("slow-producer", "fast-producer")))
-    (slow, slow_throttle), (fast, fast_throttle) = out["slow-producer"], out["fast-producer"]
+    (slow, slow_throttle), (fast, fast_throttle) = side_by_side(
+        produce_for, broker, topic, "producer_byte_rate", "slow-producer", "fast-producer")
     # the quota plus what one window lets through before the first throttle
     assert QUOTA * RUN_S / 2 < slow < QUOTA * (RUN_S + 2)
     assert fast > 10 * slow
@@ -329,13 +336,8 @@ def test_a_consumer_quota_throttles_one_client_id_while_another_keeps_its_rate(
         producer.produce(topic, b"y" * 1000)
         producer.poll(0)
     assert producer.flush(TIMEOUT) == 0
-    assert alter(broker.bootstrap, {"client-id": "slow-consumer"},
-                 {"consumer_byte_rate": QUOTA}).error_code == ErrorCode.NONE
-    out: dict[str, tuple[int, int]] = {}
-    concurrently(*(threading.Thread(target=consume_for, args=(broker.bootstrap, topic, c,
-                                                               RUN_S, out))
-                   for c in ("slow-consumer", "fast-consumer")))
-    (slow, slow_throttle), (fast, fast_throttle) = out["slow-consumer"], out["fast-consumer"]
+    (slow, slow_throttle), (fast, fast_throttle) = side_by_side(
+        consume_for, broker, topic, "consumer_byte_rate", "slow-consumer", "fast-consumer")
     assert 0 < slow < QUOTA * (RUN_S + 2)
     assert fast > 5 * slow
     assert slow_throttle > 0 and fast_throttle == 0
