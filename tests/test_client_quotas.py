@@ -16,6 +16,7 @@ import io
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceResponse
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.broker.quotas import QuotaManager
@@ -55,7 +57,7 @@ from sparklog.cli import main as sparklog_main
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
 from sparklog.errors import ErrorCode
 
-broker = module_broker({"quota.window.num": "2"})
+broker = module_broker({"quota.window.num": "2", "metrics.listener": "http://127.0.0.1:0"})
 __all__ = ["broker", "topic", "zookeeper"]  # fixtures, imported for pytest
 
 QUOTA = 100_000
@@ -366,6 +368,14 @@ def test_a_throttled_connection_is_muted_for_the_throttle_time(
         unmuted = time.monotonic() - started
     assert muted >= 0.8 * throttle / 1000
     assert unmuted < muted / 4
+    # Kafka's kafka.server:type=Produce,client-id=... sensors, as the JMX exporter names them
+    assert broker.metrics_url is not None
+    with urllib.request.urlopen(broker.metrics_url + "metrics", timeout=TIMEOUT) as response:
+        families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+    labels = {"resource": "Produce", "user": "", "clientId": "sparklog-tests"}
+    for name in ("kafka_server_quota_byte_rate", "kafka_server_quota_throttle_time"):
+        (sample,) = [s for s in families[name].samples if s.labels == labels]
+        assert sample.value > 0
 
 
 # -- a cluster ----------------------------------------------------------------------------------

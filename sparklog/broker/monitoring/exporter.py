@@ -14,6 +14,12 @@ Names and labels come from:
   Kafka example rules do not cover: the active connections, in all and per client
   software name and version (Kafka's ``clientSoftwareName``/``clientSoftwareVersion``
   MBean keys, KIP-511);
+- the same Kafka example rules for the client quota sensors
+  (``kafka.server<type=(.+), user=(.+), client-id=(.+)><>([a-z-]+)`` ->
+  ``kafka_server_quota_$4`` with labels ``resource``, ``user``, ``clientId``): Kafka's
+  ``Produce``/``Fetch`` ``byte-rate``, ``Request`` ``request-time`` and each one's
+  ``throttle-time`` (ms, the average over throttled requests); an entity without a user
+  or client id has an empty label (JMX leaves that key out);
 - danielqsj/kafka_exporter for the consumer groups (``kafka_consumergroup_*``) and topic
   offsets (``kafka_topic_*``, ``kafka_brokers``).
 - KIP-714 client telemetry has no MBean: ``kafka_client_telemetry_metric`` is one gauge
@@ -82,6 +88,9 @@ FAMILIES: dict[str, str] = {
     "kafka_server_replicamanager_underreplicatedpartitions": "gauge",
     "kafka_controller_kafkacontroller_offlinepartitionscount": "gauge",
     "kafka_controller_kafkacontroller_activecontrollercount": "gauge",
+    "kafka_server_quota_byte_rate": "gauge",
+    "kafka_server_quota_request_time": "gauge",
+    "kafka_server_quota_throttle_time": "gauge",
     "kafka_brokers": "gauge",
     "kafka_topic_partitions": "gauge",
     "kafka_topic_partition_current_offset": "gauge",
@@ -119,6 +128,7 @@ class BrokerCollector(Collector):
         yield from _log_metrics(status)
         yield from _cleaner_metrics(status)
         yield from _replica_metrics(status)
+        yield from _quota_metrics(status)
         yield from _group_metrics(status)
         yield from _telemetry_metrics(status)
 
@@ -232,6 +242,23 @@ def _replica_metrics(status: BrokerStatus) -> Iterator[Metric]:
          "1 on the active controller", int(status.controller_id == status.node_id)),
     ):
         yield GaugeMetricFamily(f"kafka_{name}", doc, value=value)
+
+
+def _quota_metrics(status: BrokerStatus) -> Iterator[Metric]:
+    labels = ["resource", "user", "clientId"]
+    families = {name: GaugeMetricFamily(f"kafka_server_quota_{name}", doc, labels=labels)
+                for name, doc in (
+                    ("byte_rate", "Bytes per second of a Produce or Fetch quota's clients"),
+                    ("request_time", "Percent of a request thread a Request quota's clients "
+                                     "use"),
+                    ("throttle_time", "Average throttle time (ms) of a quota's throttled "
+                                      "requests"))}
+    for sensor in status.quotas:
+        tags = [sensor.group, sensor.user, sensor.client_id]
+        rate = "request_time" if sensor.group == "Request" else "byte_rate"
+        families[rate].add_metric(tags, sensor.rate)
+        families["throttle_time"].add_metric(tags, sensor.throttle_time_avg_ms)
+    yield from families.values()
 
 
 def _group_metrics(status: BrokerStatus) -> Iterator[Metric]:

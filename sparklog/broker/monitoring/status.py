@@ -30,12 +30,15 @@ Invariants:
 - Client telemetry (KIP-714) is the broker's ``client_metrics`` snapshot: every client
   instance it knows (bounded and expired there, ``broker/client_metrics.py``), by client
   id, each with the latest value of each metric it pushed.
+- Client quotas: one ``QuotaSensor`` per rate the broker enforces (per quota key and the
+  user and client id its entity names; none while no quota is set), read from the
+  broker's quota manager with its rate at this moment.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -71,6 +74,26 @@ class ClientTelemetry(Protocol):
     def snapshot(self) -> Sequence[TelemetryClient]: ...
 
 
+class QuotaSensor(Protocol):
+    """One enforced rate (``quotas.QuotaSensor``): Kafka's ``kafka.server:type=<group>,
+    user=<user>,client-id=<client id>`` sensor."""
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def rate(self) -> float: ...
+    @property
+    def throttle_time_avg_ms(self) -> float: ...
+
+
+class Quotas(Protocol):
+    def sensors(self) -> Iterable[QuotaSensor]: ...
+
+
 class Broker(Protocol):
     """What monitoring reads of the broker (``state.Broker``), on its event loop thread."""
 
@@ -81,6 +104,7 @@ class Broker(Protocol):
     replicas: Replicas
     advertised: dict[str, tuple[str, int]]
     client_metrics: ClientTelemetry
+    quotas: Quotas
 
     @property
     def cluster_id(self) -> str: ...
@@ -204,6 +228,7 @@ class BrokerStatus:
     topic_partitions: dict[str, int]  # topic -> partitions, in the whole cluster
     offline_partitions: int
     telemetry: tuple[TelemetryClient, ...]  # by client id, then instance id
+    quotas: tuple[QuotaSensor, ...] = ()
 
 
 def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str]]],
@@ -231,7 +256,8 @@ def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str
         tuple(partitions), groups,
         None if cleaner is None else _cleaner(cleaner, broker.now_ms()), requests.copy(),
         {name: topic.partitions for name, topic in sorted(logs.topics.items())},
-        _offline(broker, partitions), tuple(broker.client_metrics.snapshot()))
+        _offline(broker, partitions), tuple(broker.client_metrics.snapshot()),
+        tuple(broker.quotas.sensors()))
 
 
 def _offline(broker: Broker, partitions: list[PartitionStatus]) -> int:
