@@ -43,6 +43,7 @@ from kafka.protocol.admin import (
     DescribeClientQuotasResponse,
 )
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import ProduceResponse
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -376,6 +377,21 @@ def test_a_throttled_connection_is_muted_for_the_throttle_time(
     for name in ("kafka_server_quota_byte_rate", "kafka_server_quota_throttle_time"):
         (sample,) = [s for s in families[name].samples if s.labels == labels]
         assert sample.value > 0
+
+
+def test_a_request_percentage_quota_throttles_on_handler_time(
+        broker: BrokerProcess, quotas_cleared: None) -> None:
+    """A quota of a millionth of a request thread: any handled request exceeds it and is
+    answered with a throttle time; ApiVersions is never throttled (a client needs it to
+    read the throttle at all), as in Kafka."""
+    assert alter(broker.bootstrap, {"client-id": "sparklog-tests"},
+                 {"request_percentage": 0.0001}).error_code == ErrorCode.NONE
+    with RawConnection(broker.bootstrap) as conn:
+        assert conn.call(MetadataRequest(version=4, topics=[], allow_auto_topic_creation=False),
+                         MetadataResponse).throttle_time_ms > 0
+    with RawConnection(broker.bootstrap) as conn:
+        assert conn.call(ApiVersionsRequest(version=2),
+                         ApiVersionsResponse).throttle_time_ms == 0
 
 
 # -- a cluster ----------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ Invariants:
   is used, so ids are never reused across restarts: the store's blocks (ZooKeeper's
   ``/latest_producer_id_block`` by compare-and-set, unique across brokers, in the default
   executor; a single node's ``producer-id-block`` file), one fetch at a time.
+- ``quotas`` enforces the client quotas ``security`` keeps (``quotas.QuotaManager``): the
+  handlers and the server ask it per request, at one set lookup while no quota is set.
 - The group and transaction coordinators are started before the replica manager, which
   loads each partition of ``__consumer_offsets`` and ``__transaction_state`` as this broker
   becomes its leader (a single node: all of them before the first request is served), and
