@@ -48,7 +48,7 @@ from kafka.protocol.producer import ProduceResponse
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparklog.broker.process import BrokerProcess
-from sparklog.broker.quotas import QuotaManager
+from sparklog.broker.quotas import QuotaManager, Rate
 from sparklog.broker.request_context import REQUEST, RequestContext
 from sparklog.broker.security.broker_security import BrokerSecurity
 from sparklog.broker.security.client_quotas import ClientQuotas, entity
@@ -243,6 +243,19 @@ def test_the_most_specific_of_kafkas_eight_entities_applies(tmp_path: Path) -> N
         assert not quotas.enabled("consumer_byte_rate")
     on_disk = json.loads((tmp_path / "client-quotas.json").read_text())
     assert on_disk == {}
+
+
+def test_throttle_time_is_the_time_to_fall_back_under_the_quota() -> None:
+    """Kafka's sampled rate: 11 windows of 1 s, the rate over at least 10 of them; the
+    throttle time is ``(rate - quota) / quota * window``, at most all 11 windows."""
+    rate = Rate(1.0, 11)
+    rate.record(1100, now=100.0)
+    assert rate.rate(100.0) == pytest.approx(110)  # 1100 bytes over 10 s
+    assert rate.throttle_ms(100, 100.0) == 1000  # 10% over: a tenth of the 10 s
+    assert rate.throttle_ms(110, 100.0) == 0
+    assert rate.throttle_ms(1, 100.0) == 11_000  # capped at the whole window
+    rate.record(1100, now=115.0)  # the first sample is older than all 11 windows: gone
+    assert rate.rate(115.0) == pytest.approx(110)
 
 
 # -- enforcement --------------------------------------------------------------------------------

@@ -78,12 +78,12 @@ class Rate:
 
     def window_size(self, now: float) -> float:
         """The time the rate divides by: since the oldest sample's start, at least
-        ``count - 1`` whole windows."""
+        ``count - 1`` whole windows, and never below a millisecond (as Kafka's)."""
         elapsed = now - self._samples[0][0] if self._samples else 0.0
         full = int(elapsed / self._window)
         if full < self._count - 1:
             elapsed += (self._count - 1 - full) * self._window
-        return elapsed
+        return max(elapsed, 0.001)
 
     def rate(self, now: float) -> float:
         self._purge(now)
@@ -118,8 +118,8 @@ class QuotaManager:
 
     def __init__(self, security: BrokerSecurity, props: Mapping[str, str]) -> None:
         self._security = security
-        self._window_s = float(props.get("quota.window.size.seconds", "1"))
-        self._samples = int(props.get("quota.window.num", "11"))
+        self._window_s = max(1.0, float(props.get("quota.window.size.seconds", "1")))
+        self._samples = max(1, int(props.get("quota.window.num", "11")))
         self._rates: dict[tuple[str, str, str], Rate] = {}
         self._found: dict[tuple[str, str, str], tuple[float, str, str] | None] = {}
         self._generation = -1
