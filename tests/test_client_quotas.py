@@ -36,6 +36,7 @@ from broker_fixtures import (
 )
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
     AlterClientQuotasResponse,
@@ -46,7 +47,9 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import ProduceResponse
 from prometheus_client.parser import text_string_to_metric_families
+from security_support import certificates, listeners_config, sasl_raw, security
 
+from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.process import BrokerProcess
 from sparklog.broker.quotas import QuotaManager, Rate
 from sparklog.broker.request_context import REQUEST, RequestContext
@@ -59,7 +62,7 @@ from sparklog.cluster.zookeeper_server import ZooKeeperServer
 from sparklog.errors import ErrorCode
 
 broker = module_broker({"quota.window.num": "2", "metrics.listener": "http://127.0.0.1:0"})
-__all__ = ["broker", "topic", "zookeeper"]  # fixtures, imported for pytest
+__all__ = ["broker", "certificates", "topic", "zookeeper"]  # fixtures, imported for pytest
 
 QUOTA = 100_000
 """The byte rate quota of the throttled clients (bytes per second)."""
@@ -405,6 +408,56 @@ def test_a_request_percentage_quota_throttles_on_handler_time(
     with RawConnection(broker.bootstrap) as conn:
         assert conn.call(ApiVersionsRequest(version=2),
                          ApiVersionsResponse).throttle_time_ms == 0
+
+
+def test_quotas_need_the_cluster_config_acls_and_a_user_quota_follows_the_principal(
+        tmp_path: Path, certificates: Path) -> None:
+    """With an authorizer, Describe needs DESCRIBE_CONFIGS and Alter ALTER_CONFIGS on the
+    CLUSTER; a ``user`` quota applies to the connection's principal (a SASL login), not to
+    its client id: alice's quota leaves admin alone until admin has one."""
+    config = listeners_config(certificates, **{
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin"})
+    with EmbeddedBroker(tmp_path / "data", config) as secured:
+        at = f"127.0.0.1:{secured.listeners['SASL_PLAINTEXT']}"
+        with sasl_raw(at, "alice") as conn:
+            refused = conn.call(DescribeClientQuotasRequest(version=1, strict=False,
+                                                            components=[]),
+                                DescribeClientQuotasResponse)
+            assert refused.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            entry = AlterClientQuotasRequest.EntryData
+            (denied,) = conn.call(AlterClientQuotasRequest(version=1, validate_only=False,
+                                                           entries=[entry(entity=[
+                                                               entry.EntityData(
+                                                                   entity_type="user",
+                                                                   entity_name="alice")],
+                                                               ops=[])]),
+                                  AlterClientQuotasResponse).entries
+            assert denied.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        admin = AdminClient({"bootstrap.servers": at,
+                             **security("confluent", "SASL_PLAINTEXT", certificates,
+                                        user="admin")})
+        admin.create_topics([NewTopic("quoted", 1, 1)])["quoted"].result(TIMEOUT)
+
+        def admin_throttle() -> int:
+            with sasl_raw(at, "admin") as conn:
+                answer = conn.call(produce_request("quoted", 0, one_batch(b"q" * 11_000),
+                                                   version=8), ProduceResponse)
+            assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+            return answer.throttle_time_ms
+
+        # 11 windows of 1 s: 11 KB at once is 10% over 1000 bytes/s
+        with sasl_raw(at, "admin") as conn:
+            for user in ("alice", "admin"):
+                if user == "admin":
+                    assert admin_throttle() == 0  # only alice has a quota
+                (done,) = conn.call(AlterClientQuotasRequest(
+                    version=1, validate_only=False, entries=[entry(
+                        entity=[entry.EntityData(entity_type="user", entity_name=user)],
+                        ops=[entry.OpData(key="producer_byte_rate", value=1000.0,
+                                          remove=False)])]), AlterClientQuotasResponse).entries
+                assert done.error_code == ErrorCode.NONE
+        assert admin_throttle() > 0
 
 
 # -- a cluster ----------------------------------------------------------------------------------
