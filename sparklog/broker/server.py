@@ -179,8 +179,10 @@ class BrokerServer:
         answers: deque[asyncio.Task[None]] = deque()  # started requests' answers, in order
         try:
             while not session.closing:
-                if session.muted_until:  # throttled by a quota
-                    await asyncio.sleep(session.muted_until - time.monotonic())
+                if session.muted_until:  # throttled by a quota, for longer if a request
+                    # in flight meanwhile throttled it again
+                    while (left := session.muted_until - time.monotonic()) > 0:
+                        await asyncio.sleep(left)
                     session.muted_until = 0.0
                 frame = await frames.read_frame()
                 if frame is None:
