@@ -663,9 +663,14 @@ class GroupCoordinator:
 
     @staticmethod
     def _commit_error(group: Group | None, member_id: str, instance_id: str | None,
-                      generation: int) -> ErrorCode | None:
+                      generation: int, *, transactional: bool = False) -> ErrorCode | None:
+        """Kafka's ``validateOffsetCommit``: a TxnOffsetCommit (``transactional``) naming no
+        member (before v3, or a producer outside the group) is not checked against the
+        members, nor refused while a rebalance completes."""
         if group is None:
             return None if generation < 0 else ErrorCode.ILLEGAL_GENERATION
+        if transactional and generation < 0 and not member_id and instance_id is None:
+            return None
         if group.is_static_member_fenced(member_id, instance_id):
             return ErrorCode.FENCED_INSTANCE_ID
         if generation < 0 and group.state is GroupState.EMPTY:
@@ -674,20 +679,25 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if generation != group.generation:
             return ErrorCode.ILLEGAL_GENERATION
-        if group.state is GroupState.COMPLETING_REBALANCE:
+        if not transactional and group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return None  # Stable, or PreparingRebalance (commits of this generation still count)
 
     def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
-                   offsets: Mapping[TopicPartition, OffsetCommit]
+                   offsets: Mapping[TopicPartition, OffsetCommit], *, member_id: str = "",
+                   instance_id: str | None = None, generation: int = -1
                    ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit: offsets written in the producer's transaction, which count (for
         OffsetFetch and at every later load) only once its COMMIT marker reaches the group's
-        partition (``complete_txn``). As in Kafka, the group need not have members."""
+        partition (``complete_txn``). As in Kafka, the group need not have members; a
+        member the request names (v3+, KIP-447) is checked as OffsetCommit checks it."""
         error = self._check(group_id)
+        group = self.groups.get(group_id)
+        if error is None:
+            error = self._commit_error(group, member_id, instance_id, generation,
+                                       transactional=True)
         if error is not None:
             return dict.fromkeys(offsets, error)
-        group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = Group(group_id, self._now_ms())
         return self._store_offsets(group, offsets, (producer_id, producer_epoch))

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -62,9 +63,10 @@ from sparklog.coordinator.internal_topic import (
 from sparklog.coordinator.txn_metadata import (
     COMPLETING,
     FINISHED,
-    MAX_EPOCH,
+    NO_PRODUCER_EPOCH,
     TransactionMetadata,
     TransactionState,
+    epoch_exhausted,
 )
 from sparklog.coordinator.txn_records import (
     TRANSACTION_TOPIC,
@@ -123,6 +125,13 @@ class ProducerIdAndEpoch:
     error: ErrorCode
     producer_id: int = -1
     producer_epoch: int = -1
+
+
+def _resumes(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
+    """Kafka's ``isValidProducerId``: an InitProducerId naming ``producer_id`` continues the
+    id's producer (its current producer id, or the one its epochs ran out on, retried)."""
+    return producer_id == meta.producer_id or (producer_id == meta.last_producer_id
+                                               and epoch_exhausted(producer_epoch))
 
 
 class TransactionCoordinator:
@@ -274,8 +283,12 @@ class TransactionCoordinator:
         self.transactions[tid] = new
 
     # -- InitProducerId -------------------------------------------------------------------
-    async def init_producer_id(self, transactional_id: str,
-                               timeout_ms: int) -> ProducerIdAndEpoch:
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               expected: tuple[int, int] | None = None) -> ProducerIdAndEpoch:
+        """Kafka's ``handleInitProducerId`` for a transactional id; ``expected`` is the
+        producer's current ``(producer id, epoch)`` (InitProducerId v3+, KIP-360): it resumes
+        under a bumped epoch rather than being a new producer, and its retry is answered the
+        same again."""
         error = self._check(transactional_id)
         if error is None and not 0 < timeout_ms <= self.config.max_timeout_ms:
             error = ErrorCode.INVALID_TRANSACTION_TIMEOUT
@@ -292,14 +305,18 @@ class TransactionCoordinator:
                                           S.EMPTY, now)
                 await self._commit(new)
                 return ProducerIdAndEpoch(ErrorCode.NONE, new.producer_id, new.producer_epoch)
-            if meta.state in COMPLETING or self._busy(transactional_id):
+            if self._busy(transactional_id):
+                return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+            if expected is not None and not _resumes(meta, *expected):
+                return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
+            if meta.state in COMPLETING:
                 return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
             if meta.state is S.ONGOING:  # answered once the abort is decided, as Kafka does
                 fenced = await self._fence(transactional_id, "a new producer initialised it")
                 if fenced is not None:
                     self._spawn(self._complete(fenced))
                 return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
-            new = await self._bumped(meta, now)
+            new = await self._initialized(meta, expected, now)
             if self.transactions.get(transactional_id) is not meta \
                     or self._busy(transactional_id):
                 return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
@@ -313,13 +330,27 @@ class TransactionCoordinator:
                  new.producer_id, new.producer_epoch)
         return ProducerIdAndEpoch(ErrorCode.NONE, new.producer_id, new.producer_epoch)
 
-    async def _bumped(self, meta: TransactionMetadata, now: int) -> TransactionMetadata:
-        """A copy with the next epoch, or a new producer id once the epochs are used up."""
-        if meta.producer_epoch >= MAX_EPOCH - 1:
-            return replace(meta, producer_id=await self._next_producer_id(), producer_epoch=0,
-                           last_update_ms=now, partitions=set(meta.partitions))
-        return replace(meta, producer_epoch=meta.producer_epoch + 1, last_update_ms=now,
-                       partitions=set(meta.partitions))
+    async def _initialized(self, meta: TransactionMetadata, expected: tuple[int, int] | None,
+                           now: int) -> TransactionMetadata:
+        """A copy of a finished id's state for the next producer (Kafka's order): a new
+        producer id once the epochs are used up, else the next epoch; for a producer that
+        resumes (``expected``) the epoch it had moves to ``last_producer_epoch``, and a retry
+        that names that one gets the current epoch unchanged. Any other expected epoch is
+        fenced (KafkaError PRODUCER_FENCED)."""
+        expected_epoch = None if expected is None else expected[1]
+        kept = meta.producer_epoch if expected is not None else NO_PRODUCER_EPOCH
+        if expected_epoch in (None, meta.producer_epoch):
+            if epoch_exhausted(meta.producer_epoch):
+                return replace(meta, producer_id=await self._next_producer_id(),
+                               producer_epoch=0, last_producer_id=meta.producer_id,
+                               last_producer_epoch=kept, last_update_ms=now)
+            return replace(meta, producer_epoch=meta.producer_epoch + 1,
+                           last_producer_epoch=kept, last_update_ms=now)
+        if expected_epoch == meta.last_producer_epoch:  # a retry of a bump that succeeded
+            return replace(meta, last_update_ms=now)
+        raise KafkaError(f"transactional id {meta.transactional_id}: epoch {expected_epoch} "
+                         f"is neither {meta.producer_epoch} nor {meta.last_producer_epoch}",
+                         ErrorCode.PRODUCER_FENCED)
 
     async def _fence(self, transactional_id: str, reason: str) -> TransactionMetadata | None:
         """Decide to abort the id's open transaction under a bumped epoch (its producer is
@@ -328,9 +359,11 @@ class TransactionCoordinator:
         meta = self.transactions.get(transactional_id)
         if meta is None or meta.state is not S.ONGOING or self._busy(transactional_id):
             return None
-        new = await self._bumped(meta, self._now_ms())
-        if self.transactions.get(transactional_id) is not meta or self._busy(transactional_id):
-            return None
+        # The fencing epoch may be the last one (never answered to a producer): the retry
+        # of the InitProducerId that fenced gets a new producer id.
+        new = replace(meta, producer_epoch=meta.producer_epoch + 1,
+                      last_producer_epoch=NO_PRODUCER_EPOCH, last_update_ms=self._now_ms(),
+                      partitions=set(meta.partitions))
         new.transition(S.PREPARE_ABORT, self._now_ms())
         await self._commit(new)
         log.info("transactional id %s: aborting its transaction (%s), epoch now %d",
@@ -344,9 +377,10 @@ class TransactionCoordinator:
             await self._complete(fenced)
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn ----------------------------------------------
-    def _producer_error(self, transactional_id: str, producer_id: int,
-                        producer_epoch: int) -> ErrorCode | None:
-        """Kafka's checks of a request from a transactional producer, in its order."""
+    def _producer_error(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                        *, pending_counts: bool = True) -> ErrorCode | None:
+        """Kafka's checks of a request from a transactional producer, in its order (a change
+        being written counts only with ``pending_counts``)."""
         error = self._check(transactional_id)
         if error is not None:
             return error
@@ -355,7 +389,7 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if meta.producer_epoch != producer_epoch:
             return ErrorCode.PRODUCER_FENCED
-        if meta.state in COMPLETING or self._busy(transactional_id):
+        if meta.state in COMPLETING or (pending_counts and self._busy(transactional_id)):
             return ErrorCode.CONCURRENT_TRANSACTIONS
         return None
 
@@ -365,10 +399,9 @@ class TransactionCoordinator:
         error = self._producer_error(transactional_id, producer_id, producer_epoch)
         if error is not None:
             return dict.fromkeys(wanted, error)
-        unknown = {tp for tp in wanted if not 0 <= tp[1] < self._partition_count(tp[0])}
+        unknown = self._unknown(wanted)
         if unknown:
-            return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
-                    else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
+            return unknown
         meta = self.transactions[transactional_id]
         if meta.state is S.ONGOING and meta.partitions.issuperset(wanted):
             return dict.fromkeys(wanted, ErrorCode.NONE)
@@ -379,6 +412,34 @@ class TransactionCoordinator:
         except KafkaError as exc:
             return dict.fromkeys(wanted, exc.code)
         return dict.fromkeys(wanted, ErrorCode.NONE)
+
+    def _unknown(self, wanted: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """Kafka's answer when some of ``wanted`` do not exist (UNKNOWN_TOPIC_OR_PARTITION,
+        the rest OPERATION_NOT_ATTEMPTED); empty when all do."""
+        unknown = {tp for tp in wanted if not 0 <= tp[1] < self._partition_count(tp[0])}
+        if not unknown:
+            return {}
+        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn v4+ ``verify_only`` (KIP-890 part 1, what a partition leader
+        asks before it appends a transactional batch): NONE for each partition already in
+        the producer's transaction, TRANSACTION_ABORTABLE for one that is not; nothing is
+        added. As Kafka's, a change being written is not waited for (the leader's append
+        checks again)."""
+        wanted = list(dict.fromkeys(partitions))
+        error = self._producer_error(transactional_id, producer_id, producer_epoch,
+                                     pending_counts=False)
+        if error is not None:
+            return dict.fromkeys(wanted, error)
+        unknown = self._unknown(wanted)
+        if unknown:
+            return unknown
+        added = self.transactions[transactional_id].partitions
+        return {tp: ErrorCode.NONE if tp in added else ErrorCode.TRANSACTION_ABORTABLE
+                for tp in wanted}
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                     group_id: str) -> ErrorCode:
@@ -498,17 +559,25 @@ class TransactionCoordinator:
         return ErrorCode.NONE, meta
 
     def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
-             min_duration_ms: int = -1) -> tuple[ErrorCode, list[TransactionMetadata]]:
+             min_duration_ms: int = -1, id_pattern: str | None = None
+             ) -> tuple[ErrorCode, list[TransactionMetadata]]:
         """Ids in any of ``states`` (Kafka's names; all when empty), of any of
-        ``producer_ids`` (all when empty), open at least ``min_duration_ms`` (-1: any)."""
+        ``producer_ids`` (all when empty), open at least ``min_duration_ms`` (-1: any), the
+        whole of which ``id_pattern`` matches (a regular expression; all when empty or None,
+        INVALID_REGULAR_EXPRESSION when it does not compile)."""
         if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        try:
+            pattern = re.compile(id_pattern) if id_pattern else None
+        except re.error:
+            return ErrorCode.INVALID_REGULAR_EXPRESSION, []
         wanted_states, pids = set(states), set(producer_ids)
         now = self._now_ms()
         return ErrorCode.NONE, [
             meta for meta in self.transactions.values()
             if (not wanted_states or meta.state.display in wanted_states)
             and (not pids or meta.producer_id in pids)
+            and (pattern is None or pattern.fullmatch(meta.transactional_id) is not None)
             and (min_duration_ms < 0 or (meta.state is S.ONGOING
                                          and now - meta.start_ms >= min_duration_ms))]
 

@@ -16,6 +16,9 @@ Invariants:
 - This module is pure state: no I/O. ``transition`` refuses an illegal move with
   ``IllegalTransition`` (a bug, never a client error).
 - ``partitions`` is the set written with the state: the partitions markers go to.
+- ``last_producer_id`` / ``last_producer_epoch`` (KIP-360) are what the last InitProducerId
+  moved away from, so its retry is answered the same again; as in Kafka they are kept in
+  memory only (not in the record): a retry that spans a coordinator move is fenced.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ from enum import IntEnum
 from sparklog.coordinator.txn_records import TopicPartition, TxnRecord
 
 MAX_EPOCH = (1 << 15) - 1  # int16
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+
+
+def epoch_exhausted(epoch: int) -> bool:
+    """No epoch can follow ``epoch`` (Kafka keeps the last one for fencing)."""
+    return epoch >= MAX_EPOCH - 1
 
 
 class TransactionState(IntEnum):
@@ -73,6 +83,8 @@ class TransactionMetadata:
     last_update_ms: int
     start_ms: int = -1
     partitions: set[TopicPartition] = field(default_factory=set)
+    last_producer_id: int = NO_PRODUCER_ID
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
 
     def transition(self, state: TransactionState, now_ms: int) -> None:
         if self.state not in _VALID_PREVIOUS[state]:

@@ -1,28 +1,47 @@
-"""The transaction APIs (KIP-98): AddPartitionsToTxn (24, v0-v2), AddOffsetsToTxn (25,
-v0-v2), EndTxn (26, v0-v2), WriteTxnMarkers (27, v1), TxnOffsetCommit (28, v0-v2),
-DescribeTransactions (65, v0), ListTransactions (66, v0-v1).
+"""The transaction APIs (KIP-98): AddPartitionsToTxn (24, v0-v5), AddOffsetsToTxn (25,
+v0-v4), EndTxn (26, v0-v5), WriteTxnMarkers (27, v1), TxnOffsetCommit (28, v0-v5),
+DescribeTransactions (65, v0), ListTransactions (66, v0-v2).
 
 Behaviour (the state machine itself is ``sparklog.coordinator.txn_coordinator``; this module
 translates):
 - A fenced producer (an older epoch) is answered PRODUCER_FENCED, except by the versions
   that predate that error (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn before v2), which
   get INVALID_PRODUCER_EPOCH, as Kafka answers them (KIP-588).
+- This broker finalizes no transaction.version 2 (KIP-890 part 2), so clients run
+  transactions as transaction.version 1 describes them, at every version: v3 of
+  AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit is the first flexible one;
+  AddOffsetsToTxn v4, EndTxn v4, TxnOffsetCommit v4 and v5 only let the answer be
+  TRANSACTION_ABORTABLE, which Kafka's coordinator answers them only with transaction
+  verification on produce (this broker has none), so never here; EndTxn v5's answer carries
+  the producer's id and epoch, unchanged by the end of a transaction.version 1 transaction
+  (-1 on an error).
+- AddPartitionsToTxn before v4 is a client's (one transaction, authorized by WRITE on the
+  id and its topics); v4+ is a partition leader's (KIP-890 part 1): CLUSTER_ACTION on the
+  CLUSTER (else the top-level CLUSTER_AUTHORIZATION_FAILED), a batch of transactions
+  answered each, and ``verify_only`` asks whether each partition is already in the
+  transaction without adding it (NONE, or TRANSACTION_ABORTABLE; v4, which predates that
+  code, gets INVALID_TXN_STATE as Kafka 3.6's coordinator answered).
 - TxnOffsetCommit stores the offsets in the producer's transaction on the group's
   ``__consumer_offsets`` partition (answered once the ISR has them, as OffsetCommit); they
-  count once the COMMIT marker lands there.
+  count once the COMMIT marker lands there. From v3 (KIP-447) a request naming a member
+  (generation, member id, group instance id) is checked as OffsetCommit checks it
+  (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID), so a zombie stream task
+  cannot commit in a generation it lost.
 - WriteTxnMarkers (what a coordinator sends a partition leader) appends each marker and
   answers per partition (only for partitions this broker leads, once the high watermark
   passed the marker: ``ReplicaManager.write_marker``; ``fault_point("txn_markers_received",
   "leader")`` precedes the writing, so a crash test can kill a leader there);
   DescribeTransactions answers per
   id (TRANSACTIONAL_ID_NOT_FOUND for an unknown one); ListTransactions filters by state
-  names (unknown ones are echoed in ``unknown_state_filters``), producer ids, and (v1) the
-  minimum time open.
-- With an authorizer, as Kafka's: WRITE on the TRANSACTIONAL_ID for AddPartitionsToTxn,
-  AddOffsetsToTxn, EndTxn and TxnOffsetCommit (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), plus
-  WRITE on each TOPIC added, READ on the GROUP of added or committed offsets and READ on their
-  topics; CLUSTER_ACTION on the CLUSTER for WriteTxnMarkers; DESCRIBE on the TRANSACTIONAL_ID
-  to describe or list a transaction (ListTransactions leaves the others out).
+  names (unknown ones are echoed in ``unknown_state_filters``), producer ids, (v1) the
+  minimum time open and (v2, KIP-1152) a regular expression the whole transactional id
+  matches (INVALID_REGULAR_EXPRESSION when it does not compile).
+- With an authorizer, as Kafka's: WRITE on the TRANSACTIONAL_ID for AddPartitionsToTxn
+  (before v4), AddOffsetsToTxn, EndTxn and TxnOffsetCommit
+  (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), plus WRITE on each TOPIC added, READ on the GROUP
+  of added or committed offsets and READ on their topics; CLUSTER_ACTION on the CLUSTER for
+  WriteTxnMarkers and AddPartitionsToTxn v4+; DESCRIBE on the TRANSACTIONAL_ID to describe or
+  list a transaction (ListTransactions leaves the others out).
 """
 
 from __future__ import annotations
@@ -48,20 +67,23 @@ from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
-    from kio.schema.add_offsets_to_txn.v2.request import AddOffsetsToTxnRequest
-    from kio.schema.add_partitions_to_txn.v2.request import AddPartitionsToTxnRequest
+    from kio.schema.add_offsets_to_txn.v4.request import AddOffsetsToTxnRequest
+    from kio.schema.add_partitions_to_txn.v5.request import AddPartitionsToTxnRequest
     from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
-    from kio.schema.end_txn.v2.request import EndTxnRequest
-    from kio.schema.list_transactions.v1.request import ListTransactionsRequest
-    from kio.schema.txn_offset_commit.v2.request import TxnOffsetCommitRequest
+    from kio.schema.end_txn.v5.request import EndTxnRequest
+    from kio.schema.list_transactions.v2.request import ListTransactionsRequest
+    from kio.schema.txn_offset_commit.v5.request import TxnOffsetCommitRequest
     from kio.schema.write_txn_markers.v1.request import WriteTxnMarkersRequest
 
 _STATE_NAMES = frozenset(s.display for s in TransactionState)
+BATCHED_SINCE = 4  # AddPartitionsToTxn: a broker's batch of transactions, verify_only
+ABORTABLE_SINCE = 5  # AddPartitionsToTxn: TRANSACTION_ABORTABLE
 
 
-def fenced_as(header: RequestHeader, error: ErrorCode) -> ErrorCode:
-    """PRODUCER_FENCED as the request's version knows it."""
-    if error == ErrorCode.PRODUCER_FENCED and header.api_version < 2:
+def fenced_as(header: RequestHeader, error: ErrorCode, since: int = 2) -> ErrorCode:
+    """PRODUCER_FENCED as the request's version knows it (INVALID_PRODUCER_EPOCH before
+    version ``since``, where the API learnt PRODUCER_FENCED)."""
+    if error == ErrorCode.PRODUCER_FENCED and header.api_version < since:
         return ErrorCode.INVALID_PRODUCER_EPOCH
     return error
 
@@ -86,24 +108,68 @@ def _refused_writes(broker: Broker, transactional_id: str,
             else ErrorCode.OPERATION_NOT_ATTEMPTED for t, p in wanted}
 
 
-@handles(ApiKey.ADD_PARTITIONS_TO_TXN, versions=(0, 2))
+@handles(ApiKey.ADD_PARTITIONS_TO_TXN, versions=(0, 5))
 async def add_partitions_to_txn(broker: Broker, header: RequestHeader,
                                 request: AddPartitionsToTxnRequest) -> Any:
     build = Build(header)
-    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    refused = _refused_writes(broker, request.v3_and_below_transactional_id, wanted)
-    errors = refused or await broker.txn_coordinator.add_partitions(
-        request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-        request.v3_and_below_producer_epoch, wanted)
-    return build.response(results_by_topic_v3_and_below=tuple(
+    if header.api_version < BATCHED_SINCE:
+        topics = request.v3_and_below_topics
+        return build.response(results_by_topic_v3_and_below=_topic_results(
+            build, header, topics, await _added(
+                broker, header, request.v3_and_below_transactional_id,
+                request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, topics)))
+    if not broker.security.allows_cluster(Operation.CLUSTER_ACTION):
+        return build.response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                              results_by_transaction=())
+    answers = await asyncio.gather(*(
+        _added(broker, header, t.transactional_id, t.producer_id, t.producer_epoch, t.topics,
+               verify_only=t.verify_only)
+        for t in request.transactions))
+    return build.response(error_code=ErrorCode.NONE, results_by_transaction=tuple(
+        build("AddPartitionsToTxnResult", transactional_id=t.transactional_id,
+              topic_results=_topic_results(build, header, t.topics, errors))
+        for t, errors in zip(request.transactions, answers, strict=True)))
+
+
+async def _added(broker: Broker, header: RequestHeader, transactional_id: str,
+                 producer_id: int, producer_epoch: int, topics: Any, *,
+                 verify_only: bool = False) -> dict[tuple[str, int], ErrorCode]:
+    """One transaction's partitions added (or, ``verify_only``, checked), each answered.
+    A client's request (before v4) is authorized here; a broker's is by CLUSTER_ACTION."""
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    if header.api_version < BATCHED_SINCE:
+        refused = _refused_writes(broker, transactional_id, wanted)
+        if refused:
+            return refused
+    coordinator = broker.txn_coordinator
+    if verify_only:
+        errors = coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
+                                               wanted)
+    else:
+        errors = await coordinator.add_partitions(transactional_id, producer_id,
+                                                  producer_epoch, wanted)
+    return {tp: _abortable_as(header, fenced_as(header, e)) for tp, e in errors.items()}
+
+
+def _abortable_as(header: RequestHeader, error: ErrorCode) -> ErrorCode:
+    """TRANSACTION_ABORTABLE as AddPartitionsToTxn's version knows it (v5 added it; a v4
+    verification that fails is INVALID_TXN_STATE, as Kafka 3.6's coordinator answered)."""
+    if error == ErrorCode.TRANSACTION_ABORTABLE and header.api_version < ABORTABLE_SINCE:
+        return ErrorCode.INVALID_TXN_STATE
+    return error
+
+
+def _topic_results(build: Build, header: RequestHeader, topics: Any,
+                   errors: dict[tuple[str, int], ErrorCode]) -> tuple[Any, ...]:
+    return tuple(
         build("AddPartitionsToTxnTopicResult", name=t.name, results_by_partition=tuple(
             build("AddPartitionsToTxnPartitionResult", partition_index=p,
-                  partition_error_code=fenced_as(header, errors[(t.name, p)]))
+                  partition_error_code=errors[(t.name, p)])
             for p in t.partitions))
-        for t in request.v3_and_below_topics))
+        for t in topics)
 
 
-@handles(ApiKey.ADD_OFFSETS_TO_TXN, versions=(0, 2))
+@handles(ApiKey.ADD_OFFSETS_TO_TXN, versions=(0, 4))
 async def add_offsets_to_txn(broker: Broker, header: RequestHeader,
                              request: AddOffsetsToTxnRequest) -> Any:
     security = broker.security
@@ -116,16 +182,23 @@ async def add_offsets_to_txn(broker: Broker, header: RequestHeader,
     return Build(header).response(error_code=fenced_as(header, error))
 
 
-@handles(ApiKey.END_TXN, versions=(0, 2))
+@handles(ApiKey.END_TXN, versions=(0, 5))
 async def end_txn(broker: Broker, header: RequestHeader, request: EndTxnRequest) -> Any:
     if not _may_write(broker, request.transactional_id):
-        return Build(header).response(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    error = await broker.txn_coordinator.end_txn(request.transactional_id, request.producer_id,
-                                                 request.producer_epoch, request.committed)
-    return Build(header).response(error_code=fenced_as(header, error))
+        error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    else:
+        error = await broker.txn_coordinator.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.committed)
+    # v5: the producer's id and epoch from now on (transaction.version 1 keeps them)
+    ended = error == ErrorCode.NONE
+    return Build(header).response(
+        error_code=fenced_as(header, error),
+        producer_id=request.producer_id if ended else -1,
+        producer_epoch=request.producer_epoch if ended else -1)
 
 
-@handles(ApiKey.TXN_OFFSET_COMMIT, versions=(0, 2))
+@handles(ApiKey.TXN_OFFSET_COMMIT, versions=(0, 5))
 async def txn_offset_commit(broker: Broker, header: RequestHeader,
                             request: TxnOffsetCommitRequest) -> Any:
     requested = requested_offsets(request.topics)
@@ -134,8 +207,11 @@ async def txn_offset_commit(broker: Broker, header: RequestHeader,
                                              ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     else:
         offsets, refused = authorized_offsets(broker, request.group_id, requested)
-    errors = broker.coordinator.txn_commit(request.group_id, request.producer_id,
-                                           request.producer_epoch, offsets) if offsets else {}
+    errors = broker.coordinator.txn_commit(
+        request.group_id, request.producer_id, request.producer_epoch, offsets,
+        member_id=getattr(request, "member_id", ""),
+        instance_id=getattr(request, "group_instance_id", None),
+        generation=getattr(request, "generation_id", -1)) if offsets else {}
     errors = {**await replicated(broker, request.group_id, errors), **refused}
     return commit_response(Build(header), request.topics, errors, "TxnOffsetCommit")
 
@@ -192,14 +268,15 @@ async def describe_transactions(broker: Broker, header: RequestHeader,
     return build.response(transaction_states=tuple(described))
 
 
-@handles(ApiKey.LIST_TRANSACTIONS, versions=(0, 1))
+@handles(ApiKey.LIST_TRANSACTIONS, versions=(0, 2))
 async def list_transactions(broker: Broker, header: RequestHeader,
                             request: ListTransactionsRequest) -> Any:
     build = Build(header)
     states = set(request.state_filters)
     known, unknown = states & _STATE_NAMES, sorted(states - _STATE_NAMES)
     error, found = broker.txn_coordinator.list(
-        known, request.producer_id_filters, getattr(request, "duration_filter", -1))
+        known, request.producer_id_filters, getattr(request, "duration_filter", -1),
+        getattr(request, "transactional_id_pattern", None))
     if states and not known:
         found = []  # only unknown states asked for: none matches
     return build.response(error_code=error, unknown_state_filters=tuple(unknown),

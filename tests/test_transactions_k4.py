@@ -1,0 +1,367 @@
+"""The producer-id and transaction APIs at the versions Kafka 4 serves, with real clients at
+their newest protocol (and kafka-python pinned to Kafka 2.4's) and raw requests where a
+client never sends a case: what each new version means to a user.
+
+- InitProducerId v2-v5: kafka-python's idempotent producer, negotiating its newest versions
+  or pinned to ``api_version=(2, 4)`` (InitProducerId v2), produces and recovers from a
+  timeout by its retry; at its newest it goes on after UNKNOWN_PRODUCER_ID under a new
+  producer id (KIP-360's InitProducerId), with its order kept; a
+  transactional producer naming its current id and epoch (KIP-360) resumes under the next
+  epoch, its retry gets the same answer, a stale epoch is fenced.
+- AddPartitionsToTxn v4+: a broker's batch, ``verify_only`` adds nothing.
+- EndTxn v5 answers the producer's id and epoch.
+- TxnOffsetCommit v3 (KIP-447): a member the request names is checked as OffsetCommit
+  checks it, so offsets sent with a consumer's stale group metadata are refused.
+- ListTransactions v2: the transactional id pattern.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from broker_fixtures import (
+    TIMEOUT,
+    RawConnection,
+    consume_confluent,
+    create_topic,
+    kp_request,
+    kp_response,
+    unique_topic,
+    wait_until,
+)
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.errors import KafkaError
+
+from sparklog.broker.embedded import EmbeddedBroker
+from sparklog.broker.fault_hooks import Fault
+from sparklog.errors import ErrorCode
+from sparklog.protocol.versions import ApiKey
+
+E = ErrorCode
+CONFIG = {
+    "transaction.state.log.num.partitions": "1",
+    "offsets.topic.num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(tmp_path_factory.mktemp("txn-k4") / "data", CONFIG) as running:
+        yield running
+
+
+@pytest.fixture
+def topic(broker: EmbeddedBroker, request: pytest.FixtureRequest) -> str:
+    broker.faults.clear()
+    return create_topic(broker.bootstrap, unique_topic(request.node.name))
+
+
+def call(conn: RawConnection, key: ApiKey, version: int, **fields: Any) -> Any:
+    """One request built and decoded with kafka-python's protocol classes."""
+    return conn.call(kp_request(key)(version=version, **fields), kp_response(key))
+
+
+# -- InitProducerId ---------------------------------------------------------------------------
+
+
+def sent(producer: KafkaProducer, topic: str, prefix: str) -> list[int]:
+    """Offsets of five records sent and flushed (KafkaError for a failed one)."""
+    futures = [producer.send(topic, f"{prefix}{i}".encode()) for i in range(5)]
+    producer.flush()
+    return [f.get().offset for f in futures]
+
+
+def read_values(broker: EmbeddedBroker, topic: str, count: int) -> list[bytes | None]:
+    return [r.value for r in consume_confluent(broker.bootstrap, topic, count)]
+
+
+@pytest.mark.parametrize("api_version", [None, (2, 4)], ids=["newest", "pinned-2.4"])
+def test_an_idempotent_producer_retries_a_timed_out_produce_without_a_duplicate(
+        broker: EmbeddedBroker, topic: str, api_version: tuple[int, int] | None) -> None:
+    """kafka-python's default producer (idempotent) at its newest protocol (InitProducerId
+    v5) and pinned to Kafka 2.4 (InitProducerId v2, whose request the broker closed the
+    connection on before): a Produce answered past the request timeout is retried, and the
+    broker answers the retry as the duplicate it is."""
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, api_version=api_version,
+                             request_timeout_ms=1500, retries=5)
+    try:
+        assert sent(producer, topic, "a") == [0, 1, 2, 3, 4]
+        slow = broker.faults.add(Fault(ApiKey.PRODUCE, delay_s=2.5, topic=topic))
+        assert sent(producer, topic, "b") == [5, 6, 7, 8, 9]
+        assert slow.hits == 1
+        assert sent(producer, topic, "c") == [10, 11, 12, 13, 14]
+    finally:
+        producer.close()
+    assert read_values(broker, topic, 15) == [f"{p}{i}".encode() for p in "abc"
+                                               for i in range(5)]
+
+
+def test_an_idempotent_producer_goes_on_after_unknown_producer_id_under_a_new_id(
+        broker: EmbeddedBroker, topic: str) -> None:
+    """kafka-python (newest) meets UNKNOWN_PRODUCER_ID: it fails that batch (its choice)
+    and asks for the next epoch naming its producer id and epoch (InitProducerId v5,
+    KIP-360); the broker hands an idempotent producer a new producer id, as Kafka does, and
+    the producer's later records follow its earlier ones."""
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        assert sent(producer, topic, "a") == [0, 1, 2, 3, 4]
+        first = producer._transaction_manager.producer_id_and_epoch.producer_id
+        refused = broker.faults.add(Fault(ApiKey.PRODUCE, error=E.UNKNOWN_PRODUCER_ID,
+                                          topic=topic))
+        with pytest.raises(KafkaError):
+            sent(producer, topic, "lost")
+        assert refused.hits == 1
+        assert sent(producer, topic, "b") == [5, 6, 7, 8, 9]
+        assert producer._transaction_manager.producer_id_and_epoch.producer_id != first
+    finally:
+        producer.close()
+    assert read_values(broker, topic, 10) == [f"{p}{i}".encode() for p in "ab"
+                                               for i in range(5)]
+
+
+def init_producer_id(conn: RawConnection, version: int, tid: str | None,
+                     producer: tuple[int, int] = (-1, -1)) -> tuple[int, int, int]:
+    """(error, producer id, epoch) of one InitProducerId."""
+    fields: dict[str, Any] = {"transactional_id": tid, "transaction_timeout_ms": 60000}
+    if version >= 3:
+        fields.update(producer_id=producer[0], producer_epoch=producer[1])
+    answer = call(conn, ApiKey.INIT_PRODUCER_ID, version, **fields)
+    return answer.error_code, answer.producer_id, answer.producer_epoch
+
+
+def test_a_transactional_producer_naming_its_epoch_resumes_and_a_stale_one_is_fenced(
+        broker: EmbeddedBroker, request: pytest.FixtureRequest) -> None:
+    tid = unique_topic(request.node.name)
+    with RawConnection(broker.bootstrap) as conn:
+        error, pid, epoch = init_producer_id(conn, 5, tid)
+        assert (error, epoch) == (E.NONE, 0)
+        assert init_producer_id(conn, 4, tid, (pid, 0)) == (E.NONE, pid, 1)
+        # the answer was lost: the retry names epoch 0 again and gets the same epoch
+        assert init_producer_id(conn, 4, tid, (pid, 0)) == (E.NONE, pid, 1)
+        assert init_producer_id(conn, 5, tid, (pid, 1)) == (E.NONE, pid, 2)
+        # epoch 0 is neither the current one nor the one just left: fenced, as each
+        # version knows it
+        assert init_producer_id(conn, 4, tid, (pid, 0))[0] == E.PRODUCER_FENCED
+        assert init_producer_id(conn, 3, tid, (pid, 0))[0] == E.INVALID_PRODUCER_EPOCH
+        assert init_producer_id(conn, 5, tid, (pid + 1000, 2))[0] == E.PRODUCER_FENCED
+        assert init_producer_id(conn, 5, tid, (pid, -1))[0] == E.INVALID_REQUEST
+        # a new producer (no id named, v2 is flexible) fences the one of epoch 2
+        assert init_producer_id(conn, 2, tid) == (E.NONE, pid, 3)
+        assert init_producer_id(conn, 5, tid, (pid, 2))[0] == E.PRODUCER_FENCED
+        # an idempotent producer that recovers gets a new producer id, as Kafka's
+        error, other, epoch = init_producer_id(conn, 5, None, (pid, 3))
+        assert (error, epoch) == (E.NONE, 0) and other != pid
+
+
+def test_a_resuming_producer_with_an_open_transaction_has_it_aborted(
+        broker: EmbeddedBroker, topic: str) -> None:
+    """KIP-360 with a transaction open (Kafka's handleInitProducerId): the open transaction
+    is aborted under a fencing epoch and the request answered CONCURRENT_TRANSACTIONS; the
+    producer's records are never read committed, and the id serves a new producer after."""
+    tid = f"{topic}-tx"
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": tid,
+                         "log_level": 0})
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    producer.produce(topic, b"never-committed")
+    producer.flush(TIMEOUT)
+    with RawConnection(broker.bootstrap) as conn:
+        (state,) = call(conn, ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                        transactional_ids=[tid]).transaction_states
+        assert state.transaction_state == "Ongoing"
+        pid, epoch = state.producer_id, state.producer_epoch
+        assert init_producer_id(conn, 5, tid, (pid, epoch))[0] == E.CONCURRENT_TRANSACTIONS
+
+        def aborted() -> bool:
+            (now,) = call(conn, ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                          transactional_ids=[tid]).transaction_states
+            return now.transaction_state == "CompleteAbort"
+
+        wait_until(aborted)
+        assert init_producer_id(conn, 5, tid)[::2] == (E.NONE, epoch + 2)
+    after = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": tid})
+    after.init_transactions(TIMEOUT)
+    after.begin_transaction()
+    after.produce(topic, b"committed")
+    after.commit_transaction(TIMEOUT)
+    values = [r.value for r in consume_confluent(broker.bootstrap, topic, 1,
+                                                 **{"isolation.level": "read_committed"})]
+    assert values == [b"committed"]
+
+
+# -- AddPartitionsToTxn v4+, EndTxn v5 ----------------------------------------------------
+
+
+def add_partitions_v4(conn: RawConnection, version: int, tid: str, pid: int, epoch: int,
+                      topic: str, verify_only: bool) -> Any:
+    request = kp_request(ApiKey.ADD_PARTITIONS_TO_TXN)
+    transaction = request.AddPartitionsToTxnTransaction(
+        transactional_id=tid, producer_id=pid, producer_epoch=epoch, verify_only=verify_only,
+        topics=[request.AddPartitionsToTxnTransaction.AddPartitionsToTxnTopic(
+            name=topic, partitions=[0, 1])])
+    return conn.call(request(version=version, transactions=[transaction]),
+                     kp_response(ApiKey.ADD_PARTITIONS_TO_TXN))
+
+
+def partition_errors(answer: Any) -> dict[tuple[str, str, int], int]:
+    return {(r.transactional_id, t.name, p.partition_index): p.partition_error_code
+            for r in answer.results_by_transaction for t in r.topic_results
+            for p in t.results_by_partition}
+
+
+def test_a_brokers_add_partitions_verifies_without_adding_and_end_txn_v5_answers_the_epoch(
+        broker: EmbeddedBroker, request: pytest.FixtureRequest) -> None:
+    topic = create_topic(broker.bootstrap, unique_topic(request.node.name), partitions=2)
+    tid = f"{topic}-tx"
+    with RawConnection(broker.bootstrap) as conn:
+        _, pid, epoch = init_producer_id(conn, 5, tid)
+        # nothing added yet: a leader's verification finds neither partition
+        answer = add_partitions_v4(conn, 5, tid, pid, epoch, topic, verify_only=True)
+        assert answer.error_code == E.NONE
+        assert set(partition_errors(answer).values()) == {E.TRANSACTION_ABORTABLE}
+        assert add_partitions_v4(conn, 4, tid, pid, epoch, topic, verify_only=True
+                                 ).results_by_transaction[0].topic_results[0] \
+            .results_by_partition[0].partition_error_code == E.INVALID_TXN_STATE
+        (state,) = call(conn, ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                        transactional_ids=[tid]).transaction_states
+        assert state.transaction_state == "Empty"  # verifying added nothing
+        added = add_partitions_v4(conn, 5, tid, pid, epoch, topic, verify_only=False)
+        assert set(partition_errors(added).values()) == {E.NONE}
+        verified = add_partitions_v4(conn, 5, tid, pid, epoch, topic, verify_only=True)
+        assert set(partition_errors(verified).values()) == {E.NONE}
+        fenced = add_partitions_v4(conn, 5, tid, pid, epoch - 1, topic, verify_only=True)
+        assert set(partition_errors(fenced).values()) == {E.PRODUCER_FENCED}
+        ended = call(conn, ApiKey.END_TXN, 5, transactional_id=tid, producer_id=pid,
+                     producer_epoch=epoch, committed=False)
+        assert (ended.error_code, ended.producer_id, ended.producer_epoch) == (
+            E.NONE, pid, epoch)
+        refused = call(conn, ApiKey.END_TXN, 5, transactional_id=tid, producer_id=pid,
+                       producer_epoch=epoch + 1, committed=False)
+        assert (refused.error_code, refused.producer_id, refused.producer_epoch) == (
+            E.PRODUCER_FENCED, -1, -1)
+
+
+# -- TxnOffsetCommit v3 (KIP-447) -------------------------------------------------------------
+
+
+def joined_member(conn: RawConnection, group: str, instance_id: str) -> tuple[str, int]:
+    """(member id, generation) of a static member that formed ``group`` alone."""
+    join_request = kp_request(ApiKey.JOIN_GROUP)
+    joined = call(conn, ApiKey.JOIN_GROUP, 5, group_id=group, session_timeout_ms=30000,
+                  rebalance_timeout_ms=30000, member_id="", group_instance_id=instance_id,
+                  protocol_type="consumer", protocols=[
+                      join_request.JoinGroupRequestProtocol(name="range", metadata=b"")])
+    assert joined.error_code == E.NONE
+    synced = call(conn, ApiKey.SYNC_GROUP, 3, group_id=group, generation_id=joined.generation_id,
+                  member_id=joined.member_id, group_instance_id=instance_id, assignments=[])
+    assert synced.error_code == E.NONE
+    return joined.member_id, joined.generation_id
+
+
+def test_txn_offset_commit_checks_the_member_it_names(broker: EmbeddedBroker,
+                                                      topic: str) -> None:
+    group, tid = f"{topic}-g", f"{topic}-tx"
+    with RawConnection(broker.bootstrap) as conn:
+        member, generation = joined_member(conn, group, "instance-1")
+        _, pid, epoch = init_producer_id(conn, 5, tid)
+        assert call(conn, ApiKey.ADD_OFFSETS_TO_TXN, 4, transactional_id=tid, producer_id=pid,
+                    producer_epoch=epoch, group_id=group).error_code == E.NONE
+        request = kp_request(ApiKey.TXN_OFFSET_COMMIT)
+        topics = [request.TxnOffsetCommitRequestTopic(name=topic, partitions=[
+            request.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                partition_index=0, committed_offset=3, committed_metadata="")])]
+
+        def commit(version: int, **member_fields: Any) -> int:
+            answer = call(conn, ApiKey.TXN_OFFSET_COMMIT, version, transactional_id=tid,
+                          group_id=group, producer_id=pid, producer_epoch=epoch,
+                          topics=topics, **member_fields)
+            return answer.topics[0].partitions[0].error_code
+
+        assert commit(3, generation_id=generation + 1, member_id=member,
+                      group_instance_id=None) == E.ILLEGAL_GENERATION
+        assert commit(4, generation_id=generation, member_id="someone-else",
+                      group_instance_id=None) == E.UNKNOWN_MEMBER_ID
+        assert commit(5, generation_id=generation, member_id="someone-else",
+                      group_instance_id="instance-1") == E.FENCED_INSTANCE_ID
+        assert commit(3, generation_id=generation, member_id=member,
+                      group_instance_id="instance-1") == E.NONE
+        # naming no member (as before v3) is not checked against the members, as Kafka's
+        assert commit(3, generation_id=-1, member_id="", group_instance_id=None) == E.NONE
+        assert commit(2) == E.NONE
+        assert call(conn, ApiKey.END_TXN, 4, transactional_id=tid, producer_id=pid,
+                    producer_epoch=epoch, committed=True).error_code == E.NONE
+
+
+def test_offsets_sent_with_a_consumers_stale_group_metadata_are_refused(
+        broker: EmbeddedBroker, topic: str) -> None:
+    """Exactly-once processing (KIP-447): a consumer's group metadata goes with the offsets
+    (confluent-kafka's ``send_offsets_to_transaction``, TxnOffsetCommit v3); once the group
+    moved on (another member joined: a new generation), offsets sent with the metadata of
+    the old generation are refused and the transaction cannot commit them."""
+    group = f"{topic}-g"
+    feed = Producer({"bootstrap.servers": broker.bootstrap})
+    feed.produce(topic, b"x")
+    feed.flush(TIMEOUT)
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": group,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+    first = Consumer(conf)
+    first.subscribe([topic])
+    second: Consumer | None = None
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": group,
+                         "log_level": 0})
+    producer.init_transactions(TIMEOUT)
+    try:
+        wait_until(lambda: first.poll(0.2) is not None or bool(first.assignment()))
+        current = first.consumer_group_metadata()
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], current, TIMEOUT)
+        producer.commit_transaction(TIMEOUT)
+        assert first.committed([TopicPartition(topic, 0)], TIMEOUT)[0].offset == 1
+        stale = first.consumer_group_metadata()
+        second = Consumer(conf)
+        second.subscribe([topic])
+        deadline = time.monotonic() + TIMEOUT
+        while not second.assignment() and time.monotonic() < deadline:
+            first.poll(0.2)
+            second.poll(0.2)
+        producer.begin_transaction()
+        with pytest.raises(KafkaException) as refused:
+            producer.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], stale, TIMEOUT)
+        assert refused.value.args[0].code() in (E.ILLEGAL_GENERATION, E.UNKNOWN_MEMBER_ID)
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    assert Consumer(conf).committed([TopicPartition(topic, 0)], TIMEOUT)[0].offset == 1
+
+
+# -- ListTransactions v2 ---------------------------------------------------------------------
+
+
+def test_transactions_are_listed_by_a_transactional_id_pattern(
+        broker: EmbeddedBroker, request: pytest.FixtureRequest) -> None:
+    prefix = unique_topic(request.node.name)
+    with RawConnection(broker.bootstrap) as conn:
+        for suffix in ("a", "b", "zz"):
+            assert init_producer_id(conn, 5, f"{prefix}-{suffix}")[0] == E.NONE
+        listed = call(conn, ApiKey.LIST_TRANSACTIONS, 2, state_filters=[],
+                      producer_id_filters=[], duration_filter=-1,
+                      transactional_id_pattern="(")
+        assert listed.error_code == E.INVALID_REGULAR_EXPRESSION
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        def ids(pattern: str) -> set[str]:
+            found = admin.list_transactions(transactional_id_pattern=pattern)
+            return {t.transactional_id for listings in found.values() for t in listings}
+
+        assert ids(f"{prefix}-[a-z]") == {f"{prefix}-a", f"{prefix}-b"}
+        assert ids(f"{prefix}-.*") == {f"{prefix}-a", f"{prefix}-b", f"{prefix}-zz"}
+        assert ids("zz") == set()  # the whole id must match
+    finally:
+        admin.close()
