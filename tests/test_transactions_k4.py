@@ -13,6 +13,8 @@ client never sends a case: what each new version means to a user.
 - TxnOffsetCommit v3 (KIP-447): a member the request names is checked as OffsetCommit
   checks it, so offsets sent with a consumer's stale group metadata are refused.
 - ListTransactions v2: the transactional id pattern.
+- DescribeProducers v0: a partition's active producers, by kafka-python's admin client and
+  ``sparklog transactions describe-producers``.
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ from broker_fixtures import (
 )
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaProducer
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import KafkaError
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.fault_hooks import Fault
+from sparklog.cli import main
 from sparklog.errors import ErrorCode
 from sparklog.protocol.versions import ApiKey
 
@@ -365,3 +369,64 @@ def test_transactions_are_listed_by_a_transactional_id_pattern(
         assert ids("zz") == set()  # the whole id must match
     finally:
         admin.close()
+
+
+# -- DescribeProducers ------------------------------------------------------------------------
+
+
+def test_a_partitions_producers_are_described_with_their_open_transaction(
+        broker: EmbeddedBroker, topic: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """kafka-python's admin ``describe_producers`` and ``sparklog transactions
+    describe-producers`` (kafka-transactions.sh's columns) show an idempotent producer and a
+    transactional one, whose open transaction starts at its first record; once committed it
+    has none, and its marker's coordinator epoch shows."""
+    idempotent = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    assert sent(idempotent, topic, "i") == [0, 1, 2, 3, 4]
+    idempotent.close()
+    transactional = Producer({"bootstrap.servers": broker.bootstrap,
+                              "transactional.id": f"{topic}-tx", "log_level": 0})
+    transactional.init_transactions(TIMEOUT)
+    transactional.begin_transaction()
+    for value in (b"t0", b"t1"):
+        transactional.produce(topic, value)
+    transactional.flush(TIMEOUT)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    tp = KafkaTopicPartition(topic, 0)
+    server = ["--bootstrap-server", broker.bootstrap]
+    try:
+        before = {p.current_transaction_start_offset: p
+                  for p in admin.describe_producers([tp])[tp].active_producers}
+        assert set(before) == {-1, 5}
+        assert (before[-1].last_sequence, before[-1].coordinator_epoch) == (4, -1)
+        assert (before[5].last_sequence, before[5].producer_epoch) == (1, 0)
+        assert before[5].last_timestamp > 0
+        transactional.commit_transaction(TIMEOUT)
+        after = {p.producer_id: p for p in admin.describe_producers([tp])[tp].active_producers}
+        committed = after[before[5].producer_id]
+        assert (committed.current_transaction_start_offset, committed.coordinator_epoch) == (
+            -1, 0)
+        assert main(["transactions", "describe-producers", *server, "--topic", topic,
+                     "--partition", "0"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].split() == ["PRODUCERID", "PRODUCEREPOCH", "LATESTCOORDINATOREPOCH",
+                                    "LASTSEQUENCE", "LASTTIMESTAMP",
+                                    "CURRENTTRANSACTIONSTARTOFFSET"]
+        rows = sorted(line.split() for line in lines[1:])
+        assert [row[:4] + row[5:] for row in rows] == sorted([
+            [str(before[-1].producer_id), "0", "-1", "4", "None"],
+            [str(committed.producer_id), "0", "0", "1", "None"]])
+    finally:
+        admin.close()
+
+
+def test_describe_producers_answers_partitions_this_broker_cannot_describe(
+        broker: EmbeddedBroker, topic: str) -> None:
+    request = kp_request(ApiKey.DESCRIBE_PRODUCERS)
+    with RawConnection(broker.bootstrap) as conn:
+        answer = call(conn, ApiKey.DESCRIBE_PRODUCERS, 0, topics=[
+            request.TopicRequest(name=topic, partition_indexes=[0, 7]),
+            request.TopicRequest(name=f"{topic}-missing", partition_indexes=[0])])
+    assert [[(p.partition_index, p.error_code, list(p.active_producers)) for p in t.partitions]
+            for t in answer.topics] == [
+        [(0, E.NONE, []), (7, E.UNKNOWN_TOPIC_OR_PARTITION, [])],
+        [(0, E.UNKNOWN_TOPIC_OR_PARTITION, [])]]

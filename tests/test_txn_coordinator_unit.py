@@ -22,7 +22,7 @@ import pytest
 from coordinator_support import MemoryTopic
 
 from sparklog.coordinator.txn_coordinator import TransactionCoordinator, TxnConfig
-from sparklog.coordinator.txn_metadata import TransactionState
+from sparklog.coordinator.txn_metadata import MAX_EPOCH, TransactionState
 from sparklog.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,6 +63,14 @@ def coordinator(topic: MemoryTopic, inputs: Inputs) -> TransactionCoordinator:
     return TransactionCoordinator(
         TxnConfig(), topic, inputs.replicated, inputs.next_producer_id, lambda t: 2,
         lambda group: ("__consumer_offsets", 0), inputs.write_markers, lambda: 1000)
+
+
+def loaded_coordinator() -> TransactionCoordinator:
+    """A started coordinator of the one ``__transaction_state`` partition (on the loop)."""
+    txn = coordinator(MemoryTopic(1, "__transaction_state"), Inputs())
+    txn.start()
+    txn.load(0, 0)
+    return txn
 
 
 def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -174,6 +182,47 @@ def test_a_new_producer_is_answered_before_the_fenced_transactions_markers() -> 
         await txn.settle()
         again = await txn.init_producer_id(TID, 60000)
         assert (again.error, again.producer_id, again.producer_epoch) == (E.NONE, pid, epoch + 2)
+        txn.stop()
+
+    run(test)
+
+
+def test_a_producer_whose_epochs_ran_out_gets_a_new_producer_id_and_its_retry_the_same(
+        ) -> None:
+    """KIP-360 at the end of the epochs: the next epoch of a producer at 32765 is the last
+    handed out (32766); resuming from it rotates to a new producer id at epoch 0, and the
+    retry of that request (the old id, its last epoch) gets the same new id again."""
+    async def test() -> None:
+        txn = loaded_coordinator()
+        started = await txn.init_producer_id(TID, 60000)
+        txn.transactions[TID].producer_epoch = MAX_EPOCH - 2
+        pid = started.producer_id
+        last = await txn.init_producer_id(TID, 60000, (pid, MAX_EPOCH - 2))
+        assert (last.error, last.producer_id, last.producer_epoch) == (E.NONE, pid,
+                                                                       MAX_EPOCH - 1)
+        rotated = await txn.init_producer_id(TID, 60000, (pid, MAX_EPOCH - 1))
+        assert rotated.error == E.NONE and rotated.producer_epoch == 0
+        assert rotated.producer_id != pid
+        assert await txn.init_producer_id(TID, 60000, (pid, MAX_EPOCH - 1)) == rotated
+        assert (await txn.init_producer_id(TID, 60000, (pid, 5))).error == E.PRODUCER_FENCED
+        txn.stop()
+
+    run(test)
+
+
+def test_a_leaders_verification_adds_nothing_and_answers_per_partition() -> None:
+    async def test() -> None:
+        txn = loaded_coordinator()
+        started = await txn.init_producer_id(TID, 60000)
+        pid, epoch = started.producer_id, started.producer_epoch
+        assert await txn.add_partitions(TID, pid, epoch, ORDERS[:1]) == {ORDERS[0]: E.NONE}
+        assert txn.verify_partitions(TID, pid, epoch, ORDERS) == {
+            ORDERS[0]: E.NONE, ORDERS[1]: E.TRANSACTION_ABORTABLE}
+        assert txn.transactions[TID].partitions == {ORDERS[0]}
+        assert txn.verify_partitions(TID, pid, epoch, [("orders", 9)]) == {
+            ("orders", 9): E.UNKNOWN_TOPIC_OR_PARTITION}
+        assert txn.verify_partitions(TID, pid + 1, epoch, ORDERS[:1]) == {
+            ORDERS[0]: E.INVALID_PRODUCER_ID_MAPPING}
         txn.stop()
 
     run(test)

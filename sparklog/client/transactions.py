@@ -1,5 +1,5 @@
 """Transactions administered over the Kafka protocol: describe, list, end on a producer's
-behalf, abort by transactional id, abort markers.
+behalf, abort by transactional id, abort markers, a partition's active producers.
 
 These are what Kafka's admin client and ``kafka-transactions.sh`` do, and what a two-phase
 commit needs that confluent-kafka does not offer: a transaction begun by one producer (a
@@ -8,7 +8,8 @@ producer id and epoch the first producer had (as Flink's Kafka sink resumes tran
 
 Invariants:
 - Every function talks to the broker that must answer (the transactional id's coordinator,
-  each broker for ListTransactions, a partition's leader for WriteTxnMarkers) through
+  each broker for ListTransactions, a partition's leader for WriteTxnMarkers and, unless a
+  broker is named, DescribeProducers) through
   ``KafkaClient``, so coordinator moves and loading coordinators are retried until the
   client's deadline.
 - A Kafka error that is not retriable raises ``TransactionError`` carrying the code, its
@@ -68,6 +69,19 @@ class TransactionListing:
     coordinator: int
     producer_id: int
     state: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerListing:
+    """One DescribeProducers entry: a producer active in a partition (Kafka's
+    ``ProducerState``; -1 where Kafka's tool shows an absent value)."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    current_txn_start_offset: int
 
 
 def _check(code: int, what: str) -> None:
@@ -140,3 +154,22 @@ def write_abort_marker(client: KafkaClient, tp: TopicPartition, producer_id: int
                      "topics": [{"name": tp.topic, "partition_indexes": [tp.partition]}]}]})
     (result,) = answer.markers
     _check(result.topics[0].partitions[0].error_code, f"{tp.topic}-{tp.partition}")
+
+
+def describe_producers(client: KafkaClient, tp: TopicPartition,
+                       broker_id: int | None = None) -> list[ProducerListing]:
+    """The producers active in ``tp`` as its leader (or broker ``broker_id``'s replica)
+    knows them."""
+    body = {"topics": [{"name": tp.topic, "partition_indexes": [tp.partition]}]}
+    if broker_id is None:
+        answer = client.leader_request(tp, ApiKey.DESCRIBE_PRODUCERS, body)
+    else:
+        brokers = client.metadata([]).brokers
+        if broker_id not in brokers:
+            raise TransactionError(f"broker {broker_id}", ErrorCode.BROKER_NOT_AVAILABLE)
+        answer = client.broker_request(brokers[broker_id], ApiKey.DESCRIBE_PRODUCERS, body)
+    (partition,) = answer.topics[0].partitions
+    _check(partition.error_code, f"{tp.topic}-{tp.partition}")
+    return [ProducerListing(p.producer_id, p.producer_epoch, p.coordinator_epoch,
+                            p.last_sequence, p.last_timestamp, p.current_txn_start_offset)
+            for p in partition.active_producers]

@@ -7,6 +7,10 @@
 - ``describe --transactional-id ID`` prints Kafka's columns (COORDINATORID TRANSACTIONALID
   PRODUCERID PRODUCEREPOCH TRANSACTIONSTATE TRANSACTIONTIMEOUTMS
   CURRENTTRANSACTIONSTARTTIMEMS TRANSACTIONDURATIONMS TOPICPARTITIONS);
+- ``describe-producers --topic T --partition P [--broker-id B]`` prints the producers
+  active in that partition, as its leader (or broker B's replica) knows them, with Kafka's
+  columns (PRODUCERID PRODUCEREPOCH LATESTCOORDINATOREPOCH LASTSEQUENCE LASTTIMESTAMP
+  CURRENTTRANSACTIONSTARTOFFSET, ``None`` for no open transaction, as Kafka's tool);
 - ``abort --topic T --partition P --producer-id N --producer-epoch E --coordinator-epoch C``
   writes an ABORT marker into that partition (WriteTxnMarkers to its leader), as Kafka's tool
   does for a hanging transaction; ``abort --transactional-id ID`` (a sparklog addition)
@@ -27,6 +31,7 @@ import time
 from sparklog.client.cluster import TopicPartition
 from sparklog.client.transactions import (
     abort_by_id,
+    describe_producers,
     describe_transaction,
     list_transactions,
     write_abort_marker,
@@ -54,6 +59,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                   help="state, producer and partitions of a transactional id")
     describe.add_argument("--transactional-id", required=True)
     describe.set_defaults(func=tool(NAME, _describe))
+
+    producers = actions.add_parser("describe-producers", parents=[parent],
+                                   help="the active producers of a topic partition")
+    producers.add_argument("--topic", required=True)
+    producers.add_argument("--partition", required=True, type=int)
+    producers.add_argument("--broker-id", type=int,
+                           help="ask this broker's replica, not the partition's leader")
+    producers.set_defaults(func=tool(NAME, _describe_producers))
 
     abort = actions.add_parser("abort", parents=[parent], help="abort a transaction")
     abort.add_argument("--transactional-id", help="abort this id's open transaction")
@@ -85,6 +98,19 @@ def _describe(args: argparse.Namespace) -> int:
                 [(txn.coordinator, txn.transactional_id, txn.producer_id, txn.producer_epoch,
                   txn.state, txn.timeout_ms, txn.start_ms if txn.start_ms >= 0 else None,
                   duration, partitions or None)])
+    return 0
+
+
+def _describe_producers(args: argparse.Namespace) -> int:
+    with protocol_client(args, NAME) as client:
+        found = describe_producers(client, TopicPartition(args.topic, args.partition),
+                                   args.broker_id)
+    print_table(("PRODUCERID", "PRODUCEREPOCH", "LATESTCOORDINATOREPOCH", "LASTSEQUENCE",
+                 "LASTTIMESTAMP", "CURRENTTRANSACTIONSTARTOFFSET"),
+                [(p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
+                  p.last_timestamp,
+                  p.current_txn_start_offset if p.current_txn_start_offset >= 0 else "None")
+                 for p in found])
     return 0
 
 

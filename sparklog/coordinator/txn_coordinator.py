@@ -7,11 +7,19 @@ Behaviour (Kafka's ``TransactionCoordinator``):
   id is aborted first, under a fencing epoch: that call answers CONCURRENT_TRANSACTIONS once
   PrepareAbort is replicated (its markers are written meanwhile, as in Kafka) and the
   client's retries get the next epoch once the abort is complete. A timeout above
-  ``transaction.max.timeout.ms`` is INVALID_TRANSACTION_TIMEOUT.
+  ``transaction.max.timeout.ms`` is INVALID_TRANSACTION_TIMEOUT. The epoch that would
+  overflow (32766 and up) is never handed out: the next producer gets a new producer id at
+  epoch 0.
+- KIP-360: an InitProducerId naming the producer's current id and epoch resumes that
+  producer under the next epoch (its retry, naming the epoch it left, is answered the
+  current one again); one naming the id whose epochs ran out, at its last epoch, is the
+  retry of that rotation; any other is PRODUCER_FENCED.
 - AddPartitionsToTxn / AddOffsetsToTxn add partitions (a group's ``__consumer_offsets``
-  partition for the latter) and open the transaction. EndTxn writes PrepareCommit or
-  PrepareAbort, then the markers (``write_markers``: COMMIT/ABORT control batches in every
-  partition of the transaction), then CompleteCommit or CompleteAbort, and answers.
+  partition for the latter) and open the transaction; a partition leader's verification
+  (``verify_partitions``) answers whether partitions are in the transaction, adding none.
+  EndTxn writes PrepareCommit or PrepareAbort, then the markers (``write_markers``:
+  COMMIT/ABORT control batches in every partition of the transaction), then CompleteCommit
+  or CompleteAbort, and answers.
 - A request from an older epoch is PRODUCER_FENCED, from another producer id
   INVALID_PRODUCER_ID_MAPPING; a request while markers are written CONCURRENT_TRANSACTIONS;
   an EndTxn that does not fit the state INVALID_TXN_STATE (a retried EndTxn of a completed

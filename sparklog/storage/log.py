@@ -216,8 +216,7 @@ class PartitionLog:
             _, position = segment.offset_index.lookup(start)
             for header in segment.iter_headers(position):
                 if header.last_offset >= start:
-                    aborted = header.is_control and segment.marker_aborts(header)
-                    completed = self.producer_state.update(header, aborted)
+                    completed = self.producer_state.update(header, *_marker_of(segment, header))
                     if completed is not None and completed.aborted and id(segment) in rebuilt:
                         segment.txn_index.append(self._aborted_txn(completed))
 
@@ -307,10 +306,12 @@ class PartitionLog:
         batch = marker_batch(kind, producer_id, producer_epoch, coordinator_epoch, now_ms)
         header = parse_header(batch)
         self.producer_state.check(header)
-        return self._write(batch, header, now_ms, leader_epoch, -1, kind == ControlType.ABORT)
+        return self._write(batch, header, now_ms, leader_epoch, -1,
+                           (kind == ControlType.ABORT, coordinator_epoch))
 
     def _write(self, records: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int,
-               leader_epoch: int, append_time: int, aborted: bool = False) -> AppendInfo:
+               leader_epoch: int, append_time: int,
+               marker: tuple[bool, int] = (False, -1)) -> AppendInfo:
         """Assign offsets to one validated batch and write it; update producer state."""
         with self.lock:
             active = self.segments[-1]
@@ -320,7 +321,7 @@ class PartitionLog:
                                 header.base_offset + header.last_offset_delta, now_ms):
                 active = self.roll(now_ms)
             active.append(buffers, (header,))
-            completed = self.producer_state.update(header, aborted)
+            completed = self.producer_state.update(header, *marker)
             if completed is not None and completed.aborted:
                 active.txn_index.append(self._aborted_txn(completed))
         self._unflushed += header.record_count
@@ -346,9 +347,8 @@ class PartitionLog:
             position = active.size
             active.append([records], headers)
             for header in headers:
-                aborted = header.is_control and active.marker_aborts(
-                    header._replace(position=position + header.position))
-                completed = self.producer_state.update(header, aborted)
+                completed = self.producer_state.update(header, *_marker_of(
+                    active, header._replace(position=position + header.position)))
                 if completed is not None and completed.aborted:
                     active.txn_index.append(self._aborted_txn(completed))
 
@@ -648,3 +648,12 @@ def _require_keys(records: bytes | bytearray | memoryview, header: BatchHeader) 
             f"compacted topic rejects records without a key: {len(errors)} of {len(decoded)} "
             f"(batch index {', '.join(str(i) for i, _ in errors[:10])}"
             f"{', ...' if len(errors) > 10 else ''})", record_errors=errors)
+
+
+def _marker_of(segment: LogSegment, header: BatchHeader) -> tuple[bool, int]:
+    """(aborts?, coordinator epoch) of a stored control batch; (False, -1) for a data batch
+    or an emptied control batch."""
+    marker = segment.marker(header) if header.is_control else None
+    if marker is None:
+        return False, -1
+    return marker.kind == ControlType.ABORT, marker.coordinator_epoch

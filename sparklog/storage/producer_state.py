@@ -15,6 +15,9 @@ Invariants:
   stable offset is it, or the log end when none is open.
 - A marker from an older epoch than the producer's is fenced (INVALID_PRODUCER_EPOCH); one
   from a newer epoch moves the producer to it, so its next batch must start at sequence 0.
+- Each producer keeps the max timestamp of its last batch or marker and the coordinator
+  epoch of its last marker (-1 before any), as Kafka's ``ProducerStateEntry``: what
+  DescribeProducers shows.
 - The state is derived from the log: it is rebuilt by replaying batch headers after the
   latest snapshot (``<offset>.snapshot``, written on roll and clean shutdown; it carries open
   transactions), so it survives restarts without reading whole batches.
@@ -59,6 +62,8 @@ class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
     txn_first_offset: int = -1  # the ongoing transaction's first offset, -1 when none
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -117,18 +122,23 @@ class ProducerStateManager:
                 f"marker of producer {header.producer_id} epoch {header.producer_epoch} is "
                 f"fenced by epoch {entry.epoch}")
 
-    def update(self, header: BatchHeader, aborted: bool = False) -> CompletedTxn | None:
-        """Record an appended batch (offsets assigned); a marker (``aborted`` says which kind)
-        returns the transaction it completed."""
+    def update(self, header: BatchHeader, aborted: bool = False,
+               coordinator_epoch: int = -1) -> CompletedTxn | None:
+        """Record an appended batch (offsets assigned); a marker (``aborted`` says which kind,
+        ``coordinator_epoch`` is the one it carries) returns the transaction it completed."""
         pid = header.producer_id
         if pid < 0:
             return None
         entry = self.producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
-            first = entry.txn_first_offset if entry is not None else -1
-            entry = self.producers[pid] = ProducerEntry(header.producer_epoch,
-                                                        txn_first_offset=first)
+            old = entry if entry is not None else ProducerEntry(-1)
+            entry = self.producers[pid] = ProducerEntry(
+                header.producer_epoch, txn_first_offset=old.txn_first_offset,
+                coordinator_epoch=old.coordinator_epoch)
+        entry.last_timestamp = header.max_timestamp
         if header.is_control:
+            if header.record_count:
+                entry.coordinator_epoch = coordinator_epoch
             # An emptied control batch (the log cleaner's) is no marker: its transaction's
             # data went before it did, so there is nothing to end.
             return self._complete(entry, pid, header, aborted) if header.record_count else None
@@ -162,7 +172,8 @@ class ProducerStateManager:
     def snapshot(self, offset: int) -> bytes:
         """The state as of ``offset``, serialised (cheap; writing it is the slow part)."""
         state = {
-            str(pid): {"epoch": e.epoch, "txn": e.txn_first_offset, "batches": [
+            str(pid): {"epoch": e.epoch, "txn": e.txn_first_offset, "ts": e.last_timestamp,
+                       "coordinator_epoch": e.coordinator_epoch, "batches": [
                 [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
             for pid, e in self.producers.items()
         }
@@ -208,7 +219,9 @@ def read_snapshot(path: Path) -> tuple[int, dict[int, ProducerEntry]]:
         data = json.loads(path.read_text())
         producers = {}
         for pid, raw in data["producers"].items():
-            entry = ProducerEntry(raw["epoch"], txn_first_offset=raw.get("txn", -1))
+            entry = ProducerEntry(raw["epoch"], txn_first_offset=raw.get("txn", -1),
+                                  last_timestamp=raw.get("ts", -1),
+                                  coordinator_epoch=raw.get("coordinator_epoch", -1))
             entry.batches.extend(BatchMetadata(*b) for b in raw["batches"])
             producers[int(pid)] = entry
         return int(data["offset"]), producers

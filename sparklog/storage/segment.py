@@ -38,7 +38,7 @@ from sparklog.record.batch import (
     crc_matches,
     parse_header,
 )
-from sparklog.record.control import ControlType, batch_marker
+from sparklog.record.control import Marker, batch_marker
 from sparklog.record.records import decode_records
 from sparklog.storage.config import LogConfig
 from sparklog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
@@ -281,11 +281,10 @@ class LogSegment:
             yield header
             position += header.size
 
-    def marker_aborts(self, header: BatchHeader) -> bool:
-        """Whether the control batch at ``header.position`` is an ABORT marker."""
+    def marker(self, header: BatchHeader) -> Marker | None:
+        """The marker of the control batch at ``header.position`` (None for an emptied one)."""
         data = os.pread(self.fd, header.size, header.position)
-        marker = batch_marker(data, parse_header(data))
-        return marker is not None and marker.kind == ControlType.ABORT
+        return batch_marker(data, parse_header(data))
 
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchHeader | None:
         """The first batch whose last offset is >= ``offset`` (searching from the index)."""
