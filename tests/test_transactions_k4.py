@@ -15,12 +15,14 @@ client never sends a case: what each new version means to a user.
 - ListTransactions v2: the transactional id pattern.
 - DescribeProducers v0: a partition's active producers, by kafka-python's admin client and
   ``sparklog transactions describe-producers``.
+- With an authorizer, each new version asks for Kafka's ACLs.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,15 +37,19 @@ from broker_fixtures import (
     wait_until,
 )
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import KafkaError
+from security_support import certificates, listeners_config, sasl_raw, security
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.fault_hooks import Fault
 from sparklog.cli import main
 from sparklog.errors import ErrorCode
 from sparklog.protocol.versions import ApiKey
+
+__all__ = ["certificates"]
 
 E = ErrorCode
 CONFIG = {
@@ -430,3 +436,52 @@ def test_describe_producers_answers_partitions_this_broker_cannot_describe(
             for t in answer.topics] == [
         [(0, E.NONE, []), (7, E.UNKNOWN_TOPIC_OR_PARTITION, [])],
         [(0, E.UNKNOWN_TOPIC_OR_PARTITION, [])]]
+
+
+# -- authorization ---------------------------------------------------------------------------
+
+
+def test_the_new_versions_are_authorized_as_kafka_authorizes_them(
+        tmp_path: Path, certificates: Path) -> None:
+    """With an authorizer: DescribeProducers needs READ on the TOPIC; AddPartitionsToTxn v4+
+    (a broker's) CLUSTER_ACTION on the CLUSTER; InitProducerId v5 of an idempotent producer
+    IDEMPOTENT_WRITE (or WRITE on a topic), of a transactional id WRITE on it; ListTransactions
+    v2 leaves out ids the principal may not DESCRIBE."""
+    config = listeners_config(certificates, **{
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin", "transaction.state.log.num.partitions": "1"})
+    with EmbeddedBroker(tmp_path / "data", config) as secured:
+        address = f"127.0.0.1:{secured.listeners['SASL_PLAINTEXT']}"
+        admin = AdminClient({"bootstrap.servers": address,
+                             **security("confluent", "SASL_PLAINTEXT", certificates,
+                                        user="admin")})
+        admin.create_topics([NewTopic("guarded", 1)])["guarded"].result(TIMEOUT)
+        request = kp_request(ApiKey.DESCRIBE_PRODUCERS)
+
+        def described(user: str) -> int:
+            with sasl_raw(address, user) as conn:
+                answer = call(conn, ApiKey.DESCRIBE_PRODUCERS, 0, topics=[
+                    request.TopicRequest(name="guarded", partition_indexes=[0])])
+            return answer.topics[0].partitions[0].error_code
+
+        def batched_add(user: str) -> int:
+            with sasl_raw(address, user) as conn:
+                return add_partitions_v4(conn, 5, "t", 1, 0, "guarded", verify_only=True
+                                         ).error_code
+
+        assert described("alice") == E.TOPIC_AUTHORIZATION_FAILED
+        assert described("admin") == E.NONE
+        assert batched_add("alice") == E.CLUSTER_AUTHORIZATION_FAILED
+        assert batched_add("admin") == E.NONE
+        with sasl_raw(address, "alice") as conn:
+            assert init_producer_id(conn, 5, None)[0] == E.CLUSTER_AUTHORIZATION_FAILED
+            assert init_producer_id(conn, 5, "alices")[0] == (
+                E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        with sasl_raw(address, "admin") as conn:
+            assert init_producer_id(conn, 5, "admins")[0] == E.NONE
+        for user, listed in (("alice", []), ("admin", ["admins"])):
+            with sasl_raw(address, user) as conn:
+                answer = call(conn, ApiKey.LIST_TRANSACTIONS, 2, state_filters=[],
+                              producer_id_filters=[], duration_filter=-1,
+                              transactional_id_pattern="adm.*")
+            assert [t.transactional_id for t in answer.transaction_states] == listed
