@@ -42,12 +42,17 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import KafkaError
 from security_support import certificates, listeners_config, sasl_raw, security
+from storage_support import NOW, Clock, restart
+from storage_support import TOPIC as STORAGE_TOPIC
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.fault_hooks import Fault
 from sparklog.cli import main
 from sparklog.errors import ErrorCode
 from sparklog.protocol.versions import ApiKey
+from sparklog.record.control import ControlType
+from sparklog.record.records import build_batch
+from sparklog.storage.log_manager import LogManager
 
 __all__ = ["certificates"]
 
@@ -485,3 +490,27 @@ def test_the_new_versions_are_authorized_as_kafka_authorizes_them(
                               producer_id_filters=[], duration_filter=-1,
                               transactional_id_pattern="adm.*")
             assert [t.transactional_id for t in answer.transaction_states] == listed
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["snapshot", "replayed"])
+def test_a_producers_timestamp_and_coordinator_epoch_survive_a_restart(
+        tmp_path: Path, clean: bool) -> None:
+    """What DescribeProducers shows of a producer comes back after a clean restart (from the
+    producer-state snapshot) and after a crash (replayed from the log, the marker read for
+    its coordinator epoch)."""
+    manager = LogManager(tmp_path / "data", clock=Clock())
+    manager.create_topic(STORAGE_TOPIC, 1)
+    log = manager.get_log(STORAGE_TOPIC, 0)
+    log.append(build_batch([(b"k", b"v", (), NOW - 5)], producer_id=7, producer_epoch=2,
+                           base_sequence=0, transactional=True), now_ms=NOW)
+    log.append_marker(ControlType.COMMIT, 7, 2, 9, now_ms=NOW)
+    entry = log.producer_state.producers[7]
+    assert (entry.epoch, entry.last_seq, entry.last_timestamp, entry.coordinator_epoch,
+            entry.txn_first_offset) == (2, 0, NOW, 9, -1)
+    reopened = restart(manager, clean=clean, crash_dir=tmp_path / "crash")
+    try:
+        again = reopened.get_log(STORAGE_TOPIC, 0).producer_state.producers[7]
+        assert (again.epoch, again.last_seq, again.last_timestamp, again.coordinator_epoch,
+                again.txn_first_offset) == (2, 0, NOW, 9, -1)
+    finally:
+        reopened.close()
