@@ -139,6 +139,36 @@ def test_an_idempotent_producer_goes_on_after_unknown_producer_id_under_a_new_id
                                                for i in range(5)]
 
 
+def test_confluent_kafkas_idempotent_producer_bumps_its_epoch_and_loses_nothing(
+        broker: EmbeddedBroker, topic: str) -> None:
+    """librdkafka meets UNKNOWN_PRODUCER_ID: it drains, bumps its own epoch (KIP-360 for an
+    idempotent producer) and resends from sequence 0; every record arrives once, in order,
+    and DescribeProducers shows the producer at its new epoch."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    failures: list[Any] = []
+
+    def send(prefix: str) -> None:
+        for i in range(5):
+            producer.produce(topic, f"{prefix}{i}".encode(),
+                             on_delivery=lambda err, _: err and failures.append(err))
+        producer.flush(TIMEOUT)
+
+    send("a")
+    refused = broker.faults.add(Fault(ApiKey.PRODUCE, error=E.UNKNOWN_PRODUCER_ID,
+                                      topic=topic))
+    send("b")
+    send("c")
+    assert refused.hits == 1 and failures == []
+    assert read_values(broker, topic, 15) == [f"{p}{i}".encode() for p in "abc"
+                                               for i in range(5)]
+    request = kp_request(ApiKey.DESCRIBE_PRODUCERS)
+    with RawConnection(broker.bootstrap) as conn:
+        answer = call(conn, ApiKey.DESCRIBE_PRODUCERS, 0, topics=[
+            request.TopicRequest(name=topic, partition_indexes=[0])])
+    (state,) = answer.topics[0].partitions[0].active_producers
+    assert (state.producer_epoch, state.last_sequence) == (1, 9)
+
+
 def init_producer_id(conn: RawConnection, version: int, tid: str | None,
                      producer: tuple[int, int] = (-1, -1)) -> tuple[int, int, int]:
     """(error, producer id, epoch) of one InitProducerId."""
