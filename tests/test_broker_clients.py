@@ -65,6 +65,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import OffsetSpec
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.errors import ErrorCode
@@ -192,6 +193,50 @@ def test_idempotent_producer_delivers_exactly_once_in_order(broker: BrokerProces
     sequences = [b.base_sequence for b in batches]
     counts = [b.record_count for b in batches]
     assert sequences == [sum(counts[:i]) for i in range(len(counts))]
+
+
+@pytest.mark.parametrize("api_version", [None, (2, 4), (3, 9), (4, 0)],
+                         ids=["negotiated", "2.4", "3.9", "4.0"])
+def test_kafka_python_at_each_kafka_release_produces_and_consumes_in_a_group(
+        broker: BrokerProcess, topic: str, api_version: tuple[int, int] | None) -> None:
+    """kafka-python 3 told the broker is Kafka 2.4, 3.9 or 4.0 (as applications and its own
+    test fixture set ``api_version``) trusts its own version table for that release, and
+    with it unset negotiates the newest versions both know: either way its default
+    (idempotent) producer delivers in order and a consumer group commits and resumes, on
+    connections the broker never closes for a request it cannot serve."""
+    create_topic(broker.bootstrap, topic, partitions=2)
+    pinned = {} if api_version is None else {"api_version": api_version}
+    records = numbered(40, key_count=4)
+    acked = PRODUCERS["kafka-python"](broker.bootstrap, topic, records, **pinned)
+    assert sorted(r.offset for r in acked if r.partition == 0) == \
+        list(range(sum(r.partition == 0 for r in acked)))
+    group = f"{topic}-group"
+
+    def consume(count: int) -> list[ConsumerRecord]:
+        consumer = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
+                                 auto_offset_reset="earliest", enable_auto_commit=False,
+                                 fetch_max_wait_ms=50, **pinned)
+        got: list[ConsumerRecord] = []
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while len(got) < count and time.monotonic() < deadline:
+                for messages in consumer.poll(timeout_ms=500).values():
+                    got.extend(messages)
+            consumer.commit()
+        finally:
+            consumer.close()
+        return got
+
+    first = consume(len(records))
+    assert sorted(m.value for m in first) == sorted(r.value for r in records)
+    for partition in (0, 1):  # each partition in the order produced
+        offsets = [m.offset for m in first if m.partition == partition]
+        assert offsets == sorted(offsets)
+    PRODUCERS["kafka-python"](broker.bootstrap, topic, numbered(6, pad=1), **pinned)
+    assert len(consume(6)) == 6, "the group resumed at its committed offsets"
+    closed = [line for line in broker.log_file.read_text().splitlines()
+              if "closing connection" in line and "not served" in line]
+    assert closed == []
 
 
 def _idempotent_batch(pid: int, epoch: int, sequence: int, values: list[bytes]) -> bytes:
