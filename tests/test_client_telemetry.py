@@ -55,7 +55,7 @@ from sparklog.broker.client_metrics import ClientMetricsManager, Subscription
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.process import BrokerProcess
-from sparklog.errors import ErrorCode, InvalidConfigError
+from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
 from sparklog.record.compression import GZIP, NONE, ZSTD, compress
 
 __all__ = ["broker"]
@@ -376,20 +376,33 @@ def test_instances_and_series_are_capped(monkeypatch: pytest.MonkeyPatch) -> Non
     assert [m.name for m in pushed.metrics] == ["m0", "m1", "m2", "m3", "m4"]
 
 
-@pytest.mark.parametrize(("settings", "message"), [
-    ({"metrics": "*", "interval.ms": "99"}, "interval.ms"),
-    ({"metrics": "*", "interval.ms": "3600001"}, "interval.ms"),
-    ({"metrics": "*", "interval.ms": "--5"}, "interval.ms"),
-    ({"metrics": "*", "interval.ms": "a minute"}, "interval.ms"),
-    ({"metrics": "*", "match": "client_rack=a"}, "illegal client matching pattern"),
-    ({"metrics": "*", "match": "client_id=a=b"}, "illegal client matching pattern"),
-    ({"metrics": "*", "match": "client_id=(unclosed"}, "illegal client matching pattern"),
-    ({"metrics": "*", "metrics.extra": "1"}, "unknown client metrics configuration"),
+INVALID_REQUEST, INVALID_CONFIG = ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_CONFIG
+
+
+@pytest.mark.parametrize(("settings", "code", "message"), [
+    ({"metrics": "*", "interval.ms": "99"}, INVALID_REQUEST, "interval.ms"),
+    ({"metrics": "*", "interval.ms": "3600001"}, INVALID_REQUEST, "interval.ms"),
+    ({"metrics": "*", "interval.ms": "--5"}, INVALID_CONFIG, "interval.ms"),
+    ({"metrics": "*", "interval.ms": "a minute"}, INVALID_CONFIG, "interval.ms"),
+    ({"metrics": "*", "match": "client_rack=a"}, INVALID_CONFIG,
+     "illegal client matching pattern"),
+    ({"metrics": "*", "match": "client_id=a=b"}, INVALID_CONFIG,
+     "illegal client matching pattern"),
+    ({"metrics": "*", "match": "client_id="}, INVALID_CONFIG,
+     "illegal client matching pattern"),
+    ({"metrics": "*", "match": "client_id=(unclosed"}, INVALID_CONFIG,
+     "illegal client matching pattern"),
+    ({"metrics": "*", "metrics.extra": "1"}, INVALID_REQUEST,
+     "unknown client metrics configuration"),
 ])
-def test_subscriptions_are_validated_as_kafka_does(settings: dict[str, str],
+def test_subscriptions_are_validated_as_kafka_does(settings: dict[str, str], code: ErrorCode,
                                                    message: str) -> None:
-    with pytest.raises(InvalidConfigError, match=message):
+    """Kafka's ClientMetricsConfigs.validate: InvalidRequestException for an unknown setting
+    and an interval out of range, InvalidConfigurationException (or ConfigException) for an
+    interval that is not an integer and a bad pattern."""
+    with pytest.raises(KafkaError, match=message) as raised:
         Subscription.parse("s", settings)
+    assert raised.value.code == code
 
 
 def test_a_bad_preset_stops_the_broker_naming_the_key() -> None:

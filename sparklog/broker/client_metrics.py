@@ -10,13 +10,24 @@ Subscriptions (Kafka's CLIENT_METRICS config resources):
   ``key=regex`` over ``client_instance_id``, ``client_id``, ``client_software_name``,
   ``client_software_version``, ``client_source_address``, ``client_source_port``; a regex
   must match the whole value, every entry must match, an empty list matches every client).
-  Unknown settings, intervals out of range and bad patterns are ``InvalidConfigError``.
+  Validated as Kafka's ``ClientMetricsConfigs.validate``: an empty name, an unknown setting
+  and an interval out of range are ``InvalidRequestError`` (Kafka's InvalidRequestException),
+  an interval that is not an integer and a bad pattern ``InvalidConfigError``.
 - The broker config presets one, named ``default``, from ``client.telemetry.default.metrics``,
   ``client.telemetry.default.interval.ms`` and ``client.telemetry.default.match``; with no
   metrics (the default) there is none and no client pushes anything, as on Kafka until an
   operator adds a subscription. ``update_subscription`` adds, replaces or (with no settings)
   removes one; each change bumps a version, and an instance made under an older version is
   evaluated again at its next request (new subscription id, metrics and interval).
+- The subscriptions operators configure (CLIENT_METRICS resources, ``configs``: name ->
+  the settings as given) are the store's, one shape for a single node and a cluster:
+  ``alter`` validates, writes the store, then applies; a single node's store is
+  ``client-metrics.json`` in the data directory (replaced atomically), a cluster's
+  ZooKeeper's ``/config/client-metrics/<name>`` with Kafka's change notification
+  (``cluster.entity_configs``), which every broker applies within its watch's delay
+  (``join_cluster``: the single node's file is then not read). A configured subscription
+  named ``default`` hides the preset while it exists. A stored subscription that does not
+  validate (written by hand) is logged and left out.
 - The source port is not known to the broker's sessions: a ``client_source_port`` pattern
   matches no client.
 
@@ -57,19 +68,34 @@ every snapshot. All of it runs on the broker's event loop thread.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import math
 import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
 import crc32c
 
 from sparklog.broker.monitoring.status import TelemetryClient, TelemetryMetric
-from sparklog.errors import CorruptRecordError, ErrorCode, InvalidConfigError
+from sparklog.cluster.entity_configs import EntityConfigs
+from sparklog.errors import (
+    CorruptRecordError,
+    ErrorCode,
+    InvalidConfigError,
+    InvalidRequestError,
+    KafkaError,
+)
 from sparklog.protocol.otlp_metrics import DataPoint, MalformedMetricsError, decode_metrics
 from sparklog.record.compression import CODECS, GZIP, LZ4, SNAPPY, ZSTD, decompress_bounded
+from sparklog.storage.checkpoint import write_atomically
+
+log = logging.getLogger(__name__)
 
 ALL_METRICS = "*"
 DEFAULT_INTERVAL_MS = 300_000
@@ -84,6 +110,8 @@ MAX_SERIES = 200
 MIN_EXPIRY_MS = 60_000
 DEFAULT_SUBSCRIPTION = "default"
 PRESET_PREFIX = "client.telemetry.default."
+STORE_FILE = "client-metrics.json"
+ENTITY_TYPE = "client-metrics"
 RESERVED_IDS = (uuid.UUID(int=0), uuid.UUID(int=1))
 """Kafka's ``Uuid.RESERVED``: the zero id and the metadata topic's."""
 
@@ -101,18 +129,19 @@ class Subscription:
     def parse(cls, name: str, settings: Mapping[str, str]) -> Subscription:
         """A subscription from Kafka's CLIENT_METRICS settings, validated as Kafka does."""
         if not name:
-            raise InvalidConfigError("a client metrics subscription needs a name")
+            raise InvalidRequestError("a client metrics subscription needs a name")
         unknown = sorted(settings.keys() - set(SETTINGS))
         if unknown:
-            raise InvalidConfigError(f"unknown client metrics configuration {unknown[0]}: "
-                                     f"expected one of {', '.join(SETTINGS)}")
+            raise InvalidRequestError(f"unknown client metrics configuration {unknown[0]}: "
+                                      f"expected one of {', '.join(SETTINGS)}")
         given = settings.get("interval.ms", str(DEFAULT_INTERVAL_MS)).strip()
         try:
             interval = int(given)
         except ValueError:
-            interval = -1
+            raise InvalidConfigError(f"invalid value {given!r} for interval.ms of client "
+                                     f"metrics subscription {name}: not an integer") from None
         if not MIN_INTERVAL_MS <= interval <= MAX_INTERVAL_MS:
-            raise InvalidConfigError(
+            raise InvalidRequestError(
                 f"invalid value {given!r} for interval.ms of client metrics subscription "
                 f"{name}: expected {MIN_INTERVAL_MS} to {MAX_INTERVAL_MS} (1 hour)")
         return cls(name, _list(settings.get("metrics", "")), interval,
@@ -129,6 +158,8 @@ def _list(value: str) -> tuple[str, ...]:
 
 def _pattern(name: str, item: str) -> tuple[str, re.Pattern[str]]:
     parts = item.split("=")
+    while len(parts) > 1 and not parts[-1]:  # Java's split drops trailing empty strings
+        parts.pop()
     key = parts[0].strip()
     if len(parts) != 2 or key not in MATCH_KEYS:
         raise InvalidConfigError(
@@ -146,8 +177,11 @@ def preset_subscriptions(props: Mapping[str, str]) -> dict[str, Subscription]:
     settings = {key: props.get(PRESET_PREFIX + key, "") for key in SETTINGS}
     if not _list(settings["metrics"]):
         return {}
-    return {DEFAULT_SUBSCRIPTION: Subscription.parse(
-        DEFAULT_SUBSCRIPTION, {k: v for k, v in settings.items() if v.strip()})}
+    try:
+        return {DEFAULT_SUBSCRIPTION: Subscription.parse(
+            DEFAULT_SUBSCRIPTION, {k: v for k, v in settings.items() if v.strip()})}
+    except KafkaError as exc:  # a broker config: the broker's config error
+        raise InvalidConfigError(f"{PRESET_PREFIX}*: {exc}") from None
 
 
 def _java_hash(instance_id: uuid.UUID) -> int:
@@ -230,19 +264,52 @@ def decode_push(compression: int, payload: bytes, max_bytes: int) -> list[DataPo
     return decode_metrics(data, MAX_SERIES)
 
 
+class SubscriptionStore(Protocol):
+    """Where configured subscriptions are kept: ``write`` replaces one (``{}``: deletes it),
+    blocking (it runs in a worker thread)."""
+
+    def write(self, name: str, config: dict[str, str]) -> None: ...
+
+
+class LocalSubscriptions:
+    """A single node's configured subscriptions: ``client-metrics.json`` in the data
+    directory, ``{name: {setting: value}}``, replaced atomically on every change."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / STORE_FILE
+        self.configs: dict[str, dict[str, str]] = json.loads(self.path.read_text()) \
+            if self.path.exists() else {}
+
+    def write(self, name: str, config: dict[str, str]) -> None:
+        if config:
+            self.configs[name] = config
+        elif self.configs.pop(name, None) is None:
+            return
+        write_atomically(self.path, json.dumps(self.configs, indent=1, sort_keys=True).encode())
+
+
 class ClientMetricsManager:
     def __init__(self, max_bytes: int, clock_ms: Callable[[], int],
-                 subscriptions: Mapping[str, Subscription] | None = None) -> None:
+                 subscriptions: Mapping[str, Subscription] | None = None,
+                 store: LocalSubscriptions | None = None) -> None:
         self.max_bytes = max_bytes
         self._clock_ms = clock_ms
-        self.subscriptions: dict[str, Subscription] = dict(subscriptions or {})
+        self._preset = dict(subscriptions or {})
+        self.subscriptions: dict[str, Subscription] = dict(self._preset)
+        self.configs: dict[str, dict[str, str]] = {}
+        """The configured subscriptions (CLIENT_METRICS resources), as the store holds them."""
         self.version = 0
         self._instances: OrderedDict[uuid.UUID, ClientInstance] = OrderedDict()
+        self._store: SubscriptionStore | None = store
+        self._cluster: EntityConfigs | None = None
+        for name, config in (store.configs if store is not None else {}).items():
+            self.apply(name, config)
 
     @classmethod
-    def from_props(cls, props: Mapping[str, str],
-                   clock_ms: Callable[[], int]) -> ClientMetricsManager:
-        return cls(int(props["telemetry.max.bytes"]), clock_ms, preset_subscriptions(props))
+    def from_props(cls, props: Mapping[str, str], clock_ms: Callable[[], int],
+                   data_dir: Path | None = None) -> ClientMetricsManager:
+        return cls(int(props["telemetry.max.bytes"]), clock_ms, preset_subscriptions(props),
+                   LocalSubscriptions(data_dir) if data_dir is not None else None)
 
     def update_subscription(self, name: str, settings: Mapping[str, str]) -> None:
         """Add or replace subscription ``name``; no settings remove it."""
@@ -251,6 +318,62 @@ class ClientMetricsManager:
         elif self.subscriptions.pop(name, None) is None:
             return
         self.version += 1
+
+    # -- configured subscriptions (CLIENT_METRICS resources) -------------------------------
+    @staticmethod
+    def validate(name: str, config: Mapping[str, str]) -> None:
+        """Kafka's checks of a resource's new config (an empty one deletes it)."""
+        if not name:
+            raise InvalidRequestError("Subscription name can't be empty")
+        if config:
+            Subscription.parse(name, config)
+
+    async def alter(self, name: str, config: dict[str, str]) -> None:
+        """Make ``config`` subscription ``name``'s (``{}``: delete it) in the store, then
+        here (the other brokers apply it when the store's notification reaches them)."""
+        self.validate(name, config)
+        if self._store is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._store.write, name,
+                                                             config)
+        self.apply(name, config)
+
+    def apply(self, name: str, config: dict[str, str]) -> None:
+        """What the store holds for ``name`` (``{}``: nothing; the preset comes back)."""
+        try:
+            if config:
+                self.update_subscription(name, config)
+            elif name in self._preset:
+                self.subscriptions[name] = self._preset[name]
+                self.version += 1
+            else:
+                self.update_subscription(name, {})
+        except KafkaError as exc:
+            log.warning("client metrics subscription %s is left out: %s", name, exc)
+            return
+        if config:
+            self.configs[name] = dict(config)
+        else:
+            self.configs.pop(name, None)
+
+    async def join_cluster(self, zk: Any) -> None:
+        """Serve the cluster's subscriptions (ZooKeeper's, over the session's started
+        ``KazooClient``) instead of the data directory's, loaded before this returns."""
+        loop = asyncio.get_running_loop()
+        if isinstance(self._store, LocalSubscriptions) and self._store.configs:
+            log.warning("%s is a single node's and is not read in a cluster, whose client "
+                        "metrics subscriptions are ZooKeeper's", self._store.path)
+        for name in list(self.configs):
+            self.apply(name, {})
+        self._cluster = EntityConfigs(
+            zk, ENTITY_TYPE, lambda name, config: loop.call_soon_threadsafe(
+                self.apply, name, config))
+        self._store = self._cluster
+        # the loaded subscriptions reach the loop (call_soon_threadsafe) before this resumes
+        await loop.run_in_executor(None, self._cluster.start)
+
+    def leave_cluster(self) -> None:
+        if self._cluster is not None:
+            self._cluster.close()
 
     # -- requests --------------------------------------------------------------------------
     def get_subscriptions(self, instance_id: uuid.UUID | None,

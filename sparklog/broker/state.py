@@ -22,8 +22,10 @@ Invariants:
   stopped before the logs close. Their markers go through the replica manager's
   ``MarkerChannel`` (to every partition's leader, this broker included); their writes to
   ``__transaction_state`` wait for the ISR (``TXN_REPLICATION_TIMEOUT_S``).
-- ``client_metrics`` keeps the telemetry subscriptions and what clients push (KIP-714),
-  in memory only: a restarted broker has the preset subscription and no clients.
+- ``client_metrics`` keeps the telemetry subscriptions and what clients push (KIP-714):
+  the configured subscriptions are the store's (the data directory's, or ZooKeeper's once
+  the replica manager joined a cluster) and outlive a restart; the clients and what they
+  pushed are in memory only.
 """
 
 from __future__ import annotations
@@ -95,7 +97,8 @@ class Broker:
         # fills it in as each listener starts)
         self.advertised: dict[str, tuple[str, int]] = {}
         self.faults = Faults()
-        self.client_metrics = ClientMetricsManager.from_props(config.props, self.now_ms)
+        self.client_metrics = ClientMetricsManager.from_props(config.props, self.now_ms,
+                                                                 data_dir)
         self.security = BrokerSecurity(config.props, data_dir, current_session)
         self.quotas = QuotaManager(self.security, config.props)
         offsets_topic = LogTopic(

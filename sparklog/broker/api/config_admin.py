@@ -20,8 +20,21 @@ Behaviour:
   config's). This broker has no dynamic broker configs: altering one is
   INVALID_REQUEST with a message saying so; another node id is INVALID_REQUEST too.
   Secrets (passwords, JAAS lines) are answered sensitive, without their value.
+- Client-metrics resources (type 16, KIP-714, named by the subscription): the settings
+  set (``metrics``, ``interval.ms``, ``match``), each with source CLIENT_METRICS_CONFIG,
+  not read-only, no synonyms, type UNKNOWN and no documentation (as Kafka's
+  ``ConfigHelper``); a name without a subscription describes no configs; an empty name is
+  INVALID_REQUEST. Both alterations apply (AlterConfigs replacing the settings, as Kafka
+  3.7's ZooKeeper broker); the new settings are validated as Kafka's
+  ``ClientMetricsConfigs.validate`` (``broker.client_metrics``: unknown settings and
+  intervals out of 100-3600000 INVALID_REQUEST, a non-integer interval and bad ``match``
+  entries INVALID_CONFIG), APPEND and SUBTRACT apply to the list settings ``metrics`` and
+  ``match`` only, a null value in AlterConfigs is INVALID_REQUEST. A subscription whose
+  every setting is deleted is gone. The store keeps them (``ClientMetricsManager.alter``:
+  the data directory, or ZooKeeper's ``/config/client-metrics/<name>`` whence every
+  broker applies them).
 - With an authorizer: DESCRIBE_CONFIGS / ALTER_CONFIGS on the TOPIC, or on the CLUSTER for
-  a broker resource (TOPIC_ / CLUSTER_AUTHORIZATION_FAILED per resource).
+  a broker or client-metrics resource (TOPIC_ / CLUSTER_AUTHORIZATION_FAILED per resource).
 - AlterConfigs replaces a topic's overrides with the given set; IncrementalAlterConfigs
   applies SET, DELETE, APPEND and SUBTRACT (the last two on list configs such as
   ``cleanup.policy``). Bad keys or values are INVALID_CONFIG naming the key and what is
@@ -37,12 +50,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sparklog.broker.client_metrics import SETTINGS as CLIENT_METRICS_SETTINGS
 from sparklog.broker.config import BROKER_DEFAULTS, TOPIC_DEFAULTS, config_type
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 from sparklog.broker.security.settings import is_sensitive
 from sparklog.broker.state import Broker
-from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
+from sparklog.errors import ErrorCode, InvalidConfigError, InvalidRequestError, KafkaError
 from sparklog.protocol.entities import Build
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import TOPIC_CONFIG_SOURCES, ApiKey, ConfigSource
@@ -56,7 +70,9 @@ if TYPE_CHECKING:
     )
 
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, CLIENT_METRICS = 2, 4, 16
+CLIENT_METRICS_LISTS = ("metrics", "match")
+"""The client-metrics settings that are lists (APPEND and SUBTRACT apply)."""
 SOURCE_TOPIC = ConfigSource.DYNAMIC_TOPIC_CONFIG
 SOURCE_STATIC_BROKER = ConfigSource.STATIC_BROKER_CONFIG
 SOURCE_DEFAULT = ConfigSource.DEFAULT_CONFIG
@@ -80,6 +96,8 @@ async def describe_configs(broker: Broker, header: RequestHeader,
             elif resource.resource_type == BROKER:
                 entries = _broker_entries(build, broker, resource.resource_name, synonyms,
                                            docs)
+            elif resource.resource_type == CLIENT_METRICS:
+                entries = _client_metrics_entries(build, broker, resource.resource_name)
             else:
                 raise KafkaError(f"resource type {resource.resource_type} is not supported",
                                  ErrorCode.INVALID_REQUEST)
@@ -94,10 +112,11 @@ async def describe_configs(broker: Broker, header: RequestHeader,
 
 
 def _require(broker: Broker, operation: Operation, resource: Any) -> None:
-    """The authorizer's check: ``operation`` on the TOPIC, or on the CLUSTER for a broker."""
+    """The authorizer's check: ``operation`` on the TOPIC, or on the CLUSTER for a broker
+    or client-metrics resource."""
     if resource.resource_type == TOPIC:
         broker.security.require(operation, ResourceType.TOPIC, resource.resource_name)
-    elif resource.resource_type == BROKER:
+    elif resource.resource_type in (BROKER, CLIENT_METRICS):
         broker.security.require(operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
@@ -160,6 +179,22 @@ def _broker_entries(build: Build, broker: Broker, name: str, synonyms: bool,
     ]
 
 
+def _client_metrics_entries(build: Build, broker: Broker, name: str) -> list[Any]:
+    if not name:
+        raise InvalidRequestError("Client metrics subscription name must not be empty")
+    config = broker.client_metrics.configs.get(name, {})
+    return [build("DescribeConfigsResourceResult", name=key, value=config[key],
+                  read_only=False, config_source=ConfigSource.CLIENT_METRICS_CONFIG,
+                  is_default=False, is_sensitive=False, synonyms=(), config_type=0,
+                  documentation=None)
+            for key in sorted(config, key=_setting_order)]
+
+
+def _setting_order(key: str) -> tuple[int, str]:
+    known = key in CLIENT_METRICS_SETTINGS
+    return (CLIENT_METRICS_SETTINGS.index(key) if known else len(CLIENT_METRICS_SETTINGS), key)
+
+
 @handles(ApiKey.ALTER_CONFIGS, versions=(0, 2))
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, versions=(0, 1))
 async def alter_configs(broker: Broker, header: RequestHeader,
@@ -171,18 +206,15 @@ async def alter_configs(broker: Broker, header: RequestHeader,
         code, message = ErrorCode.NONE, None
         try:
             _require(broker, Operation.ALTER_CONFIGS, resource)
-            if resource.resource_type != TOPIC:
-                raise KafkaError("only topic configs can be altered; broker configs are "
-                                 "static (edit server.properties and restart)",
-                                 ErrorCode.INVALID_REQUEST)
-            topic = broker.logs.get_topic(resource.resource_name)
-            if incremental:
-                overrides = _apply_incremental(topic.config, resource.configs)
+            if resource.resource_type == CLIENT_METRICS:
+                await _alter_client_metrics(broker, resource, incremental,
+                                            request.validate_only)
+            elif resource.resource_type == TOPIC:
+                await _alter_topic(broker, resource, incremental, request.validate_only)
             else:
-                overrides = {c.name: c.value for c in resource.configs if c.value is not None}
-            config = broker.logs.set_topic_config(topic.name, overrides, validate_only=True)
-            if not request.validate_only:
-                await _apply(broker, topic.name, overrides, config)
+                raise KafkaError("only topic and client metrics configs can be altered; "
+                                 "broker configs are static (edit server.properties and "
+                                 "restart)", ErrorCode.INVALID_REQUEST)
         except KafkaError as exc:
             code, message = exc.code, str(exc)
         responses.append(build("AlterConfigsResourceResponse", error_code=code,
@@ -191,11 +223,60 @@ async def alter_configs(broker: Broker, header: RequestHeader,
     return build.response(responses=tuple(responses))
 
 
-async def _apply(broker: Broker, topic: str, overrides: dict[str, Any],
-                 config: LogConfig) -> None:
-    """Make validated overrides the topic's, in the store whence every broker applies them."""
-    await broker.replicas.set_topic_config(
-        topic, {k: render(v) for k, v in config.overrides.items()})
+async def _alter_topic(broker: Broker, resource: Any, incremental: bool,
+                       validate_only: bool) -> None:
+    """Validate the topic's new overrides, then (unless ``validate_only``) make them the
+    topic's in the store whence every broker applies them."""
+    topic = broker.logs.get_topic(resource.resource_name)
+    if incremental:
+        overrides = _apply_incremental(topic.config, resource.configs)
+    else:
+        overrides = {c.name: c.value for c in resource.configs if c.value is not None}
+    config = broker.logs.set_topic_config(topic.name, overrides, validate_only=True)
+    if not validate_only:
+        await broker.replicas.set_topic_config(
+            topic.name, {k: render(v) for k, v in config.overrides.items()})
+
+
+async def _alter_client_metrics(broker: Broker, resource: Any, incremental: bool,
+                                validate_only: bool) -> None:
+    """A client-metrics subscription's new settings, validated, then kept (module doc)."""
+    name = resource.resource_name
+    if not incremental:
+        nulls = [c.name for c in resource.configs if c.value is None]
+        if nulls:
+            raise InvalidRequestError(f"Null value not supported for : {', '.join(nulls)}")
+        config = {c.name: c.value for c in resource.configs}
+    else:
+        config = dict(broker.client_metrics.configs.get(name, {}))
+        for change in resource.configs:
+            op, key = change.config_operation, change.name
+            if op == SET:
+                config[key] = change.value or ""
+            elif op == DELETE:
+                config.pop(key, None)
+            elif op in (APPEND, SUBTRACT) and key in CLIENT_METRICS_LISTS:
+                items = _append_or_subtract(op, _items(config.get(key, "")),
+                                            _items(change.value or ""))
+                config[key] = ",".join(items)
+            elif op in (APPEND, SUBTRACT):
+                raise InvalidConfigError(f"APPEND and SUBTRACT need a list config "
+                                         f"({', '.join(CLIENT_METRICS_LISTS)}); got {key}")
+            else:
+                raise InvalidConfigError(f"unknown config operation {op} for {key}")
+    broker.client_metrics.validate(name, config)
+    if not validate_only:
+        await broker.client_metrics.alter(name, config)
+
+
+def _items(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _append_or_subtract(op: int, current: list[Any], items: list[Any]) -> list[Any]:
+    if op == APPEND:
+        return current + [i for i in items if i not in current]
+    return [i for i in current if i not in items]
 
 
 def _apply_incremental(config: LogConfig, changes: Any) -> dict[str, Any]:
@@ -213,13 +294,9 @@ def _apply_incremental(config: LogConfig, changes: Any) -> dict[str, Any]:
             if key.type != "list":
                 raise InvalidConfigError(f"APPEND and SUBTRACT need a list config; "
                                          f"{change.name} is a {key.type}")
-            current = list(overrides.get(change.name, config.get(change.name)))
-            items = key.parse(change.value or "")
-            if op == APPEND:
-                current += [i for i in items if i not in current]
-            else:
-                current = [i for i in current if i not in items]
-            overrides[change.name] = current
+            overrides[change.name] = _append_or_subtract(
+                op, list(overrides.get(change.name, config.get(change.name))),
+                key.parse(change.value or ""))
         else:
             raise InvalidConfigError(f"unknown config operation {op} for {change.name}")
     return overrides

@@ -10,10 +10,11 @@ Behaviour, as Kafka 4.1's broker:
   (8), BROKER (4), TOPIC (2); an empty list means all of them, and a list naming any other
   type is UNSUPPORTED_VERSION for the whole request. Resources come in that order of types.
 - Only the resources this broker has configs for are listed: every topic (by name, the
-  internal ones included) and every live broker reachable on the request's listener (by
-  node id, as DescribeConfigs names it). This broker has no group configs, client-metrics
-  subscriptions or dynamic logger levels (DescribeConfigs does not serve those types), so
-  they list nothing, and v0 always answers an empty list.
+  internal ones included), every live broker reachable on the request's listener (by
+  node id, as DescribeConfigs names it) and every configured client-metrics subscription
+  (by name, as DescribeConfigs names it: the store's, not the broker config's preset),
+  which is all v0 lists. This broker has no group configs or dynamic logger levels
+  (DescribeConfigs does not serve those types), so they list nothing.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ async def list_config_resources(broker: Broker, header: RequestHeader,
         return build.response(error_code=refusal, config_resources=())
     names = {TOPIC: sorted(broker.replicas.assignments),
              BROKER: [str(b) for b in sorted(broker.listed_endpoints(listener_name(),
-                                                                     live_only=True))]}
+                                                                     live_only=True))],
+             CLIENT_METRICS: sorted(broker.client_metrics.configs)}
     return build.response(error_code=ErrorCode.NONE, config_resources=tuple(
         build("ConfigResource", resource_name=name, resource_type=kind)
         for kind in LISTED_TYPES if kind in asked for name in names.get(kind, ())))

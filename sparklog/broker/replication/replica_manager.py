@@ -40,7 +40,8 @@ Invariants:
   (``append_marker``): min.insync.replicas applies, and the call returns once the high
   watermark passed the marker.
 - In a cluster, SCRAM credentials and ACLs are ZooKeeper's (``BrokerSecurity.join_cluster``,
-  loaded before the broker registers as started), not the data directory's.
+  loaded before the broker registers as started), not the data directory's; so are
+  client-metrics subscriptions (``client_metrics.join_cluster``).
 - A topic's config is the store's (ZooKeeper's ``/config/topics/<t>``): ``set_topic_config``
   writes it there (with Kafka's change notification), and every broker applies what the
   store holds to its local logs when a notification names the topic and whenever the
@@ -117,6 +118,13 @@ class Settings(Protocol):
     def get_bool(self, key: str) -> bool: ...
 
 
+class ZooKeeperView(Protocol):
+    """Broker state that is ZooKeeper's in a cluster (``client_metrics``)."""
+
+    async def join_cluster(self, zk: Any) -> None: ...  # the session's KazooClient
+    def leave_cluster(self) -> None: ...
+
+
 class BrokerCore(Protocol):
     """What the replica manager uses of the broker that owns it (``state.Broker``)."""
 
@@ -124,6 +132,7 @@ class BrokerCore(Protocol):
     config: Settings
     logs: LogManager
     security: BrokerSecurity
+    client_metrics: ZooKeeperView
     coordinator: GroupCoordinator
     txn_coordinator: TransactionCoordinator
 
@@ -189,6 +198,7 @@ class ReplicaManager:
                 self.broker.logs.cluster_id)
             await self._loop.run_in_executor(None, session.start)
             await self.broker.security.join_cluster(session.zk)
+            await self.broker.client_metrics.join_cluster(session.zk)
             log.info("broker %d joined the cluster at %s", self.broker_id, connect)
         self._isr_task = asyncio.create_task(self._shrink_isr_forever())
 
@@ -210,6 +220,7 @@ class ReplicaManager:
         for partition in self.partitions.values():
             partition.make_follower()
         self.broker.security.leave_cluster()
+        self.broker.client_metrics.leave_cluster()
         self.markers.close()
         if store is not None:
             await self.call(store.close)
