@@ -6,6 +6,9 @@ Invariants:
 - ``-v``/``--verbose`` and ``--log-level LEVEL`` are accepted anywhere on the line, before or
   after the subcommand (Kafka's tools take their flags in any order); the last one given
   wins. ``--version`` prints ``sparklog <version>``.
+- A flag the subcommand does not know is a usage error naming it as typed and the nearest
+  flag the subcommand has (``unrecognized arguments: --intervall (did you mean
+  '--interval'?)``).
 - Help texts are plain text: the reStructuredText markup of the docstrings they come from
   (double backquotes) is removed.
 """
@@ -19,11 +22,12 @@ import sys
 from collections.abc import Iterator
 
 from sparklog import __version__
+from sparklog.commands._client import nearest
 
 # Modules registered in this order; each provides add_parser(subparsers).
 COMMAND_MODULES = ("broker", "dump_log", "topics", "configs", "produce", "consume", "groups",
                    "partition_offsets", "perf", "verifiable", "transactions", "certs", "users",
-                   "acls", "cluster", "elect_leaders", "log_dirs", "reassign")
+                   "acls", "cluster", "elect_leaders", "log_dirs", "reassign", "client_metrics")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -78,8 +82,22 @@ def _plain_help(parser: argparse.ArgumentParser) -> None:
                 choice.help = plain(choice.help)
 
 
+def _refuse_unknown(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> None:
+    """Exit with a usage error naming each unknown flag and the nearest the command has."""
+    sub = next(action.choices[command] for action in parser._actions
+               if isinstance(action, argparse._SubParsersAction))
+    flags = [flag for action in sub._actions for flag in action.option_strings
+             if flag.startswith("--")]
+    sub.error("unrecognized arguments: " + " ".join(
+        item + nearest(item.partition("=")[0], flags) if item.startswith("--") else item
+        for item in unknown))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _refuse_unknown(parser, args.command, unknown)
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

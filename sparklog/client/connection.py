@@ -34,7 +34,7 @@ from sparklog.client.settings import ClientConfig, ClientSecurity
 from sparklog.errors import ErrorCode, error_name
 from sparklog.protocol.codec import decode_response, encode_request, request_class
 from sparklog.protocol.entities import build
-from sparklog.protocol.versions import ApiKey
+from sparklog.protocol.versions import ApiKey, api_name
 
 RANGES = {ApiKey.FETCH: (4, 11), ApiKey.LIST_OFFSETS: (1, 5), ApiKey.METADATA: (1, 8)}
 """The versions this client can speak of the APIs it requires, per API."""
@@ -44,21 +44,10 @@ OPTIONAL = {ApiKey.FIND_COORDINATOR: (1, 2), ApiKey.INIT_PRODUCER_ID: (0, 1),
             ApiKey.DESCRIBE_PRODUCERS: (0, 0), ApiKey.DESCRIBE_LOG_DIRS: (1, 5),
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
             ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0), ApiKey.OFFSET_DELETE: (0, 0),
-            ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1), ApiKey.ALTER_CLIENT_QUOTAS: (0, 1)}
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1), ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
+            ApiKey.DESCRIBE_CONFIGS: (1, 4), ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+            ApiKey.LIST_CONFIG_RESOURCES: (0, 1)}
 """The versions it can speak of the APIs it uses where a broker offers them."""
-API_NAMES = {ApiKey.FETCH: "Fetch", ApiKey.LIST_OFFSETS: "ListOffsets",
-             ApiKey.METADATA: "Metadata", ApiKey.FIND_COORDINATOR: "FindCoordinator",
-             ApiKey.INIT_PRODUCER_ID: "InitProducerId", ApiKey.END_TXN: "EndTxn",
-             ApiKey.WRITE_TXN_MARKERS: "WriteTxnMarkers",
-             ApiKey.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
-             ApiKey.LIST_TRANSACTIONS: "ListTransactions",
-             ApiKey.DESCRIBE_PRODUCERS: "DescribeProducers",
-             ApiKey.DESCRIBE_LOG_DIRS: "DescribeLogDirs",
-             ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
-             ApiKey.LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
-             ApiKey.OFFSET_DELETE: "OffsetDelete",
-             ApiKey.DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotas",
-             ApiKey.ALTER_CLIENT_QUOTAS: "AlterClientQuotas"}
 
 _SIZE = struct.Struct(">i")
 
@@ -96,7 +85,7 @@ class BrokerConnection:
             theirs = offered.get(key)
             if theirs is None or theirs[1] < low or theirs[0] > high:
                 raise KafkaClientError(
-                    f"broker {self.address} serves {API_NAMES[key]} "
+                    f"broker {self.address} serves {api_name(key)} "
                     f"{'not at all' if theirs is None else f'v{theirs[0]}-{theirs[1]}'}; the "
                     f"sparklog client needs a version in v{low}-{high}")
             versions[key] = min(high, theirs[1])

@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from sparklog.client.cluster import Cluster, TopicPartition
-from sparklog.client.connection import API_NAMES, BrokerConnection
+from sparklog.client.connection import BrokerConnection
 from sparklog.client.errors import (
     COORDINATOR_RETRIABLE,
     RETRIABLE,
@@ -38,7 +38,7 @@ from sparklog.client.errors import (
 )
 from sparklog.client.settings import Address, ClientConfig, RetryPolicy
 from sparklog.errors import ErrorCode, error_name
-from sparklog.protocol.versions import ApiKey, CoordinatorType, IsolationLevel
+from sparklog.protocol.versions import ApiKey, CoordinatorType, IsolationLevel, api_name
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +142,10 @@ class KafkaClient:
             answer = self._call(self._connection(address), api_key, body)
             code = error(answer)
             if code in COORDINATOR_RETRIABLE:
-                raise RetriableError(f"{API_NAMES[api_key]} for {key!r}: {error_name(code)}")
+                raise RetriableError(f"{api_name(api_key)} for {key!r}: {error_name(code)}")
             return answer
 
-        return self._retrying(attempt, f"{API_NAMES[api_key]} for {key!r}")
+        return self._retrying(attempt, f"{api_name(api_key)} for {key!r}")
 
     def coordinator(self, key: str, key_type: CoordinatorType) -> tuple[int, Address]:
         """The node id and address of ``key``'s coordinator (FindCoordinator)."""
@@ -164,14 +164,14 @@ class KafkaClient:
     def broker_request(self, address: Address, api_key: ApiKey, body: Mapping[str, Any]) -> Any:
         """Send ``body`` to the broker at ``address`` and return the answer."""
         return self._retrying(lambda: self._call(self._connection(address), api_key, body),
-                              f"{API_NAMES[api_key]} to {address[0]}:{address[1]}")
+                              f"{api_name(api_key)} to {address[0]}:{address[1]}")
 
     def leader_request(self, tp: TopicPartition, api_key: ApiKey,
                        body: Mapping[str, Any]) -> Any:
         """Send ``body`` to the leader of ``tp`` and return the answer (one try per leader
         lookup; errors inside the answer are the caller's to read)."""
         return self._retrying(lambda: self._call(self._connection(self.leader_address(tp)),
-                                                 api_key, body), f"{API_NAMES[api_key]} {tp}")
+                                                 api_key, body), f"{api_name(api_key)} {tp}")
 
     def leader_address(self, tp: TopicPartition) -> Address:
         if tp not in self._leaders:
@@ -316,14 +316,14 @@ class KafkaClient:
     def _call(self, connection: BrokerConnection, api_key: int, body: Mapping[str, Any]) -> Any:
         if api_key not in connection.versions:
             raise KafkaClientError(f"broker {connection.address} does not serve "
-                                   f"{API_NAMES[api_key]}")
+                                   f"{api_name(api_key)}")
         if self._prefetched is not None and self._prefetched[3] is connection:
             self._prefetched = None  # the request below reads past (and drops) its answer
         try:
             return connection.request(api_key, connection.versions[api_key], body)
         except OSError as exc:
             self._failed(connection)
-            raise RetriableError(f"{API_NAMES[api_key]} to {connection.address}: {exc}") from exc
+            raise RetriableError(f"{api_name(api_key)} to {connection.address}: {exc}") from exc
 
     def _drop(self, connection: BrokerConnection) -> None:
         connection.close()
