@@ -1,7 +1,8 @@
 """Client metrics (KIP-714): which clients are asked to push which metrics, the client
 instances that ask, and the latest value of each metric each instance pushed. Kafka's
 ``ClientMetricsManager``, ``ClientMetricsConfigs`` and ``ClientMetricsInstance``; the
-handlers are ``broker/api/client_telemetry.py``.
+handlers are ``broker/api/client_telemetry.py`` (and ``config_admin.py`` and
+``list_config_resources.py`` for the subscriptions as config resources).
 
 Subscriptions (Kafka's CLIENT_METRICS config resources):
 - Each is named and has Kafka's three settings: ``metrics`` (a comma-separated list of
