@@ -5,6 +5,7 @@ IncrementalAlterConfigs and AlterConfigs on them, ListConfigResources listing th
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,7 @@ from security_support import certificates, sasl_raw
 from test_client_telemetry import telemetry_of
 from test_security_acls import _kp_admin, _sasl, acls, secured
 
+from sparklog.broker.client_metrics import STORE_FILE, ClientMetricsManager
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.process import BrokerProcess
 from sparklog.cli import main
@@ -299,3 +301,28 @@ def test_subscriptions_need_the_clusters_config_acls(secured: EmbeddedBroker,
     finally:
         for grant in grants:
             acls(secured, certificates, "remove", *grant, "--force")
+
+
+def test_the_data_directorys_store_and_the_preset(tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """client-metrics.json holds the configured subscriptions; one that does not validate
+    (written by hand) is logged and left out; a configured ``default`` replaces the broker
+    config's preset, which comes back when it is deleted."""
+    props = {"telemetry.max.bytes": "1048576", "client.telemetry.default.metrics": "p."}
+    (tmp_path / STORE_FILE).write_text(json.dumps({
+        "bad": {"interval.ms": "5"}, "good": {"metrics": "g.", "interval.ms": "1000"}}))
+    manager = ClientMetricsManager.from_props(props, lambda: 0, tmp_path)
+    assert manager.configs == {"good": {"metrics": "g.", "interval.ms": "1000"}}
+    assert sorted(manager.subscriptions) == ["default", "good"]
+    assert "client metrics subscription bad is left out" in caplog.text
+
+    asyncio.run(manager.alter("default", {"metrics": "d."}))
+    assert manager.subscriptions["default"].metrics == ("d.",)
+    asyncio.run(manager.alter("default", {}))
+    asyncio.run(manager.alter("good", {}))
+    assert manager.subscriptions["default"].metrics == ("p.",)  # the preset again
+    assert sorted(manager.subscriptions) == ["default"] and manager.configs == {}
+    assert json.loads((tmp_path / STORE_FILE).read_text()) == {
+        "bad": {"interval.ms": "5"}}  # kept as written, for the operator to mend
+    restarted = ClientMetricsManager.from_props(props, lambda: 0, tmp_path)
+    assert restarted.configs == {}

@@ -303,6 +303,7 @@ class ClientMetricsManager:
         self._instances: OrderedDict[uuid.UUID, ClientInstance] = OrderedDict()
         self._store: SubscriptionStore | None = store
         self._cluster: EntityConfigs | None = None
+        self._writing = asyncio.Lock()  # one store write at a time, applied in that order
         for name, config in (store.configs if store is not None else {}).items():
             self.apply(name, config)
 
@@ -333,13 +334,17 @@ class ClientMetricsManager:
         """Make ``config`` subscription ``name``'s (``{}``: delete it) in the store, then
         here (the other brokers apply it when the store's notification reaches them)."""
         self.validate(name, config)
-        if self._store is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._store.write, name,
-                                                             config)
-        self.apply(name, config)
+        async with self._writing:
+            if self._store is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self._store.write,
+                                                                 name, config)
+            self.apply(name, config)
 
     def apply(self, name: str, config: dict[str, str]) -> None:
-        """What the store holds for ``name`` (``{}``: nothing; the preset comes back)."""
+        """What the store holds for ``name`` (``{}``: nothing; the preset comes back); the
+        same settings again (the notification of this broker's own write) change nothing."""
+        if config == self.configs.get(name, {}):
+            return
         try:
             if config:
                 self.update_subscription(name, config)
