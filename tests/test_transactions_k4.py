@@ -84,9 +84,9 @@ def call(conn: RawConnection, key: ApiKey, version: int, **fields: Any) -> Any:
 # -- InitProducerId ---------------------------------------------------------------------------
 
 
-def sent(producer: KafkaProducer, topic: str, prefix: str) -> list[int]:
-    """Offsets of five records sent and flushed (KafkaError for a failed one)."""
-    futures = [producer.send(topic, f"{prefix}{i}".encode()) for i in range(5)]
+def sent(producer: KafkaProducer, topic: str, prefix: str, count: int = 5) -> list[int]:
+    """Offsets of ``count`` records sent and flushed (KafkaError for a failed one)."""
+    futures = [producer.send(topic, f"{prefix}{i}".encode()) for i in range(count)]
     producer.flush()
     return [f.get().offset for f in futures]
 
@@ -128,8 +128,8 @@ def test_an_idempotent_producer_goes_on_after_unknown_producer_id_under_a_new_id
         first = producer._transaction_manager.producer_id_and_epoch.producer_id
         refused = broker.faults.add(Fault(ApiKey.PRODUCE, error=E.UNKNOWN_PRODUCER_ID,
                                           topic=topic))
-        with pytest.raises(KafkaError):
-            sent(producer, topic, "lost")
+        with pytest.raises(KafkaError):  # one record: one batch, the one the fault refuses
+            sent(producer, topic, "lost", count=1)
         assert refused.hits == 1
         assert sent(producer, topic, "b") == [5, 6, 7, 8, 9]
         assert producer._transaction_manager.producer_id_and_epoch.producer_id != first

@@ -19,6 +19,8 @@ Invariants:
 - A fault acts exactly ``times`` times, then is gone; ``hits`` counts what it did, so a test
   can check that its fault fired. Faults are tried in the order they were added; one fault
   at most acts on a request.
+- A request naming topics by id (Fetch v13+, Produce v13) matches a fault on the topic of
+  that id (the broker's ``topic_named``).
 - Faults are added from any thread (the test's) and consumed on the broker's event loop: one
   lock guards the list.
 """
@@ -26,11 +28,20 @@ Invariants:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 from sparklog.errors import ErrorCode
+
+TopicNamed = Callable[[uuid.UUID], str | None]
+
+
+def _no_ids(_: uuid.UUID) -> str | None:
+    """Without a broker to ask, an id names no topic."""
+    return None
+
 
 _TOPIC_FIELDS = ("name", "topic")
 _PARTITION_FIELDS = ("partition_index", "partition", "index")
@@ -56,13 +67,13 @@ class Fault:
     def refuses(self, topic: str, partition: int) -> bool:
         return self.refuses_partitions and self._wants(topic, partition)
 
-    def matches(self, api_key: int, request: Any) -> bool:
+    def matches(self, api_key: int, request: Any, topic_named: TopicNamed = _no_ids) -> bool:
         if api_key != self.api_key or self.hits >= self.times:
             return False
         if self.topic is None:
             return True
         return any(topic == self.topic and (self.partition is None or partition == self.partition)
-                   for topic, partition in named_partitions(request))
+                   for topic, partition in named_partitions(request, topic_named=topic_named))
 
     def rewrite(self, response: Any) -> Any:
         """``response`` with ``error`` in the matched partitions (or at the top), unless the
@@ -103,13 +114,17 @@ def _has(entity: Any, name: str) -> bool:
     return is_dataclass(entity) and any(f.name == name for f in fields(entity))
 
 
-def named_partitions(request: Any, topic: str | None = None) -> Iterator[tuple[str, int | None]]:
-    """(topic, partition) pairs a request names (partition None where it names none)."""
+def named_partitions(request: Any, topic: str | None = None, *,
+                     topic_named: TopicNamed = _no_ids) -> Iterator[tuple[str, int | None]]:
+    """(topic, partition) pairs a request names (partition None where it names none); a
+    topic named by its id (Fetch v13+, Produce v13, ...) by the name ``topic_named`` gives."""
     if not is_dataclass(request):
         return
     names = [f.name for f in fields(request)]
+    topic_id = getattr(request, "topic_id", None) if "topic_id" in names else None
     topic = next((getattr(request, n) for n in _TOPIC_FIELDS
-                  if n in names and isinstance(getattr(request, n), str)), topic)
+                  if n in names and isinstance(getattr(request, n), str)),
+                 topic_named(topic_id) if isinstance(topic_id, uuid.UUID) else None) or topic
     partition = next((getattr(request, n) for n in _PARTITION_FIELDS
                       if n in names and isinstance(getattr(request, n), int)), None)
     nested = False
@@ -119,7 +134,7 @@ def named_partitions(request: Any, topic: str | None = None) -> Iterator[tuple[s
             if is_dataclass(value[0]):
                 nested = True
                 for item in value:
-                    yield from named_partitions(item, topic)
+                    yield from named_partitions(item, topic, topic_named=topic_named)
             elif topic is not None and isinstance(value[0], int) and "partition" in name:
                 nested = True
                 yield from ((topic, p) for p in value)
@@ -130,7 +145,8 @@ def named_partitions(request: Any, topic: str | None = None) -> Iterator[tuple[s
 class Faults:
     """The faults of one broker (see the module invariants)."""
 
-    def __init__(self) -> None:
+    def __init__(self, topic_named: TopicNamed = _no_ids) -> None:
+        self._topic_named = topic_named
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
         self.armed = False
@@ -150,7 +166,7 @@ class Faults:
         """The fault that acts on this request (counted as a hit), if any."""
         with self._lock:
             for fault in self._faults:
-                if fault.matches(api_key, request):
+                if fault.matches(api_key, request, self._topic_named):
                     fault.hits += 1
                     self._faults = [f for f in self._faults if f.hits < f.times]
                     self.armed = bool(self._faults)

@@ -96,7 +96,7 @@ class Broker:
         # listener name -> advertised (host, port), in the order of ``listeners`` (the runner
         # fills it in as each listener starts)
         self.advertised: dict[str, tuple[str, int]] = {}
-        self.faults = Faults()
+        self.faults = Faults(self.topic_named)
         self.client_metrics = ClientMetricsManager.from_props(config.props, self.now_ms,
                                                                  data_dir)
         self.security = BrokerSecurity(config.props, data_dir, current_session)

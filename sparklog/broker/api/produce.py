@@ -131,7 +131,8 @@ def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now:
 
     def refused(exc: KafkaError) -> Any:
         moved = broker.current_leader(topic, data.index) \
-            if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
+            if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER \
+            and build.has("PartitionProduceResponse", "current_leader") else None  # v10+
         return answer(exc.code, message=str(exc), record_errors=_record_errors(build, exc),
                       current_leader=None if moved is None else build(
                           "LeaderIdAndEpoch", leader_id=moved[0], leader_epoch=moved[1]))
