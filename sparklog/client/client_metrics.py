@@ -13,30 +13,24 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
-
 from sparklog.client.errors import KafkaClientError
 from sparklog.client.kafka import KafkaClient
-from sparklog.errors import ErrorCode, error_name
+from sparklog.errors import ErrorCode
 from sparklog.protocol.versions import ApiKey
 
 CLIENT_METRICS = 16
 SET, DELETE = 0, 1
 
 
-def _ask(client: KafkaClient, api_key: ApiKey, body: dict[str, Any]) -> Any:
-    return client.broker_request(client.config.bootstrap[0], api_key, body)
-
-
 def _check(code: int, message: str | None, what: str) -> None:
     if code != ErrorCode.NONE:
-        raise KafkaClientError(f"{what}: {error_name(code)}"
-                               + (f": {message}" if message else ""))
+        raise KafkaClientError.of(what, code, message)
 
 
 def list_subscriptions(client: KafkaClient) -> list[str]:
     """The names of every client-metrics subscription."""
-    answer = _ask(client, ApiKey.LIST_CONFIG_RESOURCES, {"resource_types": (CLIENT_METRICS,)})
+    answer = client.admin_request(ApiKey.LIST_CONFIG_RESOURCES,
+                                  {"resource_types": (CLIENT_METRICS,)})
     _check(answer.error_code, None, "listing client metrics resources")
     return sorted(r.resource_name for r in answer.config_resources
                   if getattr(r, "resource_type", CLIENT_METRICS) == CLIENT_METRICS)
@@ -44,7 +38,7 @@ def list_subscriptions(client: KafkaClient) -> list[str]:
 
 def describe_subscription(client: KafkaClient, name: str) -> list[tuple[str, str | None]]:
     """The settings of subscription ``name`` (none when it does not exist)."""
-    answer = _ask(client, ApiKey.DESCRIBE_CONFIGS, {
+    answer = client.admin_request(ApiKey.DESCRIBE_CONFIGS, {
         "resources": ({"resource_type": CLIENT_METRICS, "resource_name": name,
                        "configuration_keys": None},),
         "include_synonyms": False, "include_documentation": False})
@@ -56,7 +50,7 @@ def describe_subscription(client: KafkaClient, name: str) -> list[tuple[str, str
 def alter_subscription(client: KafkaClient, name: str,
                        changes: dict[str, str | None]) -> None:
     """Set each setting given a value, delete each given None."""
-    answer = _ask(client, ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+    answer = client.admin_request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
         "resources": ({"resource_type": CLIENT_METRICS, "resource_name": name, "configs": tuple(
             {"name": key, "config_operation": SET if value is not None else DELETE,
              "value": value} for key, value in changes.items())},),

@@ -16,26 +16,15 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from sparklog.client.errors import KafkaClientError
 from sparklog.client.kafka import KafkaClient
-from sparklog.errors import ErrorCode, error_name
+from sparklog.errors import ErrorCode
 from sparklog.protocol.versions import ApiKey
 
 ANY = object()
 """A filter's name matching every entity of its type, the default included."""
 QuotaEntity = dict[str, str | None]
-
-
-def _request(client: KafkaClient, api_key: ApiKey, body: Mapping[str, Any]) -> Any:
-    brokers = client.metadata([]).brokers
-    return client.broker_request(brokers[min(brokers)], api_key, body)
-
-
-def _failed(what: str, code: int, message: str | None) -> KafkaClientError:
-    return KafkaClientError(f"{what} failed: {error_name(code)}"
-                            + (f": {message}" if message else ""))
 
 
 def describe_client_quotas(client: KafkaClient, wanted: Mapping[str, object]
@@ -44,10 +33,10 @@ def describe_client_quotas(client: KafkaClient, wanted: Mapping[str, object]
     components = [{"entity_type": kind, "match_type": 2 if name is ANY else
                    1 if name is None else 0, "match": name if isinstance(name, str) else None}
                   for kind, name in wanted.items()]
-    answer = _request(client, ApiKey.DESCRIBE_CLIENT_QUOTAS,
+    answer = client.admin_request(ApiKey.DESCRIBE_CLIENT_QUOTAS,
                       {"components": components, "strict": True})
     if answer.error_code != ErrorCode.NONE:
-        raise _failed("DescribeClientQuotas", answer.error_code, answer.error_message)
+        raise KafkaClientError.of("DescribeClientQuotas", answer.error_code, answer.error_message)
     return [({e.entity_type: e.entity_name for e in entry.entity},
              {v.key: v.value for v in entry.values}) for entry in answer.entries or ()]
 
@@ -60,6 +49,6 @@ def alter_client_quotas(client: KafkaClient, entity: QuotaEntity,
         "entity": [{"entity_type": kind, "entity_name": name} for kind, name in entity.items()],
         "ops": [{"key": key, "value": 0.0 if value is None else float(value),
                  "remove": value is None} for key, value in changes.items()]}]}
-    (entry,) = _request(client, ApiKey.ALTER_CLIENT_QUOTAS, body).entries
+    (entry,) = client.admin_request(ApiKey.ALTER_CLIENT_QUOTAS, body).entries
     if entry.error_code != ErrorCode.NONE:
-        raise _failed("AlterClientQuotas", entry.error_code, entry.error_message)
+        raise KafkaClientError.of("AlterClientQuotas", entry.error_code, entry.error_message)

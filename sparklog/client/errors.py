@@ -11,7 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
-from sparklog.errors import ErrorCode
+from sparklog.errors import ErrorCode, error_name
 
 RETRIABLE = frozenset({
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
@@ -31,6 +31,11 @@ COORDINATOR_RETRIABLE = frozenset({
 
 class KafkaClientError(RuntimeError):
     """A request failed for good: the broker, API or partition and the Kafka error named."""
+
+    @classmethod
+    def of(cls, what: str, code: int, message: str | None = None) -> KafkaClientError:
+        """``what`` failed with Kafka error ``code`` (and the broker's ``message``)."""
+        return cls(f"{what} failed: {error_name(code)}" + (f": {message}" if message else ""))
 
 
 class RetriableError(Exception):

@@ -161,6 +161,12 @@ class KafkaClient:
                                    f"{error_name(answer.error_code)}")
         return answer.node_id, (answer.host, answer.port)
 
+    def admin_request(self, api_key: ApiKey, body: Mapping[str, Any]) -> Any:
+        """An admin request any broker answers (the cluster's, as Kafka's admin client's
+        least loaded node): sent to the lowest broker id the cluster lists."""
+        brokers = self.metadata([]).brokers
+        return self.broker_request(brokers[min(brokers)], api_key, body)
+
     def broker_request(self, address: Address, api_key: ApiKey, body: Mapping[str, Any]) -> Any:
         """Send ``body`` to the broker at ``address`` and return the answer."""
         return self._retrying(lambda: self._call(self._connection(address), api_key, body),

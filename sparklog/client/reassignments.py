@@ -33,11 +33,9 @@ class Reassignment:
 
 
 def _send(client: KafkaClient, api_key: ApiKey, body: Mapping[str, Any], what: str) -> Any:
-    brokers = client.metadata([]).brokers
-    answer = client.broker_request(brokers[min(brokers)], api_key, body)
+    answer = client.admin_request(api_key, body)
     if answer.error_code != ErrorCode.NONE:
-        raise KafkaClientError(f"{what} failed: {error_name(answer.error_code)}"
-                               + (f": {answer.error_message}" if answer.error_message else ""))
+        raise KafkaClientError.of(what, answer.error_code, answer.error_message)
     return answer
 
 
