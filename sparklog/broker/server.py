@@ -264,11 +264,11 @@ class BrokerServer:
             raise FrameError(f"{api_name(header.api_key)} (API key {header.api_key}) version "
                              f"{header.api_version} is not served")
         request = decode_request(header, frame, body_offset)
-        handling_from = time.perf_counter()
         try:
             quotas = self.broker.quotas
             if quotas.enabled(REQUEST_PERCENTAGE) and header.api_key not in _NOT_THROTTLED \
                     and not _from_follower(request):
+                handling_from = time.perf_counter()  # decoding counts, as in Kafka
                 handling = BusyTime(self._handle(header, request))
                 result = await handling
                 result = with_throttle(result, quotas.request_time(

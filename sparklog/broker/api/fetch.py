@@ -95,8 +95,9 @@ async def fetch(broker: Broker, header: RequestHeader,
         if throttle:
             quotas.unrecord(CONSUMER_BYTE_RATE, header.client_id, total)
             return FetchResponse([], throttle_ms=throttle)
-    if header.api_version < FIRST_NODE_ENDPOINTS:
-        return FetchResponse(topics)
+    if header.api_version < FIRST_NODE_ENDPOINTS or not errors or not any(
+            p.error_code in MOVED for t in topics for p in t.partitions):
+        return FetchResponse(topics)  # nothing to name: the common answer, as it was read
     return _with_leaders(broker, topics)
 
 

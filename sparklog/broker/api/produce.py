@@ -101,12 +101,13 @@ async def produce(broker: Broker, header: RequestHeader,
               partition_responses=tuple(next(answers) for _ in topic.partition_data))
         for name, topic in zip(names, request.topic_data, strict=True))
     leaders = {p.current_leader.leader_id for t in topics for p in t.partition_responses
-               if getattr(p, "current_leader", None) is not None
+               if p.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+               and getattr(p, "current_leader", None) is not None
                and p.current_leader.leader_id >= 0}
     response = build.response(responses=topics, node_endpoints=tuple(
         build("NodeEndpoint", node_id=node, host=endpoint.host, port=endpoint.port, rack=rack)
         for node, (endpoint, rack) in sorted(broker.listed_endpoints(listener_name()).items())
-        if node in leaders))
+        if node in leaders) if leaders else ())  # the brokers are listed only when named
     return with_throttle(response, throttle) if throttle else response
 
 
