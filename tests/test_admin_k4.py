@@ -283,3 +283,10 @@ def test_broker_configs_carry_synonyms_and_types(embedded: EmbeddedBroker) -> No
     finally:
         kp.close()
     assert "num.partitions" in str(described)
+    with RawConnection(embedded.bootstrap) as conn:
+        every = conn.call(request_class(version=4, resources=[request_class.DescribeConfigsResource(
+            resource_type=4, resource_name=node_id, configuration_keys=None)],
+            include_synonyms=False, include_documentation=False),
+            kp_response(ApiKey.DESCRIBE_CONFIGS))
+    untyped = [c.name for c in every.results[0].configs if c.config_type == 0]
+    assert untyped == [], "kafka-python's admin test reads advertised.listeners' type"

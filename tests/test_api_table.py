@@ -49,7 +49,6 @@ NOT_CLIENT_FACING = {
 """Kafka 4's APIs no client sends: left out of the comparison with kio's schemas."""
 
 NOT_SERVED = {
-    ApiKey.ALTER_REPLICA_LOG_DIRS: "a broker has one data directory (log.dirs: one)",
     ApiKey.CREATE_DELEGATION_TOKEN: "delegation tokens (KIP-48): no issue asks for them",
     ApiKey.RENEW_DELEGATION_TOKEN: "delegation tokens",
     ApiKey.EXPIRE_DELEGATION_TOKEN: "delegation tokens",
@@ -179,9 +178,9 @@ def test_a_version_no_handler_serves_closes_the_connection(
 
 
 def test_an_api_without_a_handler_is_not_advertised_and_closes(embedded: EmbeddedBroker) -> None:
-    assert ApiKey.ALTER_REPLICA_LOG_DIRS not in SERVED
+    assert ApiKey.UPDATE_FEATURES not in SERVED
     with RawConnection(embedded.bootstrap) as conn:
-        conn.send(request_frame(ApiKey.ALTER_REPLICA_LOG_DIRS, 1, 1, b"\xff\xff\xff\xff"))
+        conn.send(request_frame(ApiKey.UPDATE_FEATURES, 1, 1, b"\xff\xff\xff\xff"))
         assert conn.read_until_closed() == b""
 
 

@@ -573,3 +573,23 @@ def test_describe_log_dirs(broker: BrokerProcess, topic: str,
                           "--broker-list", "0,3"]) == 1
     assert "The given brokers do not exist: 3. Current existent brokers: 0" in \
         capsys.readouterr().err
+
+
+def test_alter_replica_log_dirs(broker: BrokerProcess, topic: str) -> None:
+    """AlterReplicaLogDirs (kafka-python's alter_replica_log_dirs, as its own integration suite
+    calls it): a move to the directory a replica is in is done; another directory is
+    LOG_DIR_NOT_FOUND, a partition the broker holds no replica of REPLICA_NOT_AVAILABLE."""
+    from kafka.errors import LogDirNotFoundError, NoError, ReplicaNotAvailableError
+    from kafka.structs import TopicPartitionReplica
+
+    create_topic(broker.bootstrap, topic, partitions=1)
+    here, gone = (TopicPartitionReplica(topic, 0, 0), TopicPartitionReplica(topic, 5, 0))
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        current = client.describe_log_dirs()[0]["log_dirs"][0]["log_dir"]
+        assert client.alter_replica_log_dirs({here: current, gone: current}) == \
+            {here: NoError, gone: ReplicaNotAvailableError}
+        assert client.alter_replica_log_dirs({here: "/elsewhere"}) == \
+            {here: LogDirNotFoundError}
+    finally:
+        client.close()

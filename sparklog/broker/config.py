@@ -133,15 +133,24 @@ TOPIC_DEFAULTS: Mapping[str, ConfigKey] = MappingProxyType(
 """Broker keys of topic defaults (``log.segment.bytes``) -> the topic config they default."""
 
 
+_LIST_KEYS = {"ssl.enabled.protocols", "sasl.enabled.mechanisms",
+              "client.telemetry.default.metrics", "client.telemetry.default.match"}
+
+
 def config_type(key: str) -> str | None:
     """A broker config's type in ``ConfigKey.type``'s words (a topic default's is its topic
-    config's), None when this broker does not know it."""
-    if key in _BOOL_KEYS:
+    config's; the other settings the broker knows are strings, as Kafka types its listeners,
+    directories and principals), None when this broker does not know it."""
+    if key in _BOOL_KEYS or key == "allow.everyone.if.no.acl.found":
         return "boolean"
-    if key in _INT_KEYS:
+    if key in _INT_KEYS or key == "connection.failed.authentication.delay.ms":
         return "int"
+    if key in _LIST_KEYS:
+        return "list"
     topic_key = TOPIC_DEFAULTS.get(key)
-    return None if topic_key is None else topic_key.type
+    if topic_key is not None:
+        return topic_key.type
+    return "string" if key in BROKER_DEFAULTS or is_security_key(key) else None
 
 
 class BrokerConfig:
