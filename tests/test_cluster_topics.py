@@ -12,9 +12,11 @@ get replicas (or the ones asked for), leaders, and take records.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from broker_fixtures import (
@@ -38,7 +40,7 @@ from broker_fixtures import (
     zookeeper,
 )
 from confluent_kafka import KafkaError as KafkaErrorCode
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import NewPartitions
 from kafka.protocol.admin import (
     DeleteRecordsRequest,
@@ -177,6 +179,50 @@ def test_a_data_request_at_a_broker_that_does_not_lead_names_the_leader(
         assert (answer.responses[0].topic_id, partition.error_code) == (topic_id, 0)
         assert answer.node_endpoints == []
     assert watermarks(cluster.bootstrap, "redirected") == (0, 1)
+
+
+def test_a_producer_follows_a_moved_leader_without_asking_for_metadata(cluster: Cluster
+                                                                       ) -> None:
+    """KIP-951 with a real client: librdkafka producing to a partition whose leader moves
+    (the old leader stays up) follows the leader its NOT_LEADER_OR_FOLLOWER answer names,
+    without a Metadata round (its statistics count every request it sent), and loses
+    nothing."""
+    create_topic(cluster.bootstrap, "followed", replication_factor=3)
+    old = cluster.leader("followed")
+    cluster.wait_for_isr("followed", {0, 1, 2})
+    stats: list[dict[str, Any]] = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                         "statistics.interval.ms": 100, "linger.ms": 0,
+                         "stats_cb": lambda raw: stats.append(json.loads(raw))})
+
+    def metadata_requests() -> int:
+        """Metadata requests the producer had sent by the statistics after a flush."""
+        seen = len(stats)
+        wait_until(lambda: producer.poll(0.1) >= 0 and len(stats) > seen + 1,
+                   message="fresh producer statistics")  # poll serves the callback
+        return sum(b["req"].get("Metadata", 0) for b in stats[-1]["brokers"].values())
+
+    def send(first: int) -> None:
+        for n in range(first, first + 10):
+            producer.produce("followed", str(n).encode(), partition=0)
+        assert producer.flush(TIMEOUT) == 0
+
+    send(0)
+    before = metadata_requests()
+    new = (old + 1) % 3
+    with zk_client(cluster) as zk:
+        data, stat = zk.get(topic_path("followed"))
+        current = TopicAssignment.decode(data, stat.version)
+        zk.set(topic_path("followed"), TopicAssignment(
+            {0: (new, *(b for b in (0, 1, 2) if b != new))}, current.topic_id).encode(),
+            stat.version)
+    assert main(["elect-leaders", "--bootstrap-server", cluster.bootstrap,
+                 "--election-type", "preferred", "--topic", "followed", "--partition", "0"]) == 0
+    wait_until(lambda: cluster.partition("followed").leader == new, message="the new leader")
+    send(10)
+    assert metadata_requests() == before
+    assert [r.value for r in consume_confluent(cluster.bootstrap, "followed", 20)] == \
+        [str(n).encode() for n in range(20)]
 
 
 def test_logs_follow_assignment_changes(cluster: Cluster) -> None:
