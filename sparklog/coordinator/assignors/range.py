@@ -20,7 +20,7 @@ from sparklog.coordinator.assignors.spec import (
     Assignment,
     MemberSubscription,
     TopicKey,
-    partition_count,
+    topic_subscribers,
 )
 
 
@@ -40,26 +40,13 @@ class RangeAssignor:
     def assign(self, members: Mapping[str, MemberSubscription],
                partitions: Mapping[TopicKey, int]) -> dict[str, Assignment]:
         ordered = member_order(members)
-        subscribers: dict[TopicKey, int] = {}
-        for member_id in ordered:
-            for topic in members[member_id].topics:
-                subscribers[topic] = subscribers.get(topic, 0) + 1
-        # Per topic: the next range's start and how many members still get one more.
-        next_start = {topic: 0 for topic in subscribers}
-        extra = {topic: partition_count(partitions, topic) % n for topic, n in subscribers.items()}
-        result: dict[str, Assignment] = {}
-        for member_id in ordered:
-            assignment: Assignment = {}
-            for topic in members[member_id].topics:
-                count = partitions[topic]
-                size = count // subscribers[topic]
-                if extra[topic] > 0:
-                    size += 1
-                    extra[topic] -= 1
-                start = next_start[topic]
-                end = min(start + size, count)
-                next_start[topic] = end
-                if start < end:
-                    assignment[topic] = frozenset(range(start, end))
-            result[member_id] = assignment
+        result: dict[str, Assignment] = {member_id: {} for member_id in ordered}
+        for topic, subscribers in topic_subscribers(members, ordered, partitions).items():
+            count = partitions[topic]
+            size, extra = divmod(count, len(subscribers))
+            start = 0
+            for i, position in enumerate(subscribers[:count]):  # the others get nothing
+                end = start + size + (i < extra)
+                result[ordered[position]][topic] = frozenset(range(start, end))
+                start = end
         return result

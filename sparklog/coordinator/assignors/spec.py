@@ -58,13 +58,32 @@ class Assignor(Protocol):
         ...
 
 
-def partition_count(partitions: Mapping[TopicKey, int], topic: TopicKey) -> int:
-    """The partition count of a subscribed topic; raises ``PartitionAssignorError`` for a
-    topic ``partitions`` does not describe."""
-    count = partitions.get(topic)
-    if count is None:
-        raise PartitionAssignorError(f"members subscribe to topic {topic}, which does not exist")
-    return count
+def topic_subscribers(members: Mapping[str, MemberSubscription], order: list[str],
+                      partitions: Mapping[TopicKey, int]) -> dict[TopicKey, list[int]]:
+    """Each subscribed topic's subscribers, as ascending positions in ``order``; raises
+    ``PartitionAssignorError`` for a topic ``partitions`` does not describe.
+
+    Members are grouped by subscription first (a group has few distinct ones), so the cost
+    is one pass over the members plus one per distinct subscription and topic; topics with
+    the same subscribers share one list (read it, never change it)."""
+    by_subscription: dict[frozenset[TopicKey], list[int]] = {}
+    for position, member_id in enumerate(order):
+        by_subscription.setdefault(members[member_id].topics, []).append(position)
+    subscribers: dict[TopicKey, list[int]] = {}
+    merged: set[TopicKey] = set()
+    for topics, positions in by_subscription.items():
+        for topic in topics:
+            if topic not in subscribers:
+                subscribers[topic] = positions
+            else:
+                subscribers[topic] = subscribers[topic] + positions
+                merged.add(topic)
+    for topic in merged:
+        subscribers[topic].sort()
+    for topic in subscribers:
+        if topic not in partitions:
+            raise PartitionAssignorError(f"members subscribe to topic {topic}: it does not exist")
+    return subscribers
 
 
 def is_homogeneous(members: Mapping[str, MemberSubscription]) -> bool:

@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping
+from itertools import groupby, islice
+from operator import itemgetter
 
 from sparklog.coordinator.assignors.spec import (
     Assignment,
     MemberSubscription,
     TopicKey,
     is_homogeneous,
-    partition_count,
+    topic_subscribers,
 )
 
 MAX_BALANCE_PASSES = 16
@@ -70,11 +72,7 @@ class _Builder:
                  partitions: Mapping[TopicKey, int]) -> None:
         self.ids = sorted(members)
         self.partitions = partitions
-        self.subscribers: dict[TopicKey, list[int]] = {}
-        for index, member_id in enumerate(self.ids):
-            for topic in members[member_id].topics:
-                partition_count(partitions, topic)
-                self.subscribers.setdefault(topic, []).append(index)
+        self.subscribers = topic_subscribers(members, self.ids, partitions)
         self.owners = {topic: [UNOWNED] * partitions[topic] for topic in self.subscribers}
         self.held: list[dict[TopicKey, set[int]]] = []
         for index, member_id in enumerate(self.ids):
@@ -126,10 +124,12 @@ class _Builder:
                 for partition in sorted(self.held[index][topic], reverse=True)[:excess]:
                     self.revoke(topic, partition)
                     excess -= 1
+        # The free partitions in runs per member; loads and owners are not needed after.
         free = self.unowned(topics)
         for index, quota in enumerate(quotas):
-            for _ in range(quota - self.loads[index]):
-                self.move(*next(free), index)
+            held = self.held[index]
+            for topic, run in groupby(islice(free, quota - self.loads[index]), itemgetter(0)):
+                held.setdefault(topic, set()).update(partition for _, partition in run)
 
     def revoke(self, topic: TopicKey, partition: int) -> None:
         owner = self.owners[topic][partition]
