@@ -321,6 +321,20 @@ def test_a_subscription_matches_clients_by_kafkas_rules(
         telemetry_broker.call(lambda b: b.client_metrics.update_subscription("all", {}))
 
 
+def test_a_subscription_matches_a_clients_source_port(
+        telemetry_broker: EmbeddedBroker, client: Client) -> None:
+    """``client_source_port`` matches the port the client's connection comes from."""
+    port = client.conn.sock.getsockname()[1]
+    telemetry_broker.call(lambda b: b.client_metrics.update_subscription(
+        "this-port", {"metrics": "*", "match": f"client_source_port={port}"}))
+    try:
+        assert list(client.get().requested_metrics) == ["*"]
+        with RawConnection(telemetry_broker.bootstrap) as conn:  # another port
+            assert list(Client(conn).get().requested_metrics) == [PRODUCER_METRICS]
+    finally:
+        telemetry_broker.call(lambda b: b.client_metrics.update_subscription("this-port", {}))
+
+
 # -- the store, on a clock of the test's own --------------------------------------------------
 
 

@@ -29,8 +29,6 @@ Subscriptions (Kafka's CLIENT_METRICS config resources):
   (``join_cluster``: the single node's file is then not read). A configured subscription
   named ``default`` hides the preset while it exists. A stored subscription that does not
   validate (written by hand) is logged and left out.
-- The source port is not known to the broker's sessions: a ``client_source_port`` pattern
-  matches no client.
 
 An instance's subscription is every subscription that matches it (its metadata as of its
 first request): the union of their metrics (just ``*`` when one asks for all), the smallest

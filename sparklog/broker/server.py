@@ -172,7 +172,7 @@ class BrokerServer:
         _no_delay(writer.get_extra_info("socket"))
         session = Session(self.security,
                           certificate_principal(writer.get_extra_info("ssl_object")),
-                          f"/{peer[0]}" if peer else "")
+                          f"/{peer[0]}" if peer else "", peer[1] if peer else None)
         self._connections[task] = session
         REQUEST.set(RequestContext(session))  # this connection's task and its requests
         pipelined = self.broker.replicas.has_peers  # requests may wait for other brokers

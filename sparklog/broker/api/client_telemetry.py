@@ -48,7 +48,8 @@ def _client(header: RequestHeader) -> dict[str, str | None]:
     return {"client_id": header.client_id or "", "client_software_name": name,
             "client_software_version": version,
             "client_source_address": session.client_host.lstrip("/") if session else None,
-            "client_source_port": None}
+            "client_source_port": None if session is None or session.client_port is None
+            else str(session.client_port)}
 
 
 @handles(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, versions=(0, 0))

@@ -32,10 +32,12 @@ UNKNOWN_SOFTWARE = ("unknown", "unknown")
 
 class Session:
     def __init__(self, listener: ListenerSecurity, certificate_principal: str | None = None,
-                 client_host: str = "") -> None:
+                 client_host: str = "", client_port: int | None = None) -> None:
         self.listener = listener
         self.client_host = client_host
         """The client's address as Kafka shows it (``/127.0.0.1``)."""
+        self.client_port = client_port
+        """The client's source port (None when not on a socket: KIP-714 matches it)."""
         self.principal = certificate_principal if certificate_principal and not listener.sasl \
             else ANONYMOUS
         self.authenticated = not listener.sasl
