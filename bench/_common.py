@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 MiB = 1 << 20
 
@@ -124,3 +126,27 @@ def scratch_dir(parent: str | None, prefix: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> str:
+    """Create ``name`` with ``partitions`` partitions (confluent-kafka's admin client)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions)])[name].result(30)
+    return name
+
+
+def start_spark(app: str, **conf: str) -> Any:
+    """The benchmarks' ``local[2]`` session (no UI, 2 GiB driver), with ``conf`` added."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (SparkSession.builder.master("local[2]").appName(app)
+               .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
+               .config("spark.ui.showConsoleProgress", "false"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

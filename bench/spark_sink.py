@@ -22,7 +22,6 @@ The last line is ``spark_sink_records_per_s=<n>``.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -33,10 +32,11 @@ from _common import (  # bench/ is on sys.path
     peak_rss_mib,
     print_table,
     scratch_dir,
+    start_spark,
     vm_hwm_mib,
 )
+from _common import create_topic as create_topic_of
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparklog.broker.process import BrokerProcess
 
@@ -45,21 +45,7 @@ PARTITIONS = 2
 
 
 def create_topic(bootstrap: str, name: str) -> str:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, PARTITIONS)])[name].result(30)
-    return name
-
-
-def start_spark() -> Any:
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master("local[2]").appName("bench-spark-sink")
-             .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
-             .config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    return create_topic_of(bootstrap, name, PARTITIONS)
 
 
 def sink_write(spark: Any, bootstrap: str, topic: str, records: int,
@@ -140,7 +126,7 @@ def main() -> int:
     with scratch_dir(None, "sparklog-bench-sink-") as root:
         broker = BrokerProcess(root / "data").start()
         try:
-            spark = start_spark()
+            spark = start_spark("bench-spark-sink")
             bootstrap = broker.bootstrap
             warm_up = max(records // 10, 1000)
             warm_topic = create_topic(bootstrap, "bench-warm-up")

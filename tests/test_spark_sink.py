@@ -25,6 +25,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.partitioner import murmur2
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.client.cluster import TopicPartition as ClientTopicPartition
+from sparklog.client.kafka import KafkaClient
+from sparklog.client.settings import ClientConfig, RetryPolicy, parse_bootstrap
+from sparklog.client.transactions import describe_producers
 from sparklog.datasource.checkpoints import clear_interrupted_first_batch
 from sparklog.datasource.write.producer import TaskProducer
 from sparklog.datasource.write.write_options import sink_spec
@@ -188,6 +192,34 @@ def test_streaming_write_with_a_checkpoint(spark: Any, broker: BrokerProcess, to
     run()  # restarts from the checkpoint: only the new file is written
     values = Counter(r.value for r in consume_all(broker, topic))
     assert len(values) == 800 and set(values.values()) == {1}
+
+
+def test_micro_batches_reuse_their_workers_producers(spark: Any, broker: BrokerProcess,
+                                                    tmp_path: Path) -> None:
+    """Producers outlive their tasks: a query's micro-batches write through the producers
+    its Python workers kept (the broker sees at most one producer per worker of the
+    ``local[2]`` session, not one per task), and every record arrives."""
+    topic = create_topic(broker, 1)
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+             .selectExpr("CAST(value AS STRING) AS value").writeStream.format("sparklog")
+             .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic)
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="0 seconds").start())
+    try:
+        deadline = time.monotonic() + 120
+        while len([p for p in query.recentProgress if p["numInputRows"]]) < 6:
+            assert time.monotonic() < deadline and query.exception() is None
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    batches = len([p for p in query.recentProgress if p["numInputRows"]])
+    written = sum(p["numInputRows"] for p in query.recentProgress)  # the finished batches'
+    # (a batch stopped half way may have written some of its records too: at-least-once)
+    assert {int(r.value) for r in consume_all(broker, topic, 1)} >= set(range(written))
+    config = ClientConfig(parse_bootstrap(broker.bootstrap, "bootstrap"))
+    with KafkaClient(config, RetryPolicy(timeout_s=10.0, backoff_s=0.1)) as client:
+        producers = describe_producers(client, ClientTopicPartition(topic, 0))
+    assert 1 <= len(producers) <= 2 < batches
 
 
 def test_a_query_killed_during_its_first_offsets_write_starts_again(

@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 
 
@@ -34,6 +35,22 @@ def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     if raw.strip().lower() not in ("true", "false"):
         raise OptionError(f"option {name} must be true or false, got {raw!r}")
     return raw.strip().lower() == "true"
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_DURATION_UNITS_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
+                     "d": 86400.0}
+
+
+def parse_duration_s(options: Mapping[str, str], name: str, default: str) -> float:
+    """A duration option in Spark's form (``15m``, ``30s``, ``500ms``; a bare number is
+    milliseconds), in seconds."""
+    raw = _get(options, name) or default
+    match = _DURATION.match(raw)
+    if match is None:
+        raise OptionError(f"option {name} must be a duration like 15m, 30s or 500ms (units: "
+                          f"us, ms, s, m, min, h, d), got {raw!r}")
+    return int(match[1]) * _DURATION_UNITS_S[(match[2] or "ms").lower()]
 
 
 def parse_int(options: Mapping[str, str], name: str, default: int | None,

@@ -38,6 +38,7 @@ from sparklog.datasource.options import (
     get_option,
     kafka_params,
     parse_bool,
+    parse_duration_s,
     parse_int,
 )
 from sparklog.datasource.read.client_options import client_config
@@ -65,9 +66,6 @@ _COMMON = ("failOnDataLoss", "includeHeaders", "minPartitions", "maxRecordsPerPa
            "fetchOffset.retryIntervalMs")
 SOURCE_OPTIONS = frozenset(_SUBSCRIPTIONS + _STARTING + _ENDING + _STREAMING + _TABLE + _COMMON)
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
-_DURATION_UNITS_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
-                     "d": 86400.0}
 
 
 # -- where to start and end ------------------------------------------------------------------
@@ -214,7 +212,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool | None) -> Re
         max_records_per_partition=_positive(options, "maxRecordsPerPartition"),
         max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger"),
         min_offsets_per_trigger=_positive(options, "minOffsetsPerTrigger"),
-        max_trigger_delay_s=_duration(options, "maxTriggerDelay", "15m"),
+        max_trigger_delay_s=parse_duration_s(options, "maxTriggerDelay", "15m"),
         driver_retry=RetryPolicy(
             client.default_api_timeout_s + retries * retry_interval_ms / 1000,
             retry_interval_ms / 1000),
@@ -329,12 +327,3 @@ def _number(options: Mapping[str, str], name: str, default: int, minimum: int) -
     value = parse_int(options, name, default, minimum=minimum)
     assert value is not None
     return value
-
-
-def _duration(options: Mapping[str, str], name: str, default: str) -> float:
-    raw = get_option(options, name) or default
-    match = _DURATION.match(raw)
-    if match is None:
-        raise OptionError(f"option {name} must be a duration like 15m, 30s or 500ms (units: "
-                          f"us, ms, s, m, min, h, d), got {raw!r}")
-    return int(match[1]) * _DURATION_UNITS_S[(match[2] or "ms").lower()]

@@ -1,15 +1,17 @@
 """The per-task producer of the sparklog sink: Arrow record batches in, checked deliveries out.
 
 Invariants:
-- One confluent-kafka ``Producer`` per write task, built inside the task from a ``SinkSpec``
-  (never pickled), always idempotent: librdkafka's own retries within a task neither
-  duplicate nor reorder records.
+- One confluent-kafka ``Producer`` per write task at a time, built inside the task from a
+  ``SinkSpec`` (never pickled) or leased from the worker's ``producer_cache`` (a drained
+  producer of an earlier task with the same settings), always idempotent: librdkafka's own
+  retries within a task neither duplicate nor reorder records. A task returns its producer
+  to the cache only when it succeeded; a transactional producer is never cached.
 - Nothing is lost silently. ``finish`` returns only once ``flush`` has drained librdkafka's
   queue, and librdkafka reports every record whose delivery failed (successes are not
   reported, ``delivery.report.only.error``, so the check costs nothing per record): after
   the drain, a record without a failure report was acknowledged. One failure or more makes
   ``finish`` raise ``SinkDeliveryError`` with the first error and the number of failures.
-- A topic is looked up (one metadata request) before its first record is produced; a topic
+- A topic is looked up (one metadata request) before a producer's first record to it; a topic
   the broker neither has nor creates fails the task with ``SinkTopicError`` naming it, at
   once, instead of after ``topic.metadata.propagation.max.ms`` (30 s) of waiting.
 - A full local queue (``BufferError``) is waited out by polling; no record is dropped and
@@ -32,6 +34,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from sparklog.datasource.options import OptionError
 from sparklog.datasource.write.commit_intents import SinkTransaction
+from sparklog.datasource.write.producer_cache import PRODUCERS
 from sparklog.datasource.write.write_options import SinkSpec
 
 METADATA_TIMEOUT_S = 30.0
@@ -112,14 +115,17 @@ def _headers(column: pa.ListArray | pa.LargeListArray) -> list[list[Header] | No
 class TaskProducer:
     """Sends a write task's Arrow batches; ``finish`` returns the task's commit message."""
 
-    def __init__(self, spec: SinkSpec, config: Mapping[str, str] | None = None) -> None:
-        """``config``: settings on top of the spec's (a transactional id)."""
+    def __init__(self, spec: SinkSpec, transactional_id: str | None = None) -> None:
+        """``transactional_id``: a fresh transactional producer of that id, not cached."""
         self._spec = spec
         self._failures = _Failures()
-        self._producer = Producer({**spec.producer_config, **(config or {}),
-                                   "delivery.report.only.error": True,
-                                   "on_delivery": self._failures})
-        self._checked_topics: set[str] = set()
+        config = {**spec.producer_config, "delivery.report.only.error": True}
+        if transactional_id is not None:
+            config["transactional.id"] = transactional_id
+        self._lease = PRODUCERS.lease(config, self._failures, cached=transactional_id is None,
+                                      timeout_s=spec.producer_cache_timeout_s)
+        self._producer = self._lease.producer
+        self._checked_topics = self._lease.checked_topics
         self._records = 0
         self._bytes = 0
         if spec.topic is not None:
@@ -212,10 +218,14 @@ class TaskProducer:
             pass
         failures = self._failures
         if failures.count:
+            self._lease.discard()
             raise SinkDeliveryError(
                 f"{failures.count} of {self._records} records failed delivery to "
                 f"{self._spec.bootstrap}; the first: {failures.first}")
+        self._lease.release()
         return SinkCommitMessage(records=self._records, bytes=self._bytes)
 
     def abandon(self) -> None:
-        """The task failed: undo what can be undone (nothing, once records are sent)."""
+        """The task failed: undo what can be undone (nothing, once records are sent), and
+        keep the producer out of the cache."""
+        self._lease.discard()

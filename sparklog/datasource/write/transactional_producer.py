@@ -51,7 +51,7 @@ class TransactionalTaskProducer(TaskProducer):
     def __init__(self, spec: SinkSpec) -> None:
         assert spec.transactional_id_prefix is not None
         self._transactional_id = task_transactional_id(spec.transactional_id_prefix)
-        super().__init__(spec, {"transactional.id": self._transactional_id})
+        super().__init__(spec, self._transactional_id)
         try:
             self._producer.init_transactions(INIT_TIMEOUT_S)
             self._producer.begin_transaction()
@@ -78,3 +78,4 @@ class TransactionalTaskProducer(TaskProducer):
         except KafkaException as error:
             log.info("sparklog sink: could not abort %s after the task failed (%s); the driver "
                      "aborts it", self._transactional_id, error.args[0].str())
+        super().abandon()

@@ -20,7 +20,10 @@ Invariants:
 - Columns are found by their exact lower-case names, as Spark's Kafka sink does; columns
   other than ``key``, ``value``, ``headers``, ``topic`` and ``partition`` are ignored, so a
   DataFrame read with the ``sparklog`` source can be written back unchanged.
-- A ``SinkSpec`` is frozen and picklable (plain strings, booleans and a dict).
+- ``spark.kafka.producer.cache.timeout`` (Spark's name and default, 10m, given as a sink
+  option) is how long a Python worker keeps an idle producer for the next task
+  (``producer_cache``).
+- A ``SinkSpec`` is frozen and picklable (plain strings, numbers, booleans and a dict).
 """
 
 from __future__ import annotations
@@ -46,10 +49,20 @@ from sparklog.client.settings import (
     SettingsError,
     parse_bootstrap,
 )
-from sparklog.datasource.options import OptionError, check_known, get_option, kafka_params
+from sparklog.datasource.options import (
+    OptionError,
+    check_known,
+    get_option,
+    kafka_params,
+    parse_duration_s,
+)
 from sparklog.datasource.schema import HEADER_TYPE
+from sparklog.datasource.write.producer_cache import DEFAULT_TIMEOUT_S
 
-SINK_OPTIONS = {"topic", "checkpointLocation", "deliveryGuarantee", "transactionalIdPrefix"}
+PRODUCER_CACHE_TIMEOUT = "spark.kafka.producer.cache.timeout"
+"""Spark's setting, taken as a sink option: a Python data source cannot read Spark's confs."""
+SINK_OPTIONS = {"topic", "checkpointLocation", "deliveryGuarantee", "transactionalIdPrefix",
+                PRODUCER_CACHE_TIMEOUT}
 """Options besides ``kafka.*`` and ``bootstrap.servers``; Spark itself passes
 ``checkpointLocation`` to a streaming writer."""
 AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
@@ -91,6 +104,8 @@ class SinkSpec:
     """Set with exactly-once: every task writes in a transaction of an id with this prefix."""
     checkpoint_location: str | None = None
     """A streaming query's checkpoint, where exactly-once keeps its commit intents."""
+    producer_cache_timeout_s: float = DEFAULT_TIMEOUT_S
+    """How long an idle producer is kept for a later task of the same worker."""
 
     @property
     def exactly_once(self) -> bool:
@@ -213,4 +228,5 @@ def sink_spec(options: Mapping[str, str], schema: StructType, *,
         partition=_check_type(schema, "partition", (IntegerType(),)),
         transactional_id_prefix=prefix,
         checkpoint_location=checkpoint if prefix is not None else None,
+        producer_cache_timeout_s=parse_duration_s(options, PRODUCER_CACHE_TIMEOUT, "10m"),
     )

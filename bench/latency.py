@@ -1,0 +1,204 @@
+"""Micro-batch latency of the sparklog source and sink against Spark's own floor.
+
+Usage: ``python bench/latency.py [--seconds S] [--rate R] [--quick]``
+
+Starts its own broker (a child process on a scratch directory) and a ``local[2]`` Spark
+session, and runs these streaming queries one after the other, each for S seconds (default
+25; ``--quick`` 8) with trigger ``processingTime="0 seconds"``, while a producer in this
+process writes R records/s (default 200) to a topic of two partitions:
+- Spark's ``rate`` source into ``noop``: Spark's own floor per micro-batch;
+- the sparklog source into ``noop``;
+- ``rate`` into the sparklog sink (at-least-once, then exactly-once);
+- the sparklog source into the sparklog sink (at-least-once, then exactly-once): a record
+  produced to the first topic, copied by the query to a second and consumed there, end to
+  end (p50 and p99, from the produce time each value carries to its arrival).
+For each query: the median ``triggerExecution`` of its micro-batches (the first
+``WARM_UP_BATCHES`` left out: Python workers starting, imports, the JIT) and its ratio to
+the floor. Peak RSS of the driver JVM, this process and the broker. The last line is
+``latency_sink_ratio=<source into sink, at-least-once, against the floor>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from _common import (  # bench/ on path
+    Row,
+    create_topic,
+    peak_rss_mib,
+    print_table,
+    scratch_dir,
+    start_spark,
+    vm_hwm_mib,
+)
+from confluent_kafka import Consumer, Producer
+
+from sparklog.broker.process import BrokerProcess
+
+PARTITIONS = 2
+WARM_UP_BATCHES = 3
+
+
+class Feed:
+    """A producer writing ``rate`` records/s to ``topic``, each value its produce time (ns)."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        self._topic, self._rate = topic, rate
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        interval = 1 / self._rate
+        due = time.perf_counter()
+        while not self._stop.is_set():
+            self._producer.produce(self._topic, str(time.time_ns()).encode())
+            self._producer.poll(0)
+            due += interval
+            time.sleep(max(0.0, due - time.perf_counter()))
+        self._producer.flush(30)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class Arrivals:
+    """A consumer of ``topic`` from its end, noting each record's delay since produce (ms)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency",
+                                   "auto.offset.reset": "latest", "fetch.wait.max.ms": 10,
+                                   "enable.auto.commit": False})
+        self._consumer.subscribe([topic])
+        self.delays_ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for message in self._consumer.consume(1000, 0.1):
+                if message.error() is None:
+                    self.delays_ms.append((time.time_ns() - int(message.value())) / 1e6)
+        self._consumer.close()
+
+    def close(self) -> list[float]:
+        self._stop.set()
+        self._thread.join()
+        return self.delays_ms
+
+
+def run_query(start: Callable[[str], Any], seconds: float) -> list[float]:
+    """Run the query ``start(checkpoint)`` returns for ``seconds``; its batches' durations."""
+    with tempfile.TemporaryDirectory(prefix="bench-latency-") as checkpoint:
+        query = start(checkpoint)
+        try:
+            time.sleep(seconds)
+        finally:
+            query.stop()
+        progress = query.recentProgress
+    durations = [float(p["durationMs"]["triggerExecution"]) for p in progress
+                 if p.get("durationMs", {}).get("triggerExecution") is not None]
+    return durations[WARM_UP_BATCHES:]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=25.0)
+    parser.add_argument("--rate", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="8 s per query (a smoke run)")
+    args = parser.parse_args()
+    seconds = 8.0 if args.quick else args.seconds
+    with scratch_dir(None, "sparklog-bench-latency-") as root:
+        broker = BrokerProcess(root / "data").start()
+        try:
+            bootstrap = broker.bootstrap
+            source_topic = create_topic(bootstrap, "bench-latency-in", PARTITIONS)
+            spark = start_spark("bench-latency",
+                                **{"spark.sql.shuffle.partitions": str(PARTITIONS)})
+            feed = Feed(bootstrap, source_topic, args.rate)
+
+            def rate() -> Any:
+                return (spark.readStream.format("rate").option("rowsPerSecond", args.rate)
+                        .load().selectExpr("CAST(value AS STRING) AS value"))
+
+            def sparklog() -> Any:
+                return (spark.readStream.format("sparklog")
+                        .option("kafka.bootstrap.servers", bootstrap)
+                        .option("subscribe", source_topic).option("startingOffsets", "latest")
+                        .load().select("value"))
+
+            def into_noop(df: Callable[[], Any]) -> Callable[[str], Any]:
+                return lambda checkpoint: (df().writeStream.format("noop")
+                                           .option("checkpointLocation", checkpoint)
+                                           .trigger(processingTime="0 seconds").start())
+
+            def into_sink(df: Callable[[], Any], topic: str, guarantee: str
+                          ) -> Callable[[str], Any]:
+                return lambda checkpoint: (df().writeStream.format("sparklog")
+                                           .option("kafka.bootstrap.servers", bootstrap)
+                                           .option("topic", topic)
+                                           .option("deliveryGuarantee", guarantee)
+                                           .option("checkpointLocation", checkpoint)
+                                           .trigger(processingTime="0 seconds").start())
+
+            results: list[tuple[str, list[float], list[float] | None]] = []
+            for label, start, copy_topic in [
+                    ("rate -> noop (Spark's floor)", into_noop(rate), None),
+                    ("sparklog -> noop", into_noop(sparklog), None),
+                    ("rate -> sparklog sink", into_sink(
+                        rate, create_topic(bootstrap, "bench-latency-rate", PARTITIONS),
+                        "at-least-once"), None),
+                    ("sparklog -> sparklog sink", None, "bench-latency-out"),
+                    ("rate -> sparklog sink, exactly-once", into_sink(
+                        rate, create_topic(bootstrap, "bench-latency-rate-eo", PARTITIONS),
+                        "exactly-once"), None),
+                    ("sparklog -> sparklog sink, exactly-once", None, "bench-latency-out-eo")]:
+                arrivals = None
+                if copy_topic is not None:
+                    create_topic(bootstrap, copy_topic, PARTITIONS)
+                    start = into_sink(sparklog, copy_topic, "exactly-once"
+                                      if label.endswith("exactly-once") else "at-least-once")
+                    arrivals = Arrivals(bootstrap, copy_topic)
+                assert start is not None
+                durations = run_query(start, seconds)
+                results.append((label, durations, arrivals.close() if arrivals else None))
+            feed.close()
+            jvm_rss = vm_hwm_mib(spark.sparkContext._gateway.proc.pid)
+            broker_rss = vm_hwm_mib(broker.pid)
+            spark.stop()
+        finally:
+            broker.stop()
+    floor = statistics.median(results[0][1]) if results[0][1] else float("nan")
+    rows = []
+    for label, durations, delays in results:
+        median = statistics.median(durations) if durations else float("nan")
+        end_to_end = (f"{percentile(delays, 0.5):.0f} / {percentile(delays, 0.99):.0f}"
+                      if delays else "")
+        rows.append(Row(label, str(len(durations)), f"{median:.0f}", f"{median / floor:.2f}",
+                        end_to_end))
+    print_table(["query", "batches", "median batch ms", "ratio to floor",
+                 "end to end p50 / p99 ms"], rows)
+    print(f"peak RSS: driver JVM {jvm_rss:.0f} MiB, driver Python {peak_rss_mib():.0f} MiB, "
+          f"broker {broker_rss:.0f} MiB")
+    copy = statistics.median(results[3][1]) if results[3][1] else float("nan")
+    print(f"latency_sink_ratio={copy / floor:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

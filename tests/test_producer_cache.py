@@ -1,0 +1,111 @@
+"""The sink's producers outlive their tasks (``datasource/write/producer_cache``).
+
+What a user relies on: a later task or micro-batch in the same Python worker reuses the
+producer of an earlier one (the broker sees one idempotent producer, not one per task, and
+the task pays for no new connection, metadata or producer id), while every task still fails
+on its own records' delivery errors; a producer whose task failed is never reused; idle
+producers are closed after ``spark.kafka.producer.cache.timeout``. The tasks here are
+``TaskProducer``s driven directly, as a write task drives them, against a broker process;
+``tests/test_spark_sink.py`` has the same through Spark.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from broker_fixtures import create_topic, wait_until
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from sparklog.broker.process import BrokerProcess
+from sparklog.client.cluster import TopicPartition
+from sparklog.client.kafka import KafkaClient
+from sparklog.client.settings import ClientConfig, RetryPolicy, parse_bootstrap
+from sparklog.client.transactions import describe_producers
+from sparklog.datasource.options import OptionError
+from sparklog.datasource.write import producer as producer_module
+from sparklog.datasource.write.producer import SinkDeliveryError, TaskProducer
+from sparklog.datasource.write.producer_cache import ProducerCache
+from sparklog.datasource.write.write_options import sink_spec
+
+SCHEMA = StructType([StructField("value", BinaryType())])
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(tmp_path_factory.mktemp("cache") / "data") as running:
+        yield running
+
+
+@pytest.fixture
+def cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProducerCache]:
+    """A cache of the test's own in place of the worker's."""
+    fresh = ProducerCache()
+    monkeypatch.setattr(producer_module, "PRODUCERS", fresh)
+    yield fresh
+    fresh.close()
+
+
+def task(broker: BrokerProcess, topic: str, values: list[bytes], **options: str) -> int:
+    """One write task of ``values``: the records it says the broker acknowledged."""
+    spec = sink_spec({"kafka.bootstrap.servers": broker.bootstrap, "topic": topic, **options},
+                     SCHEMA)
+    producer = TaskProducer(spec)
+    try:
+        producer.send(pa.record_batch([pa.array(values)], names=["value"]))
+        return producer.finish().records
+    except BaseException:
+        producer.abandon()
+        raise
+
+
+def producer_ids(broker: BrokerProcess, topic: str) -> set[int]:
+    config = ClientConfig(parse_bootstrap(broker.bootstrap, "bootstrap"))
+    with KafkaClient(config, RetryPolicy(timeout_s=10.0, backoff_s=0.1)) as client:
+        return {p.producer_id for p in describe_producers(client, TopicPartition(topic, 0))}
+
+
+def test_later_tasks_reuse_the_producer(broker: BrokerProcess, cache: ProducerCache) -> None:
+    topic = f"cached-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic)
+    for n in range(3):
+        assert task(broker, topic, [b"%d" % n] * 10) == 10
+    assert len(producer_ids(broker, topic)) == 1
+    assert cache.idle_count() == 1
+    other = f"cached-{uuid.uuid4().hex[:8]}"  # other settings: another producer
+    create_topic(broker.bootstrap, other)
+    task(broker, other, [b"x"], **{"kafka.linger.ms": "1"})
+    assert cache.idle_count() == 2
+
+
+def test_a_failed_task_fails_alone_and_its_producer_is_not_reused(
+        broker: BrokerProcess, cache: ProducerCache) -> None:
+    topic = f"cached-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, config={"max.message.bytes": "2000"})
+    assert task(broker, topic, [b"small"]) == 1
+    with pytest.raises(SinkDeliveryError, match=r"of 2 records failed delivery"):
+        task(broker, topic, [b"ok", b"x" * 10_000])
+    assert cache.idle_count() == 0  # the failed task's producer was dropped
+    assert task(broker, topic, [b"after"]) == 1  # a new producer, and no stale failure
+    assert len(producer_ids(broker, topic)) == 2
+
+
+def test_idle_producers_are_closed_after_the_timeout(broker: BrokerProcess,
+                                                     cache: ProducerCache) -> None:
+    topic = f"cached-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic)
+    task(broker, topic, [b"x"], **{"spark.kafka.producer.cache.timeout": "200ms"})
+    assert cache.idle_count() == 1
+    started = time.monotonic()
+    wait_until(lambda: cache.idle_count() == 0, message="the idle producer closed")
+    assert time.monotonic() - started < 5
+
+
+def test_a_bad_timeout_names_the_option(broker: BrokerProcess) -> None:
+    with pytest.raises(OptionError, match=r"option spark\.kafka\.producer\.cache\.timeout "
+                                          r"must be a duration"):
+        sink_spec({"kafka.bootstrap.servers": broker.bootstrap, "topic": "t",
+                   "spark.kafka.producer.cache.timeout": "soon"}, SCHEMA)
