@@ -661,7 +661,7 @@ def _check_cost(tree: Node) -> None:
     edges = _edges(automaton)
     components = _components(list(edges), lambda s: edges[s])
     loops = [s for s in edges if s in edges[s] or len(components.members[components.of[s]]) > 1]
-    _check_exponential(automaton, edges, components)
+    _check_exponential(automaton, edges, components, loops)
     _check_degree(automaton, edges, components, loops)
 
 
@@ -729,7 +729,7 @@ def _components(nodes: Iterable[T], successors: Callable[[T], Iterable[T]]) -> _
 
 
 def _check_exponential(automaton: _Automaton, edges: dict[int, dict[int, int]],
-                       components: _Components) -> None:
+                       components: _Components, loops: list[int]) -> None:
     """Refuse two different paths around one loop reading the same text: in the product of
     the automaton with itself, a component holding a state pair (q, q) and a pair of two
     different states, or two parallel paths between pairs (q, q)."""
@@ -742,9 +742,7 @@ def _check_exponential(automaton: _Automaton, edges: dict[int, dict[int, int]],
         return [(x, y) for x in edges[a] if components.of[x] == same
                 for y in edges[b] if components.of[y] == same and masks[x] & masks[y]]
 
-    diagonal = [(s, s) for s in edges if s in edges[s] or
-                len(components.members[components.of[s]]) > 1]
-    product = _components(diagonal, pairs)
+    product = _components([(s, s) for s in loops], pairs)
     for members in product.members:
         states = set(members)
         if not any(a == b for a, b in states):
