@@ -124,7 +124,7 @@ def groups(draw: st.DrawFn, homogeneous: bool | None = None) -> tuple[Members, d
     return members, partitions
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(groups(), st.sampled_from(sorted(ASSIGNORS)), st.randoms(use_true_random=False))
 def test_every_partition_once_to_a_subscriber_deterministically(group, name, rnd) -> None:
     members, partitions = group
@@ -136,7 +136,7 @@ def test_every_partition_once_to_a_subscriber_deterministically(group, name, rnd
     assert assignor.assign(dict(shuffled), dict(reversed(partitions.items()))) == result
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(groups())
 def test_uniform_balances_members_sharing_a_subscription(group) -> None:
     members, partitions = group
@@ -148,7 +148,7 @@ def test_uniform_balances_members_sharing_a_subscription(group) -> None:
         assert max(sizes) - min(sizes) <= 1, (sizes, result)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(groups())
 def test_uniform_assigning_its_result_again_changes_nothing(group) -> None:
     members, partitions = group
@@ -163,7 +163,7 @@ def moved_from_survivors(before: Mapping[str, Assignment], after: Mapping[str, A
                for topic, parts in assignment.items())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(groups(homogeneous=True), st.data())
 def test_uniform_join_and_leave_move_the_least_balance_requires(group, data) -> None:
     members, partitions = group
@@ -185,9 +185,9 @@ def test_uniform_join_and_leave_move_the_least_balance_requires(group, data) -> 
 
 @settings(max_examples=200, deadline=None)
 @given(groups(homogeneous=False), st.data())
-def test_uniform_leave_keeps_survivors_subscriptions_balanced(group, data) -> None:
-    """A leave in a heterogeneous group: the survivors keep what they had, but for what the
-    topics they share with the leaver need for balance."""
+def test_uniform_leave_leaves_unrelated_members_alone(group, data) -> None:
+    """A leave in a heterogeneous group: members sharing no topic with the leaver, nor with
+    anyone who does, keep exactly what they had."""
     members, partitions = group
     settled = with_assignments(members, uniform.assign(members, partitions))
     if len(settled) < 2:
@@ -203,7 +203,7 @@ def test_uniform_leave_keeps_survivors_subscriptions_balanced(group, data) -> No
         assert after[member_id] == settled[member_id].assignment
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(groups())
 def test_range_is_kafkas_rule(group) -> None:
     members, partitions = group
