@@ -50,7 +50,7 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 # closed network refuses (and which a test has no business calling anyway).
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--window-size=1280,1600")
+         "--window-size=1280,2400")
 
 
 @pytest.fixture

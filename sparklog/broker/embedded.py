@@ -53,6 +53,12 @@ class EmbeddedBroker:
         assert self._service is not None, "not started"
         return {server.listener: server.port for server in self._service.servers}
 
+    @property
+    def metrics_url(self) -> str | None:
+        """The status page's URL (``metrics.listener``), None without one."""
+        assert self._service is not None, "not started"
+        return self._service.metrics_url
+
     def client_software(self) -> dict[str, Counter[tuple[str, str]]]:
         """Per listener, open connections per client software (KIP-511)."""
         service = self._service

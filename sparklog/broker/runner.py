@@ -61,6 +61,7 @@ from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import load_handlers
 from sparklog.broker.replication.inter_broker import InterBrokerSecurity
 from sparklog.broker.security.listener import ListenerSecurity
+from sparklog.broker.security.page_logins import PageLogins
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.state import Broker
 from sparklog.cluster.layout import Endpoint
@@ -194,23 +195,24 @@ class BrokerService:
             broker.advertised[name] = server.advertised
             log.info("listener %s on %s:%d, advertised as %s:%d", name, host, server.port,
                      *server.advertised)
-        await self._join_cluster(broker)
-        await broker.txn_coordinator.settle()
-        for server in self._servers:  # a broker answers nothing before it joined
-            await server.serve()
         self._cleaner = LogCleaner(broker.logs, CleanerConfig.from_props(config.props))
-        if self._cleaner.config.enable:
-            self._cleaner.start()
-        if metrics_at is not None:
+        if metrics_at is not None:  # before joining: the registration names its URL
             self._listener = MetricsListener(
                 broker, self.client_software,
                 requests,
-                self._cleaner if self._cleaner.config.enable else None, *metrics_at)
+                self._cleaner if self._cleaner.config.enable else None, *metrics_at,
+                PageLogins(security.values(), broker.security))
             try:
                 await self._listener.start()
             except OSError as exc:  # its address is taken or unknown: stop what started
                 await self.stop()
                 raise StartupError(str(exc)) from None
+        await self._join_cluster(broker)
+        await broker.txn_coordinator.settle()
+        for server in self._servers:  # a broker answers nothing before it joined
+            await server.serve()
+        if self._cleaner.config.enable:
+            self._cleaner.start()
         self._tasks = [
             asyncio.create_task(_every(config.get_int(interval), action))
             for interval, action in (
@@ -246,7 +248,9 @@ class BrokerService:
         try:
             await broker.replicas.start(tuple(
                 Endpoint(name, protocols[name], host, port)
-                for name, (host, port) in broker.advertised.items()))
+                for name, (host, port) in broker.advertised.items()),
+                None if self._listener is None else
+                self._listener.url_from(next(iter(broker.advertised.values()))[0]))
         except ClusterError as exc:
             await self.stop()
             raise StartupError(str(exc)) from None

@@ -88,11 +88,15 @@ class BrokerInfo:
     """A live broker as ``/brokers/ids/<id>`` registers it: every advertised listener
     (``endpoints``, in the order of ``listeners``; Kafka's ``NAME://HOST:PORT`` strings and
     ``listener_security_protocol_map``), the top-level host and port being the first
-    PLAINTEXT one's (null and -1 without one), as Kafka writes them."""
+    PLAINTEXT one's (null and -1 without one), as Kafka writes them. ``metrics_url`` is
+    sparklog's own field (its ``metrics.listener``'s URL, absent when it has none): the
+    status pages of the other brokers read this broker's groups there; Kafka's readers
+    ignore a field they do not know."""
 
     broker_id: int
     endpoints: tuple[Endpoint, ...]
     rack: str | None = None
+    metrics_url: str | None = None
 
     @property
     def host(self) -> str:
@@ -117,7 +121,8 @@ class BrokerInfo:
                       "listener_security_protocol_map": {e.listener: e.protocol
                                                          for e in self.endpoints},
                       "rack": self.rack, "jmx_port": -1, "features": {},
-                      "timestamp": _now_ms()})
+                      "timestamp": _now_ms(),
+                      **({"metrics_url": self.metrics_url} if self.metrics_url else {})})
 
     @classmethod
     def decode(cls, broker_id: int, data: bytes) -> BrokerInfo:
@@ -132,7 +137,7 @@ class BrokerInfo:
         if not endpoints:
             endpoints.append(Endpoint("PLAINTEXT", "PLAINTEXT", value["host"],
                                       int(value["port"])))
-        return cls(broker_id, tuple(endpoints), value.get("rack"))
+        return cls(broker_id, tuple(endpoints), value.get("rack"), value.get("metrics_url"))
 
 
 def _bracket(host: str) -> str:

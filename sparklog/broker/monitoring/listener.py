@@ -2,7 +2,10 @@
 
 Routes: ``/metrics`` (Prometheus text or OpenMetrics, by prometheus-client), ``/`` (the status
 page, one static HTML file with its script), ``/status.json`` (what the page shows: the status
-snapshot and the rate history).
+snapshot, the rate history and the other brokers' groups), ``/groups.json`` (this broker's
+groups only: what the other brokers' pages read), ``/messages.json?topic=T&partition=P``
+with ``offset=O`` or ``timestamp=MS`` and ``limit=N`` (a page of the message browser,
+``browser.py``).
 
 Invariants:
 - The server is the standard library's threaded WSGI server (prometheus-client's
@@ -17,43 +20,79 @@ Invariants:
 - The rate history is sampled on the loop every ``history.INTERVAL_S`` while the listener
   runs.
 - Nothing is listened on unless ``metrics.listener`` is set; the bound address (port 0: any
-  free port) is ``url``.
+  free port) is ``url``; ``url_from`` is the one the broker registers in ZooKeeper for the
+  other brokers (its advertised host when the listener binds every interface).
+- A cluster's groups live on their coordinators only (in memory, loaded from
+  ``__consumer_offsets``; ZooKeeper never holds them), so ``/status.json`` adds the groups
+  of every other live broker read from its ``/groups.json`` at the URL it registered, all
+  at once on threads of their own, each within ``PEER_TIMEOUT_S`` (an unreachable one is
+  listed with its error and link, the page still answers). ``/groups.json`` never asks
+  further, so no request fans out twice. The rest of the cluster view (brokers, partition
+  leaders and ISRs) is this broker's own view of ZooKeeper: every broker watches it all.
+- Records are read only by a login the broker's ``Logins`` accept (HTTP basic auth: 401
+  with a challenge without one, when a login is required) with READ on the topic (403
+  otherwise); a partition without a log here answers 404 with the leader's page to ask.
+  The check and the read run on the loop, like every read of the broker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import logging
 import socket
 import threading
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from sparklog.broker.monitoring.browser import DEFAULT_RECORDS, MessagePage, browse
 from sparklog.broker.monitoring.exporter import BrokerCollector
 from sparklog.broker.monitoring.history import INTERVAL_S, RateHistory, Sample
 from sparklog.broker.monitoring.requests import RequestMetrics
-from sparklog.broker.monitoring.status import Broker, BrokerStatus, take_status
+from sparklog.broker.monitoring.status import Broker, BrokerStatus, ClusterBroker, take_status
 from sparklog.storage.cleaner import LogCleaner
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 READ_TIMEOUT_S = 10.0
+PEER_TIMEOUT_S = 2.0
 PAGE = "status_page.html"
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+CHALLENGE = 'Basic realm="sparklog broker", charset="UTF-8"'
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
 class BrokerUnavailable(Exception):
     """The listener is stopped, or the broker's loop did not answer in time."""
+
+
+class Logins(Protocol):
+    """Who may read records (``broker.security.page_logins.PageLogins``), on the loop."""
+
+    @property
+    def required(self) -> bool: ...
+    def principal(self, credentials: tuple[str, str] | None) -> str | None: ...
+    def may_read(self, principal: str, host: str, topic: str) -> bool: ...
+
+
+class _Refused(Exception):
+    def __init__(self, status: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.extra = status, extra
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -65,8 +104,9 @@ class MetricsListener:
     def __init__(self, broker: Broker,
                  connections: Callable[[], dict[str, Counter[tuple[str, str]]]],
                  requests: RequestMetrics, cleaner: LogCleaner | None,
-                 host: str, port: int) -> None:
+                 host: str, port: int, logins: Logins) -> None:
         self.broker = broker
+        self._logins = logins
         self._connections = connections
         self._requests = requests
         self._cleaner = cleaner
@@ -85,6 +125,13 @@ class MetricsListener:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def url_from(self, advertised_host: str) -> str:
+        """``url``, with ``advertised_host`` when the listener binds every interface."""
+        if self.host not in WILDCARD_HOSTS:
+            return self.url
+        host = f"[{advertised_host}]" if ":" in advertised_host else advertised_host
         return f"http://{host}:{self.port}/"
 
     async def start(self) -> None:
@@ -152,17 +199,108 @@ class MetricsListener:
                 return _respond(start_response, "200 OK", self._page, "text/html; charset=utf-8")
             if path == "/status.json":  # read on the loop, formatted here
                 status, history = self._on_loop(self._page_data)
-                data = json.dumps({"status": asdict(status), "history": history,
-                                   "interval_s": INTERVAL_S}).encode()
-                return _respond(start_response, "200 OK", data, "application/json")
+                return _json(start_response, {
+                    "status": asdict(status), "history": history, "interval_s": INTERVAL_S,
+                    "peer_groups": _peer_groups(status), "login_required": self._logins.required})
+            if path == "/groups.json":
+                status = self._on_loop(self._status)
+                return _json(start_response, {"node_id": status.node_id,
+                                              "groups": [asdict(g) for g in status.groups]})
+            if path == "/messages.json":
+                return _json(start_response, asdict(self._messages(environ)))
         except BrokerUnavailable as exc:
             return _respond(start_response, "503 Service Unavailable", f"{exc}\n".encode())
+        except _Refused as refused:
+            headers = [("WWW-Authenticate", CHALLENGE)] if refused.status.startswith("401") else []
+            return _json(start_response, {"error": str(refused), **refused.extra},
+                         refused.status, headers)
         return _respond(start_response, "404 Not Found",
                         b"not found: try /, /metrics or /status.json\n")
 
+    def _messages(self, environ: dict[str, Any]) -> MessagePage:
+        """The browser's page the query asks for, for a login that may read the topic."""
+        query = {k: v[-1] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
+        try:
+            topic = query["topic"]
+            partition = int(query.get("partition", "0"))
+            offset = int(query["offset"]) if query.get("offset") else None
+            timestamp = int(query["timestamp"]) if query.get("timestamp") else None
+            limit = int(query.get("limit") or DEFAULT_RECORDS)
+        except (KeyError, ValueError):
+            raise _Refused("400 Bad Request", "expected topic=T&partition=P with offset=O "
+                           "or timestamp=MS, and limit=N (numbers)") from None
+        credentials = _basic(environ.get("HTTP_AUTHORIZATION", ""))
+        host = environ.get("REMOTE_ADDR", "")
+
+        def read() -> MessagePage:
+            principal = self._logins.principal(credentials)
+            if principal is None:
+                raise _Refused("401 Unauthorized", "log in as one of the broker's SASL users")
+            if not self._logins.may_read(principal, host, topic):
+                raise _Refused("403 Forbidden", f"{principal} may not READ topic {topic}")
+            log = self.broker.logs.logs.get((topic, partition))
+            replica = self.broker.replicas.partitions.get((topic, partition))
+            if log is None or replica is None:
+                raise _Refused("404 Not Found", f"no replica of {topic}-{partition} on broker "
+                               f"{self.broker.node_id}", leader_url=self._leader_url(topic,
+                                                                                      partition))
+            return browse(log, replica, topic, partition, offset=offset, timestamp=timestamp,
+                          limit=limit)
+
+        return self._on_loop(read)
+
+    def _leader_url(self, topic: str, partition: int) -> str | None:
+        """The status page of the partition's leader, where it has one (on the loop)."""
+        replica = self.broker.replicas.partitions.get((topic, partition))
+        leader = None if replica is None else self.broker.replicas.live.get(replica.leader)
+        return None if leader is None else leader.metrics_url
+
+
+def _basic(authorization: str) -> tuple[str, str] | None:
+    """(user, password) of an HTTP basic ``Authorization`` header; None without one."""
+    scheme, _, encoded = authorization.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, colon, password = base64.b64decode(encoded.strip(), validate=True
+                                                 ).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (user, password) if colon else None
+
+
+def _peer_groups(status: BrokerStatus) -> list[dict[str, Any]]:
+    """Every other live broker's groups, read from its page at once (see the invariants)."""
+    peers = [b for b in status.brokers
+             if b.alive and b.broker_id != status.node_id and b.metrics_url]
+    if not peers:
+        return []
+    with ThreadPoolExecutor(len(peers), thread_name_prefix="peer-groups") as pool:
+        return list(pool.map(_groups_of, peers))
+
+
+def _groups_of(peer: ClusterBroker) -> dict[str, Any]:
+    assert peer.metrics_url is not None
+    found: dict[str, Any] = {"broker_id": peer.broker_id, "url": peer.metrics_url,
+                             "groups": None, "error": None}
+    try:
+        with urllib.request.urlopen(peer.metrics_url + "groups.json",
+                                    timeout=PEER_TIMEOUT_S) as response:
+            found["groups"] = json.loads(response.read())["groups"]
+    except (OSError, ValueError, KeyError) as exc:
+        found["error"] = str(exc) or type(exc).__name__
+    return found
+
+
+def _json(start_response: StartResponse, value: object, status: str = "200 OK",
+          headers: list[tuple[str, str]] | None = None) -> list[bytes]:
+    return _respond(start_response, status, json.dumps(value).encode(), "application/json",
+                    headers)
+
 
 def _respond(start_response: StartResponse, status: str, body: bytes,
-             content_type: str = "text/plain; charset=utf-8") -> list[bytes]:
+             content_type: str = "text/plain; charset=utf-8",
+             headers: list[tuple[str, str]] | None = None) -> list[bytes]:
     start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body))),
-                            ("Cache-Control", "no-store")])
+                            ("Cache-Control", "no-store"), *(headers or [])])
     return [body]

@@ -27,6 +27,12 @@ Invariants:
   counted over the led ones; ``topic_partitions`` is every topic's partition count and
   ``offline_partitions`` the partitions without a leader, both the cluster's (the offline
   count only on the controller, 0 elsewhere, as Kafka reports it).
+- The cluster view is the same on every broker (each watches all of ZooKeeper's state):
+  ``brokers`` are the live (registered) ones with their rack, endpoints and status page
+  URL, and those an assignment names that are not live; ``cluster_partitions`` every
+  partition of every topic with the leader and ISR of its state, under-replicated when led
+  with fewer ISR members than replicas, offline without a live leader. Each group names its
+  coordinator (this broker: the groups it holds are those it coordinates).
 - Client telemetry (KIP-714) is the broker's ``client_metrics`` snapshot: every client
   instance it knows (bounded and expired there, ``broker/client_metrics.py``), by client
   id, each with the latest value of each metric it pushed.
@@ -56,6 +62,30 @@ class Leadership(Protocol):
     def leader(self) -> int: ...
     @property
     def isr(self) -> tuple[int, ...]: ...
+    @property
+    def high_watermark(self) -> int: ...
+
+
+class Endpoint(Protocol):
+    @property
+    def listener(self) -> str: ...
+    @property
+    def protocol(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+
+
+class LiveBroker(Protocol):
+    """A registered broker (``cluster.layout.BrokerInfo``)."""
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]: ...
+    @property
+    def rack(self) -> str | None: ...
+    @property
+    def metrics_url(self) -> str | None: ...
 
 
 class Replicas(Protocol):
@@ -63,6 +93,7 @@ class Replicas(Protocol):
 
     controller_id: int
     assignments: dict[str, dict[int, tuple[int, ...]]]
+    live: dict[int, LiveBroker]
 
     @property
     def partitions(self) -> Mapping[tuple[str, int], Leadership]: ...
@@ -146,6 +177,7 @@ class GroupOffset:
 
 @dataclass(frozen=True, slots=True)
 class GroupStatus:
+    coordinator: int  # the broker coordinating it (its __consumer_offsets partition's leader)
     group_id: str
     state: str
     protocol_type: str
@@ -212,6 +244,32 @@ class CleanerStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterBroker:
+    """A broker of the cluster: live (registered) or named by an assignment only."""
+
+    broker_id: int
+    alive: bool
+    controller: bool
+    rack: str | None
+    endpoints: tuple[str, ...]  # "NAME host:port" ("NAME (PROTOCOL) host:port"), as registered
+    metrics_url: str | None  # its status page, when it has one
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPartition:
+    """A partition of the cluster as this broker's view of its state znode tells it."""
+
+    topic: str
+    partition: int
+    internal: bool
+    leader: int  # -1: none
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    under_replicated: bool  # led, with fewer ISR members than replicas
+    offline: bool  # no live leader
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerStatus:
     node_id: int
     controller_id: int
@@ -229,6 +287,8 @@ class BrokerStatus:
     offline_partitions: int
     telemetry: tuple[TelemetryClient, ...]  # by client id, then instance id
     quotas: tuple[QuotaSensor, ...] = ()
+    brokers: tuple[ClusterBroker, ...] = ()  # by id
+    cluster_partitions: tuple[ClusterPartition, ...] = ()  # every topic's, by topic
 
 
 def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str]]],
@@ -243,7 +303,8 @@ def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str
             log.log_end_offset, log.size, len(log.segments), log.appended_records,
             log.appended_bytes, *_replication(broker, topic, partition)))
     ends = {(p.topic, p.partition): p.log_end_offset for p in partitions}
-    groups = tuple(_group(group, ends) for _, group in sorted(broker.coordinator.groups.items()))
+    groups = tuple(_group(node, group, ends)
+                   for _, group in sorted(broker.coordinator.groups.items()))
     return BrokerStatus(
         node, broker.replicas.controller_id,
         broker.cluster_id,
@@ -257,7 +318,44 @@ def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str
         None if cleaner is None else _cleaner(cleaner, broker.now_ms()), requests.copy(),
         {name: topic.partitions for name, topic in sorted(logs.topics.items())},
         _offline(broker, partitions), tuple(broker.client_metrics.snapshot()),
-        tuple(broker.quotas.sensors()))
+        tuple(broker.quotas.sensors()), _brokers(broker.replicas), _cluster_partitions(broker))
+
+
+def _brokers(cluster: Replicas) -> tuple[ClusterBroker, ...]:
+    """The live brokers and those an assignment names that are not live."""
+    named = {b for partitions in cluster.assignments.values() for replicas in partitions.values()
+             for b in replicas}
+    brokers = []
+    for broker_id in sorted(named | cluster.live.keys()):
+        info = cluster.live.get(broker_id)
+        brokers.append(ClusterBroker(
+            broker_id, info is not None, broker_id == cluster.controller_id,
+            None if info is None else info.rack,
+            () if info is None else tuple(_endpoint(e) for e in info.endpoints),
+            None if info is None else info.metrics_url))
+    return tuple(brokers)
+
+
+def _endpoint(endpoint: Endpoint) -> str:
+    """``NAME host:port``, with its security protocol when the name is not one."""
+    name = endpoint.listener if endpoint.listener == endpoint.protocol else \
+        f"{endpoint.listener} ({endpoint.protocol})"
+    return f"{name} {endpoint.host}:{endpoint.port}"
+
+
+def _cluster_partitions(broker: Broker) -> tuple[ClusterPartition, ...]:
+    cluster, topics = broker.replicas, broker.logs.topics
+    found = []
+    for topic, partitions in sorted(cluster.assignments.items()):
+        internal = topic in topics and topics[topic].internal
+        for index, replicas in sorted(partitions.items()):
+            state = cluster.partitions.get((topic, index))
+            leader, isr = (-1, ()) if state is None else (state.leader, state.isr)
+            found.append(ClusterPartition(
+                topic, index, internal, leader, replicas, isr,
+                leader >= 0 and len(isr) < len(replicas),
+                leader < 0 or leader not in cluster.live))
+    return tuple(found)
 
 
 def _offline(broker: Broker, partitions: list[PartitionStatus]) -> int:
@@ -280,7 +378,7 @@ def _replication(broker: Broker, topic: str, partition: int
     return replica.leader, replicas, replica.isr
 
 
-def _group(group: Group, ends: dict[tuple[str, int], int]) -> GroupStatus:
+def _group(node: int, group: Group, ends: dict[tuple[str, int], int]) -> GroupStatus:
     consumer = group.protocol_type == PROTOCOL_TYPE and group.state is GroupState.STABLE
     members = tuple(
         MemberStatus(m.member_id, m.client_id, m.client_host,
@@ -294,7 +392,7 @@ def _group(group: Group, ends: dict[tuple[str, int], int]) -> GroupStatus:
         end = ends.get(tp)
         lag = None if end is None or committed is None else max(end - committed, 0)
         offsets.append(GroupOffset(*tp, committed, end, lag))
-    return GroupStatus(group.group_id, str(group.state), group.protocol_type or "",
+    return GroupStatus(node, group.group_id, str(group.state), group.protocol_type or "",
                        group.protocol or "", group.generation, members, tuple(offsets))
 
 

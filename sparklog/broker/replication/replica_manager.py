@@ -176,13 +176,15 @@ class ReplicaManager:
         return self.store.cluster_id if self.store is not None else self.broker.logs.cluster_id
 
     # -- life ----------------------------------------------------------------------------
-    async def start(self, endpoints: tuple[Endpoint, ...]) -> None:
+    async def start(self, endpoints: tuple[Endpoint, ...],
+                    metrics_url: str | None = None) -> None:
         """Join the cluster (ZooKeeper's, or this node's own), registered with every
-        advertised listener (``endpoints``)."""
+        advertised listener (``endpoints``) and the status page's URL (``metrics_url``)."""
         config = self.broker.config
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        me = BrokerInfo(self.broker_id, endpoints, config.get("broker.rack") or None)
+        me = BrokerInfo(self.broker_id, endpoints, config.get("broker.rack") or None,
+                        metrics_url)
         connect = config.zookeeper_connect
         if connect is None:
             self.store = LocalStore(self.broker.logs, me, self)
