@@ -6,11 +6,18 @@ in bounded pages. With a SASL listener the browser asks for one of the broker's 
 (HTTP basic auth: PLAIN's JAAS users and SCRAM credentials) and their READ ACL on the topic:
 401 without a valid login, 403 without the ACL. The shown forms themselves are checked on
 their own (``show``).
+
+In headless Chromium (``test_status_page``'s driver), the page's Messages section opens on a
+click of the topic's name and shows the same records through the DOM (the JSON value's
+indented lines, the escaped binary, the headers, the UTC timestamps), pages on with "next
+page" and starts at a time; its screenshot is checked as the status page's are (saved in
+the test's tmp dir).
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import urllib.error
 import urllib.request
@@ -33,11 +40,15 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from security_support import plain_jaas
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+from test_status_page import browser, check_picture, text_of
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.monitoring.browser import MAX_RECORDS, SHOWN_CHARS, show
 
-__all__ = ["topic"]
+__all__ = ["browser", "topic"]
 
 ORDER = {"id": 7, "items": [{"sku": "A-1", "qty": 2}], "note": "café"}
 T0 = 1_790_000_000_000  # a fixed CreateTime, ms
@@ -204,3 +215,58 @@ def test_shown_forms() -> None:
     assert show(b"<b>&amp;</b>").text == "<b>&amp;</b>"  # text: the page sets it as text
     long = show(b"x" * (SHOWN_CHARS + 10))
     assert long.truncated and len(long.text) == SHOWN_CHARS and long.size == SHOWN_CHARS + 10
+
+
+def _utc(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime(
+        "%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}"
+
+
+def test_the_message_browser_in_chromium(monitored: EmbeddedBroker, browser: WebDriver,
+                                         topic: str, tmp_path: Path) -> None:
+    create_topic(monitored.bootstrap, topic, partitions=1)
+    produce_samples(monitored.bootstrap, topic)
+    assert monitored.metrics_url is not None
+    browser.get(monitored.metrics_url)
+    wait = WebDriverWait(browser, TIMEOUT)
+    link = f'#topics tr[data-topic="{topic}"] a'
+    wait.until(lambda d: text_of(d, link) == topic)
+    browser.find_element(By.CSS_SELECTOR, link).click()
+    row = '#messages tr[data-offset="{}"]'.format
+    wait.until(lambda d: text_of(d, row(2)) is not None)
+
+    def content(selector: str) -> list[str]:
+        return [e.get_attribute("textContent") or ""
+                for e in browser.find_elements(By.CSS_SELECTOR, selector)]
+
+    cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, row(0) + " td")]
+    assert cells[:3] == ["0", f"{_utc(T0)} CreateTime", "order-7"], cells
+    assert content(row(0) + " pre.json") == [json.dumps(ORDER, indent=2, ensure_ascii=False)]
+    assert content(row(0) + " [data-header]") == ["trace: \\x00\\x01\\xfe", "source: web"]
+    assert content(row(0) + " [data-header] pre") == ["\\x00\\x01\\xfe", "web"]
+    assert content(row(1) + " pre.binary") == ["\\xff\\x00k", "\\x00\\x01binary\\n"]
+    assert content(row(2) + " pre.null") == ["null"]
+    assert content(row(2) + " pre.text") == ["plain text"]
+    assert "offsets 0 to 2 of [0, 3)" in browser.find_element(By.ID, "browse-status").text
+    browser.execute_script("document.getElementById('browse').scrollIntoView()")
+    check_picture(browser, tmp_path / "message-browser.png",
+                  ["section:has(#messages)", row(0) + " pre.json", row(1) + " pre.binary",
+                   row(0) + " [data-header]"])
+
+    # two at a time, then the next page; then from a time
+    limit = browser.find_element(By.ID, "browse-limit")
+    limit.clear()
+    limit.send_keys("2")
+    browser.find_element(By.ID, "browse-show").click()
+    wait.until(lambda d: text_of(d, row(2)) is None and text_of(d, row(1)) is not None)
+    browser.find_element(By.ID, "browse-next").click()
+    wait.until(lambda d: text_of(d, row(0)) is None and text_of(d, row(2)) is not None)
+    assert not browser.find_element(By.ID, "browse-next").is_enabled()
+    browser.execute_script(
+        "const from = document.getElementById('browse-from'); from.value = 'timestamp';"
+        "from.dispatchEvent(new Event('change'));"
+        "document.getElementById('browse-time').value = arguments[0];",
+        _utc(T0 + 1000).replace(" ", "T")[:19])
+    browser.find_element(By.ID, "browse-show").click()
+    wait.until(lambda d: text_of(d, row(1)) is not None and text_of(d, row(2)) is not None
+               and text_of(d, row(0)) is None)

@@ -81,7 +81,7 @@ def monitored(tmp_path: Path) -> Iterator[BrokerProcess]:
         assert proc.stop() == 0
 
 
-def _text(driver: WebDriver, selector: str) -> str | None:
+def text_of(driver: WebDriver, selector: str) -> str | None:
     found = driver.find_elements(By.CSS_SELECTOR, selector)
     return found[0].text if found else None
 
@@ -134,7 +134,7 @@ def _screenshot(driver: WebDriver, selectors: Sequence[str]
     raise AssertionError(f"the page kept moving {list(selectors)}")
 
 
-def _check_picture(driver: WebDriver, path: Path, inked: Sequence[str],
+def check_picture(driver: WebDriver, path: Path, inked: Sequence[str],
                    lines: Sequence[str] = ()) -> None:
     """Take a screenshot (saved at ``path``) and check what it shows: the viewport's size,
     many colours, each selector of ``inked`` inside the picture with something drawn in its
@@ -224,29 +224,29 @@ def test_the_page_shows_a_topic_and_a_group_and_follows_its_lag(
         browser.get(monitored.metrics_url)
         wait = WebDriverWait(browser, TIMEOUT)
         row = f'#topics tr[data-topic="{topic}"][data-partition="0"]'
-        wait.until(lambda d: _text(d, row) is not None)
+        wait.until(lambda d: text_of(d, row) is not None)
         cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, row + " td")]
         assert cells[:5] == [topic, "0", "0", "40", cells[4]], cells  # name, partition, offsets
         assert cells[7:] == ["0", "0", "0"], "leader, replicas and ISR: this node"
         lag = f'[data-group-lag="{group}"]'
-        wait.until(lambda d: _text(d, lag) == "10")
+        wait.until(lambda d: text_of(d, lag) == "10")
         assert group in browser.find_element(By.ID, "groups").text
         assert "Stable" in browser.find_element(By.ID, "groups").text
         # the group's member is a librdkafka client, which names itself (KIP-511)
         client = '#clients tr[data-software="confluent-kafka-python"]'
-        wait.until(lambda d: _text(d, client) is not None)
+        wait.until(lambda d: text_of(d, client) is not None)
         software = [c.text for c in browser.find_elements(By.CSS_SELECTOR, client + " td")]
         assert software[1].endswith("-rdkafka-" + confluent_kafka.libversion()[0]), software
         assert software[2] == "PLAINTEXT" and int(software[3]) >= 1, software
         # and pushes its metrics (KIP-714): its row shows the partitions it was assigned
         pushed = ('#telemetry td.metrics span[data-metric='
                   '"org.apache.kafka.consumer.coordinator.assigned.partitions"]')
-        wait.until(lambda d: _text(d, pushed) == "consumer.coordinator.assigned.partitions 2")
+        wait.until(lambda d: text_of(d, pushed) == "consumer.coordinator.assigned.partitions 2")
         telemetry = f'#telemetry tr[data-telemetry-client]:has({pushed.split(" ", 1)[1]})'
         cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, telemetry + " td")]
         assert cells[1].startswith("confluent-kafka-python\n") and cells[2] == "127.0.0.1", cells
         assert cells[3] == "1 s" and int(cells[4]) >= 1 and int(cells[7]) >= 4, cells
-        _check_picture(browser, tmp_path / "status-page.png",
+        check_picture(browser, tmp_path / "status-page.png",
                        [*SECTIONS, row, lag, client, telemetry])
 
         # the same page without the driver: the same headings, the same topic and group
@@ -259,12 +259,12 @@ def test_the_page_shows_a_topic_and_a_group_and_follows_its_lag(
         assert f'data-topic="{topic}"' in dumped and f'data-group-lag="{group}"' in dumped
 
         produce_per_partition(monitored.bootstrap, topic, {0: 25})
-        wait.until(lambda d: _text(d, lag) == "35")  # no reload: the page refreshed itself
-        assert _text(browser, f'td.lag[data-group="{group}"][data-partition="0"]') == "35"
+        wait.until(lambda d: text_of(d, lag) == "35")  # no reload: the page refreshed itself
+        assert text_of(browser, f'td.lag[data-group="{group}"][data-partition="0"]') == "35"
         # the produce chart has drawn the rate between two samples of the history
         WebDriverWait(browser, 3 * TIMEOUT).until(
             lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-records polyline"))
-        _check_picture(browser, tmp_path / "status-page-after.png", [*SECTIONS, row, lag],
+        check_picture(browser, tmp_path / "status-page-after.png", [*SECTIONS, row, lag],
                        lines=["#chart-records polyline"])
     finally:
         member.close()
