@@ -61,7 +61,13 @@ from sparklog.broker.monitoring.browser import DEFAULT_RECORDS, MessagePage, bro
 from sparklog.broker.monitoring.exporter import BrokerCollector
 from sparklog.broker.monitoring.history import INTERVAL_S, RateHistory, Sample
 from sparklog.broker.monitoring.requests import RequestMetrics
-from sparklog.broker.monitoring.status import Broker, BrokerStatus, ClusterBroker, take_status
+from sparklog.broker.monitoring.status import (
+    Broker,
+    BrokerStatus,
+    ClusterBroker,
+    take_groups,
+    take_status,
+)
 from sparklog.storage.cleaner import LogCleaner
 
 log = logging.getLogger(__name__)
@@ -203,9 +209,8 @@ class MetricsListener:
                     "status": asdict(status), "history": history, "interval_s": INTERVAL_S,
                     "peer_groups": _peer_groups(status), "login_required": self._logins.required})
             if path == "/groups.json":
-                status = self._on_loop(self._status)
-                return _json(start_response, {"node_id": status.node_id,
-                                              "groups": [asdict(g) for g in status.groups]})
+                groups = self._on_loop(lambda: take_groups(self.broker))
+                return _json(start_response, {"groups": [asdict(g) for g in groups]})
             if path == "/messages.json":
                 return _json(start_response, asdict(self._messages(environ)))
         except BrokerUnavailable as exc:

@@ -302,9 +302,7 @@ def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str
             topic, partition, logs.topics[topic].internal, log.log_start_offset,
             log.log_end_offset, log.size, len(log.segments), log.appended_records,
             log.appended_bytes, *_replication(broker, topic, partition)))
-    ends = {(p.topic, p.partition): p.log_end_offset for p in partitions}
-    groups = tuple(_group(node, group, ends)
-                   for _, group in sorted(broker.coordinator.groups.items()))
+    groups = take_groups(broker)
     return BrokerStatus(
         node, broker.replicas.controller_id,
         broker.cluster_id,
@@ -319,6 +317,14 @@ def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str
         {name: topic.partitions for name, topic in sorted(logs.topics.items())},
         _offline(broker, partitions), tuple(broker.client_metrics.snapshot()),
         tuple(broker.quotas.sensors()), _brokers(broker.replicas), _cluster_partitions(broker))
+
+
+def take_groups(broker: Broker) -> tuple[GroupStatus, ...]:
+    """The groups this broker coordinates, read now (on the loop): what the other brokers'
+    pages ask it for."""
+    ends = {tp: log.log_end_offset for tp, log in broker.logs.logs.items()}
+    return tuple(_group(broker.node_id, group, ends)
+                 for _, group in sorted(broker.coordinator.groups.items()))
 
 
 def _brokers(cluster: Replicas) -> tuple[ClusterBroker, ...]:
