@@ -43,7 +43,7 @@ from security_support import plain_jaas
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
-from test_status_page import browser, check_picture, text_of
+from test_status_page import browser, check_picture, click, text_of, texts_of
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.monitoring.browser import MAX_RECORDS, SHOWN_CHARS, show
@@ -231,7 +231,7 @@ def test_the_message_browser_in_chromium(monitored: EmbeddedBroker, browser: Web
     wait = WebDriverWait(browser, TIMEOUT)
     link = f'#topics tr[data-topic="{topic}"] a'
     wait.until(lambda d: text_of(d, link) == topic)
-    browser.find_element(By.CSS_SELECTOR, link).click()
+    click(browser, link)
     row = '#messages tr[data-offset="{}"]'.format
     wait.until(lambda d: text_of(d, row(2)) is not None)
 
@@ -239,7 +239,7 @@ def test_the_message_browser_in_chromium(monitored: EmbeddedBroker, browser: Web
         return [e.get_attribute("textContent") or ""
                 for e in browser.find_elements(By.CSS_SELECTOR, selector)]
 
-    cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, row(0) + " td")]
+    cells = texts_of(browser, row(0) + " td")
     assert cells[:3] == ["0", f"{_utc(T0)} CreateTime", "order-7"], cells
     assert content(row(0) + " pre.json") == [json.dumps(ORDER, indent=2, ensure_ascii=False)]
     assert content(row(0) + " [data-header]") == ["trace: \\x00\\x01\\xfe", "source: web"]

@@ -34,7 +34,7 @@ from broker_fixtures import (
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
-from test_status_page import browser, check_picture, text_of
+from test_status_page import browser, check_picture, text_of, texts_of
 
 from sparklog.broker.monitoring.listener import _groups_of
 from sparklog.broker.monitoring.status import ClusterBroker
@@ -79,18 +79,15 @@ def test_a_followers_page_shows_the_cluster(cluster: Cluster, browser: WebDriver
         wait = WebDriverWait(browser, TIMEOUT)
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#brokers tr")) == 4)
         for broker_id in range(3):
-            cells = [c.text for c in browser.find_elements(
-                By.CSS_SELECTOR, f'#brokers tr[data-broker="{broker_id}"] td')]
+            cells = texts_of(browser, f'#brokers tr[data-broker="{broker_id}"] td')
             assert cells[0] == f"broker {broker_id}" and cells[1].startswith("alive"), cells
             assert ("controller" in cells[1]) == (broker_id == controller), cells
             assert cells[3].startswith("PLAINTEXT 127.0.0.1:"), cells
             assert cells[4] == ("this page" if broker_id == page else urls[broker_id]), cells
         for partition in (0, 1):
             expected = cluster.partition(topic, partition)
-            cells = [c.text for c in browser.find_elements(
-                By.CSS_SELECTOR,
-                f'#cluster-partitions tr[data-cluster-topic="{topic}"]'
-                f'[data-partition="{partition}"] td')]
+            cells = texts_of(browser, f'#cluster-partitions tr[data-cluster-topic="{topic}"]'
+                                      f'[data-partition="{partition}"] td')
             assert cells[1:3] == [str(partition), str(expected.leader)], cells
             assert cells[3] == ", ".join(map(str, expected.replicas)), cells
             assert sorted(map(int, cells[4].split(", "))) == sorted(expected.isrs), cells
@@ -115,9 +112,8 @@ def test_a_followers_page_shows_the_cluster(cluster: Cluster, browser: WebDriver
     wait.until(lambda d: "not registered" in (text_of(d, f'#brokers tr[data-broker="{gone}"]')
                                               or ""))
     def row(partition: int) -> list[str]:
-        return [c.text for c in browser.find_elements(
-            By.CSS_SELECTOR, f'#cluster-partitions tr[data-cluster-topic="{topic}"]'
-                             f'[data-partition="{partition}"] td')]
+        return texts_of(browser, f'#cluster-partitions tr[data-cluster-topic="{topic}"]'
+                                 f'[data-partition="{partition}"] td')
 
     for partition in (0, 1):
         wait.until(lambda _, p=partition: row(p)[5:] == ["under-replicated"])

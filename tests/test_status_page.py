@@ -35,6 +35,7 @@ from broker_fixtures import (
 )
 from png_support import read_png
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -82,8 +83,26 @@ def monitored(tmp_path: Path) -> Iterator[BrokerProcess]:
 
 
 def text_of(driver: WebDriver, selector: str) -> str | None:
+    """The text of the first element ``selector`` finds; None without one (or while the
+    page's redraw replaced it)."""
     found = driver.find_elements(By.CSS_SELECTOR, selector)
-    return found[0].text if found else None
+    try:
+        return found[0].text if found else None
+    except StaleElementReferenceException:
+        return None
+
+
+def texts_of(driver: WebDriver, selector: str) -> list[str]:
+    """The rendered text of every element ``selector`` finds, read in one step of the page
+    (a redraw cannot replace them halfway)."""
+    return driver.execute_script(  # type: ignore[no-any-return]
+        "return Array.from(document.querySelectorAll(arguments[0]), (n) => n.innerText)",
+        selector)
+
+
+def click(driver: WebDriver, selector: str) -> None:
+    """Click the first element ``selector`` finds, in one step of the page."""
+    driver.execute_script("document.querySelector(arguments[0]).click()", selector)
 
 
 MANY_COLOURS = 200

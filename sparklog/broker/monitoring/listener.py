@@ -32,7 +32,8 @@ Invariants:
 - Records are read only by a login the broker's ``Logins`` accept (HTTP basic auth: 401
   with a challenge without one, when a login is required) with READ on the topic (403
   otherwise); a partition without a log here answers 404 with the leader's page to ask.
-  The check and the read run on the loop, like every read of the broker.
+  The login is checked on the request's thread (its key derivation is slow on purpose),
+  the ACL and the read on the loop, like every read of the broker.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ class BrokerUnavailable(Exception):
 
 
 class Logins(Protocol):
-    """Who may read records (``broker.security.page_logins.PageLogins``), on the loop."""
+    """Who may read records (``broker.security.page_logins.PageLogins``): ``principal`` on
+    any thread, ``may_read`` on the loop."""
 
     @property
     def required(self) -> bool: ...
@@ -234,13 +236,12 @@ class MetricsListener:
         except (KeyError, ValueError):
             raise _Refused("400 Bad Request", "expected topic=T&partition=P with offset=O "
                            "or timestamp=MS, and limit=N (numbers)") from None
-        credentials = _basic(environ.get("HTTP_AUTHORIZATION", ""))
+        principal = self._logins.principal(_basic(environ.get("HTTP_AUTHORIZATION", "")))
+        if principal is None:
+            raise _Refused("401 Unauthorized", "log in as one of the broker's SASL users")
         host = environ.get("REMOTE_ADDR", "")
 
         def read() -> MessagePage:
-            principal = self._logins.principal(credentials)
-            if principal is None:
-                raise _Refused("401 Unauthorized", "log in as one of the broker's SASL users")
             if not self._logins.may_read(principal, host, topic):
                 raise _Refused("403 Forbidden", f"{principal} may not READ topic {topic}")
             log = self.broker.logs.logs.get((topic, partition))

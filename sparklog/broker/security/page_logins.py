@@ -12,8 +12,11 @@ Invariants:
 - Reading a topic's records needs READ on the topic, as a Fetch does, when the broker has
   an authorizer (its ACLs, super users and ``allow.everyone.if.no.acl.found``); without one
   anyone may.
-- Called on the broker's event loop (credentials and ACLs are the loop's; on a cluster they
-  are ZooKeeper's, through ``BrokerSecurity``), so it sees every change at once.
+- ``may_read`` runs on the broker's event loop, which owns the ACLs (on a cluster
+  ZooKeeper's, through ``BrokerSecurity``). ``principal`` runs on the HTTP request's own
+  thread: it reads one credential (a single dict lookup in the current store, atomic under
+  the GIL) and derives the password's key there, so a login (thousands of PBKDF2 rounds)
+  never holds the loop.
 """
 
 from __future__ import annotations
