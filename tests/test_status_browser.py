@@ -172,7 +172,9 @@ def secured(tmp_path: Path) -> Iterator[EmbeddedBroker]:
         yield broker
 
 
-def test_the_browser_needs_a_sasl_user_with_read(secured: EmbeddedBroker, topic: str) -> None:
+@pytest.fixture
+def secured_topic(secured: EmbeddedBroker, topic: str) -> str:
+    """``topic`` with the sample records, ALICE and CAROL allowed to READ it."""
     sasl = f"127.0.0.1:{secured.listeners['SASL_PLAINTEXT']}"
     as_admin = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
                 "sasl.username": ADMIN[0], "sasl.password": ADMIN[1]}
@@ -186,10 +188,24 @@ def test_the_browser_needs_a_sasl_user_with_read(secured: EmbeddedBroker, topic:
         admin.create_acls([binding])[binding].result(TIMEOUT)
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT)
     produce_samples(sasl, topic, **as_admin)
+    return topic
+
+
+def test_the_browser_needs_a_sasl_user_with_read(secured: EmbeddedBroker,
+                                                 secured_topic: str) -> None:
+    topic = secured_topic
     query = f"topic={topic}&partition=0"
 
     status, headers, answer = messages(secured, query)
     assert status == 401 and headers["WWW-Authenticate"].startswith('Basic realm="sparklog')
+    assert "SASL users" in answer["error"]
+    # the page's own requests: a challenge the browser leaves to the page's login fields
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(
+            f"{secured.metrics_url}messages.json?{query}",
+            headers={"X-Requested-With": "status-page"}), timeout=TIMEOUT)
+    assert refused.value.code == 401
+    assert refused.value.headers["WWW-Authenticate"].startswith("PageBasic ")
     assert "SASL users" in answer["error"]
     for wrong in [("alice", "bob-secret"), ("carol", "wrong"), ("nobody", "x")]:
         assert messages(secured, query, wrong)[0] == 401, wrong
@@ -270,3 +286,32 @@ def test_the_message_browser_in_chromium(monitored: EmbeddedBroker, browser: Web
     browser.find_element(By.ID, "browse-show").click()
     wait.until(lambda d: text_of(d, row(1)) is not None and text_of(d, row(2)) is not None
                and text_of(d, row(0)) is None)
+
+
+def test_the_pages_login_in_chromium(secured: EmbeddedBroker, secured_topic: str,
+                                     browser: WebDriver) -> None:
+    """The Messages section asks for a user when the broker has SASL listeners, refuses
+    without one or without READ, and shows the records to a user with READ."""
+    assert secured.metrics_url is not None
+    browser.get(secured.metrics_url)
+    wait = WebDriverWait(browser, TIMEOUT)
+    wait.until(lambda d: d.find_element(By.ID, "browse-user").is_displayed())
+    link = f'#topics tr[data-topic="{secured_topic}"] a'
+    wait.until(lambda d: text_of(d, link) == secured_topic)
+    shown = '#messages tr[data-offset="0"] pre.json'
+
+    def attempt(user: str, password: str) -> str:
+        for field, value in (("browse-user", user), ("browse-password", password)):
+            browser.find_element(By.ID, field).clear()
+            browser.find_element(By.ID, field).send_keys(value)
+        before = browser.find_element(By.ID, "browse-status").text
+        click(browser, link)
+        wait.until(lambda d: d.find_element(By.ID, "browse-status").text not in
+                   (before, "reading…"))
+        return browser.find_element(By.ID, "browse-status").text
+
+    assert attempt("", "") == "401: log in as one of the broker's SASL users"
+    assert attempt(*BOB) == f"403: User:bob may not READ topic {secured_topic}"
+    assert not browser.find_element(By.ID, "messages").is_displayed()
+    assert attempt(*CAROL).startswith(f"{secured_topic}-0: offsets 0 to 2")
+    assert json.loads(text_of(browser, shown) or "") == ORDER

@@ -30,7 +30,9 @@ Invariants:
   further, so no request fans out twice. The rest of the cluster view (brokers, partition
   leaders and ISRs) is this broker's own view of ZooKeeper: every broker watches it all.
 - Records are read only by a login the broker's ``Logins`` accept (HTTP basic auth: 401
-  with a challenge without one, when a login is required) with READ on the topic (403
+  with a Basic challenge without one, when a login is required; the page's own requests,
+  which say ``X-Requested-With``, get a challenge no browser answers with its dialog, as
+  the page has its own login fields) with READ on the topic (403
   otherwise); a partition without a log here answers 404 with the leader's page to ask.
   The login is checked on the request's thread (its key derivation is slow on purpose),
   the ACL and the read on the loop, like every read of the broker.
@@ -79,6 +81,9 @@ PEER_TIMEOUT_S = 2.0
 PAGE = "status_page.html"
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 CHALLENGE = 'Basic realm="sparklog broker", charset="UTF-8"'
+PAGE_CHALLENGE = 'PageBasic realm="sparklog broker"'
+"""The challenge answered to the page's own requests (``X-Requested-With``): a browser
+shows its login dialog for a Basic one, and the page asks in its own form instead."""
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
@@ -218,7 +223,9 @@ class MetricsListener:
         except BrokerUnavailable as exc:
             return _respond(start_response, "503 Service Unavailable", f"{exc}\n".encode())
         except _Refused as refused:
-            headers = [("WWW-Authenticate", CHALLENGE)] if refused.status.startswith("401") else []
+            from_page = bool(environ.get("HTTP_X_REQUESTED_WITH"))
+            headers = [("WWW-Authenticate", PAGE_CHALLENGE if from_page else CHALLENGE)
+                       ] if refused.status.startswith("401") else []
             return _json(start_response, {"error": str(refused), **refused.extra},
                          refused.status, headers)
         return _respond(start_response, "404 Not Found",
