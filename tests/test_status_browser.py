@@ -289,7 +289,7 @@ def test_the_message_browser_in_chromium(monitored: EmbeddedBroker, browser: Web
 
 
 def test_the_pages_login_in_chromium(secured: EmbeddedBroker, secured_topic: str,
-                                     browser: WebDriver) -> None:
+                                     browser: WebDriver, tmp_path: Path) -> None:
     """The Messages section asks for a user when the broker has SASL listeners, refuses
     without one or without READ, and shows the records to a user with READ."""
     assert secured.metrics_url is not None
@@ -315,3 +315,5 @@ def test_the_pages_login_in_chromium(secured: EmbeddedBroker, secured_topic: str
     assert not browser.find_element(By.ID, "messages").is_displayed()
     assert attempt(*CAROL).startswith(f"{secured_topic}-0: offsets 0 to 2")
     assert json.loads(text_of(browser, shown) or "") == ORDER
+    check_picture(browser, tmp_path / "message-browser-login.png",
+                  ["section:has(#messages)", "#browse-login", shown])
