@@ -1,13 +1,14 @@
 """The status page of a cluster (real ZooKeeper, three broker processes), on a follower.
 
 Every broker's page shows the whole cluster: the page of a broker that is neither the
-controller nor the group's coordinator lists all brokers (alive, the controller), every
-partition's leader, replicas and ISR as the cluster's Metadata answers them, and the group
-its coordinator holds (read from the coordinator's page at the URL it registered), with the
-coordinator's id. Once a broker is killed, the page shows it no longer registered and its
-partitions under-replicated. Both states are looked at in headless Chromium through the DOM
-and their screenshots checked as the single broker's page is (saved in the tmp dir).
-A peer whose page does not answer is listed with its error instead of failing the page.
+controller nor the group's coordinator lists all brokers (alive, rack, the controller),
+every partition's leader, replicas and ISR as the cluster's Metadata answers them, and the
+group its coordinator holds (read from the coordinator's page at the URL it registered),
+with the coordinator's id. Once a broker is killed, the page shows it no longer
+registered, its partitions under-replicated and the one it alone held offline. Both states
+are looked at in headless Chromium through the DOM and their screenshots checked as the
+single broker's page is (saved in the tmp dir). A peer whose page does not answer is
+listed with its error instead of failing the page.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from broker_fixtures import (
     committed_member,
     create_topic,
     produce_per_partition,
-    running_cluster,
     topic,
     zookeeper,
 )
@@ -43,13 +43,22 @@ from sparklog.cluster.zookeeper_server import ZooKeeperServer
 __all__ = ["browser", "topic", "zookeeper"]
 
 
+RACKS = ("rack-a", "rack-b", "rack-a")
+
+
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path,
             request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    with running_cluster(zookeeper, tmp_path, request.node.name,
-                         {"metrics.listener": "http://127.0.0.1:0",
-                          "auto.leader.rebalance.enable": "false"}) as running:
-        yield running
+    """Three brokers, each with its status page, on two racks."""
+    running = Cluster(zookeeper, tmp_path, request.node.name,
+                      config={"metrics.listener": "http://127.0.0.1:0",
+                              "auto.leader.rebalance.enable": "false"})
+    for broker, rack in zip(running.brokers, RACKS, strict=True):
+        broker.config["broker.rack"] = rack
+    try:
+        yield running.start()
+    finally:
+        running.stop()
 
 
 def status(url: str) -> Any:
@@ -74,6 +83,9 @@ def test_a_followers_page_shows_the_cluster(cluster: Cluster, browser: WebDriver
         page = next(i for i in range(3) if i not in (controller, coordinator))
         url = urls[page]
         assert url is not None
+        # a topic only one other broker holds: offline once that broker is gone
+        gone = next(i for i in range(3) if i != page)
+        alone = create_topic(cluster.bootstrap, f"{topic}.alone", replicas=[[gone]])
 
         browser.get(url)
         wait = WebDriverWait(browser, TIMEOUT)
@@ -81,6 +93,7 @@ def test_a_followers_page_shows_the_cluster(cluster: Cluster, browser: WebDriver
         for broker_id in range(3):
             cells = texts_of(browser, f'#brokers tr[data-broker="{broker_id}"] td')
             assert cells[0] == f"broker {broker_id}" and cells[1].startswith("alive"), cells
+            assert cells[2] == RACKS[broker_id], cells
             assert ("controller" in cells[1]) == (broker_id == controller), cells
             assert cells[3].startswith("PLAINTEXT 127.0.0.1:"), cells
             assert cells[4] == ("this page" if broker_id == page else urls[broker_id]), cells
@@ -105,8 +118,8 @@ def test_a_followers_page_shows_the_cluster(cluster: Cluster, browser: WebDriver
     finally:
         member.close()
 
-    # a broker other than this page's dies: not registered, its partitions under-replicated
-    gone = next(i for i in range(3) if i != page)
+    # a broker other than this page's dies: not registered, its partitions under-replicated,
+    # the one it alone held offline
     cluster.brokers[gone].kill()
     wait = WebDriverWait(browser, 3 * TIMEOUT)
     wait.until(lambda d: "not registered" in (text_of(d, f'#brokers tr[data-broker="{gone}"]')
@@ -123,6 +136,11 @@ def test_a_followers_page_shows_the_cluster(cluster: Cluster, browser: WebDriver
     # the topic's two, and the internal topics' partitions with a replica there
     assert int(browser.find_element(By.ID, "partition-summary").get_attribute("data-under")
                or 0) >= 2
+    offline = f'#cluster-partitions tr[data-cluster-topic="{alone}"] td'
+    # Kafka's controller leaves it without a leader, its last ISR member in the ISR
+    wait.until(lambda _: texts_of(browser, offline)[5:] == ["offline"])
+    assert texts_of(browser, offline)[2:5] == ["none", str(gone), str(gone)]
+    assert browser.find_element(By.ID, "partition-summary").get_attribute("data-offline") == "1"
     assert browser.find_element(By.ID, "cluster-summary").text.startswith(
         "2 of 3 broker(s) alive")
     check_picture(browser, tmp_path / "cluster-after-kill.png",
