@@ -16,7 +16,8 @@ Invariants:
   nothing but raises ``ConnectionError`` (the caller drops the connection).
 - With ``config.security``, the socket is wrapped in TLS before the first byte and, on a
   SASL protocol, the connection logs in (SaslHandshake v1 and SaslAuthenticate) right after
-  ApiVersions; a refused login is a ``KafkaClientError`` naming the broker and the error.
+  ApiVersions; a refused login (or mechanism) is a ``failures.ConnectionFailure`` naming the
+  listener, the user, the mechanism and the broker's reason.
 - Socket failures surface as ``OSError`` (``ConnectionError`` for a closed connection);
   retrying is the caller's business.
 """
@@ -29,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparklog.client.errors import KafkaClientError
+from sparklog.client.failures import ConnectionFailure, authentication_failed
 from sparklog.client.sasl import authenticate
 from sparklog.client.settings import ClientConfig, ClientSecurity
 from sparklog.errors import ErrorCode, error_name
@@ -66,6 +68,8 @@ class BrokerConnection:
                 self._sock = security.ssl_context().wrap_socket(self._sock,
                                                                 server_hostname=host)
             self._correlation = 0
+            self.answers = 0
+            """Answers read so far (ApiVersions' included)."""
             self._pending: list[tuple[int, int, int]] = []  # (correlation id, api, version)
             self.versions = self._negotiate()
             if security.sasl:
@@ -99,15 +103,17 @@ class BrokerConnection:
         """SaslHandshake v1, then the mechanism's tokens in SaslAuthenticate requests."""
         answer = self.request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": security.mechanism})
         if answer.error_code != ErrorCode.NONE:
-            raise KafkaClientError(
-                f"broker {self.address}: SASL mechanism {security.mechanism} refused "
-                f"({error_name(answer.error_code)}; enabled: {', '.join(answer.mechanisms)})")
+            raise ConnectionFailure(
+                f"the {security.protocol} listener at {self.address} refuses SASL mechanism "
+                f"{security.mechanism} ({error_name(answer.error_code)}; enabled: "
+                f"{', '.join(answer.mechanisms)})")
 
         def exchange(token: bytes) -> bytes:
             reply = self.request(ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": token})
             if reply.error_code != ErrorCode.NONE:
-                raise KafkaClientError(f"broker {self.address}: {error_name(reply.error_code)}: "
-                                       f"{reply.error_message}")
+                raise authentication_failed(self.address, security,
+                                            f"{error_name(reply.error_code)}: "
+                                            f"{reply.error_message}")
             return reply.auth_bytes
 
         authenticate(exchange, security)
@@ -128,6 +134,7 @@ class BrokerConnection:
         if got != correlation:
             raise ConnectionError(f"broker {self.address} answered correlation id {got}, "
                                   f"expected {correlation}")
+        self.answers += 1
         return decode_response(api_key, version, frame)
 
     def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:

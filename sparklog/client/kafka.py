@@ -12,6 +12,12 @@ Invariants:
   the broker or partition and the Kafka error. A broker that refuses a connection or drops
   one loses every leadership cached for it, so a dead leader's partitions are looked up
   again (in a cluster, until the controller has elected their new leaders).
+- A client no broker has answered yet (and given no leader hints) that finds no bootstrap
+  server accepting a connection fails after ``RetryPolicy.bootstrap_timeout_s`` with
+  ``KafkaClientError`` naming every address and why; a connection that opens but breaks
+  before its first answer is probed (``failures.mismatch_at``): a listener speaking another
+  security protocol, or a TLS certificate the client does not trust, is a
+  ``ConnectionFailure`` at once, never retried.
 - ``prefetch`` sends the Fetch a coming ``fetch`` will read, so the broker works while the
   caller decodes the previous answer; any other request on that connection drops it.
 - Nothing here must survive pickling: a ``KafkaClient`` is opened where it is used (driver
@@ -36,7 +42,8 @@ from sparklog.client.errors import (
     KafkaClientError,
     RetriableError,
 )
-from sparklog.client.settings import Address, ClientConfig, RetryPolicy
+from sparklog.client.failures import refused_for_good
+from sparklog.client.settings import BOOTSTRAP_TIMEOUT_S, Address, ClientConfig, RetryPolicy
 from sparklog.errors import ErrorCode, error_name
 from sparklog.protocol.versions import ApiKey, CoordinatorType, IsolationLevel, api_name
 
@@ -81,6 +88,9 @@ class KafkaClient:
         self._connections: dict[Address, BrokerConnection] = {}
         self._leaders: dict[TopicPartition, Address] = dict(leader_hints or {})
         self._prefetched: tuple[TopicPartition, int, int, BrokerConnection] | None = None
+        self._answered = bool(leader_hints)
+        """A broker of this cluster answered (or the caller knows its brokers)."""
+        self._unanswered_since: float | None = None
 
     def __enter__(self) -> KafkaClient:
         return self
@@ -329,6 +339,9 @@ class KafkaClient:
             return connection.request(api_key, connection.versions[api_key], body)
         except OSError as exc:
             self._failed(connection)
+            if connection.answers == 1:  # only ApiVersions: a SASL listener, no login?
+                host, _, port = connection.address.rpartition(":")
+                self._refuse_for_good((host, int(port)), exc)
             raise RetriableError(f"{api_name(api_key)} to {connection.address}: {exc}") from exc
 
     def _drop(self, connection: BrokerConnection) -> None:
@@ -352,11 +365,18 @@ class KafkaClient:
             try:
                 connection = BrokerConnection(*address, self.config)
             except OSError as exc:
+                self._refuse_for_good(address, exc)
                 self._unreachable(address)
                 raise RetriableError(f"cannot connect to {address[0]}:{address[1]}: "
                                       f"{exc}") from exc
             self._connections[address] = connection
+            self._answered = True
         return connection
+
+    def _refuse_for_good(self, address: Address, exc: OSError) -> None:
+        failure = refused_for_good(address, exc, self.config.security)
+        if failure is not None:
+            raise failure from None
 
     def _bootstrap_connection(self) -> BrokerConnection:
         """Any open connection, else the first bootstrap server that accepts one."""
@@ -368,4 +388,24 @@ class KafkaClient:
                 return self._connection(address)
             except RetriableError as exc:
                 errors.append(str(exc))
-        raise RetriableError("no bootstrap server reachable: " + "; ".join(errors))
+        message = "no bootstrap server reachable: " + "; ".join(errors)
+        patience = self.retry.bootstrap_timeout_s
+        if not self._answered and patience is not None:
+            now = time.monotonic()
+            if self._unanswered_since is None:
+                self._unanswered_since = now
+            if now - self._unanswered_since >= patience:
+                raise KafkaClientError(f"no broker answered at bootstrap servers "
+                                       f"{self.config.servers} within {patience:g} s: "
+                                       + "; ".join(errors))
+        raise RetriableError(message)
+
+
+def check_bootstrap(config: ClientConfig, timeout_s: float = BOOTSTRAP_TIMEOUT_S) -> None:
+    """Fail unless a bootstrap server of ``config`` answers Metadata (logged in as
+    ``config.security`` says) within ``timeout_s``: ``KafkaClientError`` naming the servers,
+    or ``ConnectionFailure`` for a refused login or a protocol mismatch."""
+    patience = RetryPolicy(max(timeout_s, config.request_timeout_s), config.retry_backoff_s,
+                           bootstrap_timeout_s=timeout_s)
+    with KafkaClient(config, patience) as client:
+        client.metadata([])

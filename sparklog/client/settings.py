@@ -48,6 +48,9 @@ DEFAULT_FETCH_MAX_WAIT_MS = 500
 DEFAULT_FETCH_MIN_BYTES = 1
 DEFAULT_RETRY_BACKOFF_MS = 100
 DEFAULT_API_TIMEOUT_MS = 60_000
+BOOTSTRAP_TIMEOUT_S = 5.0
+"""How long the Spark source's and sink's driver wait for a first bootstrap server to
+accept a connection before they fail naming the servers (``RetryPolicy.bootstrap_timeout_s``)."""
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 """Kafka's ``isolation.level`` values and their Fetch / ListOffsets wire values."""
 
@@ -62,6 +65,10 @@ class RetryPolicy:
 
     timeout_s: float
     backoff_s: float
+    bootstrap_timeout_s: float | None = None
+    """How long a client that no broker has answered yet keeps trying its bootstrap
+    servers before it fails naming them (None: as long as any retriable failure). Once a
+    broker answered, a broker going away is retried for ``timeout_s``."""
 
 
 @dataclass(frozen=True, slots=True)

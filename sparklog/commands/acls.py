@@ -40,12 +40,12 @@ from confluent_kafka.admin import (
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
-    AdminClient,
     ResourcePatternType,
     ResourceType,
 )
 
 from sparklog.client.admin import REQUEST_TIMEOUT_S, kafka_error
+from sparklog.client.watch import connected_admin
 from sparklog.commands._client import USAGE, ToolError, client_config, client_parent, tool
 
 CLUSTER = "kafka-cluster"
@@ -151,7 +151,7 @@ def add_acls(args: argparse.Namespace) -> int:
         raise ToolError("--resource-pattern-type must be literal or prefixed to add ACLs",
                         USAGE)
     bindings = _bindings(args, pattern)
-    admin = AdminClient(client_config(args))
+    admin = connected_admin(client_config(args))
     for future in admin.create_acls(bindings, request_timeout=REQUEST_TIMEOUT_S).values():
         _check(future)
     _print("Adding ACLs for resource", bindings)
@@ -161,7 +161,7 @@ def add_acls(args: argparse.Namespace) -> int:
 def remove_acls(args: argparse.Namespace) -> int:
     pattern = ResourcePatternType[args.resource_pattern_type or "ANY"]
     filters = _bindings(args, pattern, AclBindingFilter)
-    admin = AdminClient(client_config(args))
+    admin = connected_admin(client_config(args))
     removed: list[AclBinding] = []
     for future in admin.delete_acls(filters, request_timeout=REQUEST_TIMEOUT_S).values():
         removed += _check(future)
@@ -173,7 +173,7 @@ def list_acls(args: argparse.Namespace) -> int:
     pattern = ResourcePatternType[args.resource_pattern_type or "ANY"]
     resources: list[tuple[ResourceType, str | None]] = list(_resources(args)) or [
         (ResourceType.ANY, None)]
-    admin = AdminClient(client_config(args))
+    admin = connected_admin(client_config(args))
     found: list[AclBinding] = []
     for kind, name in resources:
         for principal in args.principal or [None]:

@@ -42,6 +42,7 @@ from confluent_kafka.admin import (
 )
 
 from sparklog.client.admin import REQUEST_TIMEOUT_S
+from sparklog.client.watch import connected_admin
 from sparklog.commands import _quotas
 from sparklog.commands._client import (
     USAGE,
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if set(args.entity_type or ()) & _quotas.ENTITY_TYPES.keys():
         return _quotas.run(args, NAME, split_configs(args.add_config or "", "--add-config"))
     kind, name = _entity(args)
-    admin = AdminClient(client_config(args))
+    admin = connected_admin(client_config(args))
     if args.describe:
         return _describe(admin, kind, name, args.all)
     if name is None:

@@ -44,6 +44,7 @@ from confluent_kafka import (
 )
 
 from sparklog.client.admin import MISSING_TOPIC, REQUEST_TIMEOUT_S
+from sparklog.client.watch import WatchedConsumer
 from sparklog.commands._client import (
     USAGE,
     Property,
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if args.group and (args.partition is not None or args.offset is not None):
         raise ToolError("--partition and --offset assign partitions directly; they cannot be "
                         "used with --group", USAGE)
-    consumer = Consumer(client_config(args, {
+    consumer = WatchedConsumer(client_config(args, {
         "group.id": args.group or PLACEHOLDER_GROUP,
         "auto.offset.reset": "earliest" if args.from_beginning else "latest",
         "enable.auto.commit": bool(args.group),

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import ElectionType, KafkaError, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from sparklog.client.admin import kafka_error
+from sparklog.client.watch import connected_admin
 from sparklog.commands._client import (
     FAILED,
     USAGE,
@@ -107,7 +107,7 @@ def _read_partitions(path: Path) -> list[TopicPartition]:
 def _elect(args: argparse.Namespace) -> int:
     partitions = _partitions(args)
     election: ElectionType = args.election_type
-    admin = AdminClient(client_config(args))
+    admin = connected_admin(client_config(args))
     # confluent-kafka 2.16 fails on either timeout argument (a SystemError in its binding):
     # its defaults (socket.timeout.ms, 60 s) bound the request and the broker's wait
     results = admin.elect_leaders(election, partitions).result()

@@ -55,11 +55,12 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, OffsetSpec
+from confluent_kafka.admin import ConsumerGroupDescription, OffsetSpec
 
 from sparklog.client.admin import REQUEST_TIMEOUT_S, kafka_error, topic_partitions
 from sparklog.client.cluster import TopicPartition as ClientPartition
 from sparklog.client.group_offsets import GroupOffsetsError, delete_offsets
+from sparklog.client.watch import connected_admin
 from sparklog.commands._client import (
     USAGE,
     ToolError,
@@ -189,7 +190,7 @@ class _Admin:
     """One AdminClient and the requests the tool makes (it must outlive their futures)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self.client = AdminClient(client_config(args))
+        self.client = connected_admin(client_config(args))
 
     def group_ids(self) -> list[str]:
         result = self.client.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S).result()

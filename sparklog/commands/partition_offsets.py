@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 
 from sparklog.client.admin import REQUEST_TIMEOUT_S, kafka_error
+from sparklog.client.watch import connected_admin
 from sparklog.commands._client import (
     FAILED,
     USAGE,
@@ -106,7 +107,7 @@ def _get_offsets(args: argparse.Namespace) -> int:
     if spec is None:
         raise ToolError(f"--time {args.time}: expected -1, -2 or a time in epoch milliseconds"
                         + (" (-3 needs ListOffsets v7)" if args.time == -3 else ""), USAGE)
-    admin = AdminClient(client_config(args))
+    admin = connected_admin(client_config(args))
     metadata = admin.list_topics(timeout=REQUEST_TIMEOUT_S)
     wanted = []
     for name, topic in sorted(metadata.topics.items()):
@@ -147,7 +148,7 @@ def _delete_records(args: argparse.Namespace) -> int:
     partitions = _read_offsets(args.offset_json_file)
     if not partitions:
         raise ToolError(f"--offset-json-file {args.offset_json_file}: no partitions", USAGE)
-    admin = AdminClient(client_config(args))
+    admin = connected_admin(client_config(args))
     print("Executing records delete operation")
     futures = admin.delete_records(partitions, request_timeout=REQUEST_TIMEOUT_S)
     print("Records delete operation completed:")

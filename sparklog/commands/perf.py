@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Message, Producer
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Message
 
+from sparklog.client.watch import WatchedConsumer, WatchedProducer
 from sparklog.commands._client import (
     FAILED,
     ToolError,
@@ -159,7 +160,7 @@ def _payload(size: int) -> bytes:
 def _produce(args: argparse.Namespace) -> int:
     if args.throughput == 0 or args.throughput < -1:
         raise ToolError("--throughput must be a positive rate or -1 (no limit)", 2)
-    producer = Producer(client_config(args))
+    producer = WatchedProducer(client_config(args))
     payload = _payload(args.record_size)
     stats = Stats(time.perf_counter())
     stats.window_start = stats.started
@@ -197,7 +198,7 @@ def _produce(args: argparse.Namespace) -> int:
 
 def _consume(args: argparse.Namespace) -> int:
     start = OFFSET_END if args.from_latest else OFFSET_BEGINNING
-    consumer = Consumer(client_config(args, {
+    consumer = WatchedConsumer(client_config(args, {
         "group.id": args.group or "sparklog-perf-consumer",
         "auto.offset.reset": "latest" if args.from_latest else "earliest",
         "enable.auto.commit": bool(args.group),

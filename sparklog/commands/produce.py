@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from sparklog.client.admin import kafka_error
+from sparklog.client.watch import WatchedProducer
 from sparklog.commands._client import (
     FAILED,
     Headers,
@@ -154,7 +155,7 @@ def line_format(args: argparse.Namespace) -> LineFormat:
 
 def run(args: argparse.Namespace) -> int:
     reader = line_format(args)
-    producer = Producer(client_config(args))
+    producer = WatchedProducer(client_config(args))
     deliveries = Deliveries()
     bad_line = None
     with stop_on_signals() as stop:

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient
 
 from sparklog.client.admin import REQUEST_TIMEOUT_S, admin_result, kafka_error
 from sparklog.client.cluster import TopicPartition
 from sparklog.client.reassignments import alter_reassignments, list_reassignments
+from sparklog.client.watch import connected_admin
 from sparklog.cluster.assignment import assign_replicas
 from sparklog.commands._client import (
     USAGE,
@@ -147,7 +147,7 @@ def plan_json(plan: Mapping[TopicPartition, Iterable[int]]) -> str:
 
 def _current(args: argparse.Namespace, topics: Iterable[str]) -> Plan:
     """Every partition of ``topics`` with its replicas as Metadata lists them."""
-    admin = AdminClient(client_config(args))
+    admin = connected_admin(client_config(args))
     names = sorted(set(topics))
     futures = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
     current: Plan = {}
@@ -176,7 +176,7 @@ def _generate(args: argparse.Namespace) -> int:
     except ValueError:
         raise ToolError(f"--broker-list {args.broker_list!r}: give broker ids like 1,2",
                         USAGE) from None
-    admin = AdminClient(client_config(args))
+    admin = connected_admin(client_config(args))
     nodes = {n.id: n.rack for n in admin.describe_cluster(
         request_timeout=REQUEST_TIMEOUT_S).result().nodes}
     unknown = sorted(set(brokers) - nodes.keys())

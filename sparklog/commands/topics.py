@@ -49,6 +49,7 @@ from sparklog.client.admin import (
     admin_result,
     kafka_error,
 )
+from sparklog.client.watch import connected_admin
 from sparklog.commands._client import (
     USAGE,
     ToolError,
@@ -120,7 +121,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def _admin(args: argparse.Namespace) -> AdminClient:
     """A client for one action. Keep a reference until its futures are done: once collected,
     they fail with "Handle is terminating"."""
-    return AdminClient(client_config(args))
+    return connected_admin(client_config(args))
 
 
 def _wait(future: Future, topic: str, tolerated: frozenset[int] = frozenset()) -> bool:

@@ -39,7 +39,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka.admin import (
-    AdminClient,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialAlteration,
@@ -55,6 +54,7 @@ from sparklog.broker.security.scram_credentials import (
     credentials_of,
 )
 from sparklog.client.admin import REQUEST_TIMEOUT_S, kafka_error
+from sparklog.client.watch import connected_admin
 from sparklog.cluster.security_store import SecurityStore, open_security_store
 from sparklog.cluster.session import ClusterError
 from sparklog.commands._client import USAGE, ToolError, client_config, client_parent, tool
@@ -126,7 +126,7 @@ def delete_user(args: argparse.Namespace) -> int:
 
 def _alter(args: argparse.Namespace, alterations: list[UserScramCredentialAlteration],
            done: str) -> None:
-    admin = AdminClient(client_config(args))
+    admin = connected_admin(client_config(args))
     for user, future in admin.alter_user_scram_credentials(
             alterations, request_timeout=REQUEST_TIMEOUT_S).items():
         _raise_for(user, future.exception())
@@ -147,7 +147,7 @@ def list_users(args: argparse.Namespace) -> int:
                                 for m, c in sorted(found[name].items()))
             print(f"SCRAM credential configs for user-principal '{name}' are {configs}")
         return 0
-    admin = AdminClient(client_config(args))
+    admin = connected_admin(client_config(args))
     found = admin.describe_user_scram_credentials(args.names or None,
                                                   request_timeout=REQUEST_TIMEOUT_S)
     if not args.names:

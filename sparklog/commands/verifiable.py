@@ -40,10 +40,10 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
+from sparklog.client.watch import WatchedConsumer, WatchedProducer
 from sparklog.commands._client import (
     FAILED,
     client_config,
@@ -106,7 +106,7 @@ def _text(data: bytes | None) -> str | None:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    producer = Producer(client_config(args, {"acks": args.acks}))
+    producer = WatchedProducer(client_config(args, {"acks": args.acks}))
     counts = {"sent": 0, "acked": 0, "failed": 0}
 
     def report(error: KafkaError | None, message: Message) -> None:
@@ -157,7 +157,7 @@ def _consume(args: argparse.Namespace) -> int:
     }
     if args.group_instance_id:
         settings["group.instance.id"] = args.group_instance_id
-    consumer = Consumer(client_config(args, settings))
+    consumer = WatchedConsumer(client_config(args, settings))
     emit("startup_complete")
     try:
         with stop_on_signals() as stop:

@@ -3,8 +3,9 @@
 Invariants:
 - Settings are loaded and ``check``-ed before Spark starts, so a bad setting fails at once;
   a failure the user can act on (a setting, a ``--schema`` that does not parse, a topic that
-  is missing or cannot be created) ends the job with one line naming it and exit code 1,
-  not a traceback.
+  is missing or cannot be created, a refused login or a client of another security protocol
+  than the listener's, ``client.failures.ConnectionFailure``) ends the job with one line
+  naming it and exit code 1, not a traceback.
 - The session is stopped however the job ends.
 - ``run_job`` (the long-running jobs) handles SIGTERM and SIGINT from when the session is up
   (it replaces PySpark's SIGINT handler, which raises KeyboardInterrupt into whatever py4j
@@ -24,6 +25,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from sparklog.client.admin import TopicError
+from sparklog.client.failures import ConnectionFailure
 from sparklog.dlq.parse import ParseSpec, SchemaError
 from sparklog.jobs.settings import JobSettings
 from sparklog.jobs.spark import build_spark
@@ -57,7 +59,8 @@ def spark_job(app_name: str, args: argparse.Namespace,
               check: Callable[[JobSettings], object] | None = None,
               ) -> Iterator[tuple[SparkSession, JobSettings]]:
     """Logging, settings (``check`` refuses bad ones before Spark starts) and a session that
-    is stopped at the end; a ``TopicError`` becomes the job's one-line failure."""
+    is stopped at the end; a ``TopicError`` or ``ConnectionFailure`` becomes the job's
+    one-line failure."""
     setup_logging(args.log_level)
     settings = JobSettings.load(args.conf_dir, args.set)
     if check is not None:
@@ -66,7 +69,7 @@ def spark_job(app_name: str, args: argparse.Namespace,
     try:
         ParseSpec.from_ddl(args.schema)  # a bad --schema fails now, before any work
         yield spark, settings
-    except (TopicError, SchemaError) as error:
+    except (TopicError, SchemaError, ConnectionFailure) as error:
         raise SystemExit(str(error)) from None
     finally:
         spark.stop()
