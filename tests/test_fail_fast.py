@@ -4,12 +4,16 @@ security protocol, the user and the SASL mechanism; a bootstrap list where nothi
 fails naming the addresses.
 
 The tools run in-process through ``sparklog.cli.main`` against one broker with a listener
-per security protocol (``security_support.listeners_config``) and SCRAM users.
+per security protocol (``security_support.listeners_config``) and SCRAM users; one job
+runs as its own process, as users run it.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,3 +172,26 @@ def test_no_bootstrap_server_answering_fails_naming_them_after_the_bootstrap_tim
             _client(1, ClientSecurity(), RetryPolicy(30.0, 0.1, bootstrap_timeout_s=1.0)) as c:
         c.metadata(None)
     assert time.monotonic() - started < FAST_S
+
+
+@pytest.mark.timeout(300)
+def test_a_job_with_a_wrong_password_ends_with_one_line(
+        brokers: EmbeddedBroker, certificates: Path, tmp_path: Path) -> None:
+    address = _address(brokers, "SASL_SSL")
+    security = [f"source.kafka.{key}={value}"
+                for key, value in _sasl(certificates, "wrong").items()]
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "sparklog.jobs.backfill", "--bootstrap-server", address,
+         "--topic", "t", "--table", str(tmp_path / "table"), "--schema", "id BIGINT",
+         "--from-offsets", '{"t":{"0":0}}', "--to-offsets", '{"t":{"0":1}}',
+         *(item for setting in security for item in ("--set", setting))],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.rstrip().splitlines()[-1].startswith(
+        f"authentication failed on the SASL_SSL listener at {address} for user 'alice' with "
+        "SASL mechanism SCRAM-SHA-256"), result.stderr
+    assert took < 120, took  # Spark's start-up; the failure itself takes well under a second

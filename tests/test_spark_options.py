@@ -48,19 +48,6 @@ def test_option_errors_surface_at_load(spark: Any, stream: bool, options: dict[s
         _reader(spark, stream, **options).load()
 
 
-def test_mode_specific_options_are_checked_when_the_reader_is_built(spark: Any,
-                                                                   tmp_path: Path) -> None:
-    # valid for one mode: load() accepts them, the reader of the other mode refuses them
-    batch = _reader(spark, False, subscribe="t", startingOffsets="latest").load()
-    with pytest.raises(Exception, match="latest \\(-1\\) is not a valid start for batch"):
-        batch.collect()
-    stream = _reader(spark, True, subscribe="t", endingOffsets="latest").load()
-    query = (stream.writeStream.format("noop").trigger(availableNow=True)
-             .option("checkpointLocation", str(tmp_path / "ck")).start())
-    with pytest.raises(Exception, match="endingOffsets is not valid in streaming queries"):
-        query.awaitTermination(120)
-
-
 def test_register_keeps_the_auto_registered_format(spark: Any,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[object] = []

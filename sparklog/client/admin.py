@@ -8,7 +8,9 @@ Invariants:
   is, whatever its partition count. ``topic_partitions`` and ``partition_count`` never create
   a topic.
 - ``ensure_topics`` and ``partition_count`` fail with a ``TopicError`` whose message names
-  the topic and the broker's reason.
+  the topic and the broker's reason; they log in with the client settings given (Kafka's
+  security settings) and fail at once on a refused login or a protocol mismatch
+  (``watch.connected_admin``).
 - An ``AdminClient`` outlives the futures of its requests (once collected, they fail with
   "Handle is terminating").
 """
@@ -20,6 +22,8 @@ from concurrent.futures import Future
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from sparklog.client.watch import connected_admin
 
 REQUEST_TIMEOUT_S = 30.0
 MISSING_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
@@ -54,8 +58,10 @@ def topic_partitions(admin: AdminClient, topic: str) -> list[int]:
     return [partition.id for partition in future.result().partitions]
 
 
-def partition_count(bootstrap: str, topic: str) -> int:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def partition_count(bootstrap: str, topic: str,
+                    client_config: Mapping[str, str] | None = None) -> int:
+    """The number of partitions of ``topic``; ``client_config`` adds settings (security)."""
+    admin = connected_admin({"bootstrap.servers": bootstrap, **(client_config or {})})
     try:
         return len(topic_partitions(admin, topic))
     except KafkaException as exc:
@@ -64,9 +70,10 @@ def partition_count(bootstrap: str, topic: str) -> int:
         raise TopicError(f"topic {topic} on {bootstrap}: {reason}") from None
 
 
-def ensure_topics(bootstrap: str, topics: Mapping[str, int]) -> None:
+def ensure_topics(bootstrap: str, topics: Mapping[str, int],
+                  client_config: Mapping[str, str] | None = None) -> None:
     """Create the topics that do not exist yet (``{name: partitions}``)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = connected_admin({"bootstrap.servers": bootstrap, **(client_config or {})})
     futures = admin.create_topics([NewTopic(name, partitions) for name, partitions in
                                    topics.items()], operation_timeout=REQUEST_TIMEOUT_S)
     for name, future in futures.items():

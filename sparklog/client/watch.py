@@ -15,7 +15,7 @@ Invariants:
   within one slice (a record, a served callback or an empty queue ends it as before).
   Their ``list_topics`` serves no callback: it waits in slices of ``METADATA_SLICE_S`` and
   diagnoses between them. An ``AdminClient`` serves its callbacks only in ``poll``, so
-  ``connected_admin`` polls until the cluster first answers.
+  ``connected_admin`` polls until the cluster first answers (``ADMIN_WAIT_S`` at most).
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ SLICE_S = 0.2
 METADATA_SLICE_S = 0.5
 PROBE_INTERVAL_S = 5.0
 ADMIN_WAIT_S = 30.0
-"""How long ``connected_admin`` polls for a first answer before leaving the wait to the
-caller's own request timeouts."""
+"""How long ``connected_admin`` waits for a first answer (the tools' request timeout)."""
 
 _CONNECTION_ERRORS = frozenset({KafkaError._TRANSPORT, KafkaError._SSL,
                                 KafkaError._ALL_BROKERS_DOWN})
@@ -213,8 +212,8 @@ class WatchedConsumer(_Watched, Consumer):
 def connected_admin(config: Mapping[str, object], wait_s: float = ADMIN_WAIT_S
                     ) -> AdminClient:
     """An ``AdminClient`` of ``config`` once the cluster answered it: a refused login or a
-    protocol mismatch raises ``ConnectionFailure`` within seconds; after ``wait_s`` without
-    an answer the client is returned and its requests time out as usual."""
+    protocol mismatch raises ``ConnectionFailure`` within seconds, no answer in ``wait_s``
+    a ``KafkaClientError`` naming the bootstrap servers."""
     watch = FailureWatch(config)
     admin = AdminClient({"error_cb": watch, **config})
     deadline = time.monotonic() + wait_s
@@ -225,6 +224,8 @@ def connected_admin(config: Mapping[str, object], wait_s: float = ADMIN_WAIT_S
         except KafkaException:
             admin.poll(0)
             if watch.failure is not None:
-                del admin  # destroyed now, not kept by the traceback
-                watch.check()
-    return admin
+                break
+    del admin  # destroyed now, not kept alive by the traceback
+    watch.check()
+    raise KafkaClientError(f"no broker answered at bootstrap servers {watch.bootstrap_text} "
+                           f"within {wait_s:g} s")

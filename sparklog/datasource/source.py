@@ -8,7 +8,14 @@ Invariants:
 - Option problems (unknown, conflicting, badly typed) raise ``OptionError`` naming the
   option and what is allowed, at ``load()``: Spark calls ``schema`` in the driver then
   (never for writes), so the read options are validated there; what depends on batch or
-  stream is checked when the reader is built.
+  stream is checked when the reader is built. PySpark's streaming source runner hides an
+  error raised by ``streamReader`` behind its own (``UnboundLocalError`` about 'reader'), so
+  a stream reader that cannot be built is returned as ``FailedStreamReader``, which raises
+  the error from the first call Spark makes, where Spark reports it.
+- ``load()`` also checks the cluster (``client.kafka.check_bootstrap``): when no bootstrap
+  server accepts a connection for ``BOOTSTRAP_TIMEOUT_S``, or one refuses the login or
+  speaks another security protocol, it fails there naming the servers, not a minute later
+  in the first batch.
 - ``df.write`` appends: save mode ``overwrite`` is refused (a topic cannot be overwritten,
   as Spark's Kafka sink refuses it). Spark itself refuses the other modes, including the
   default ``errorifexists``, for every Python data source, so writes say
@@ -40,9 +47,11 @@ class SparklogDataSource(DataSource):
         return "sparklog"
 
     def schema(self) -> StructType:
+        from sparklog.client.kafka import check_bootstrap
         from sparklog.datasource.read.read_options import parse_read_options
 
         options = parse_read_options(self.options, streaming=None)
+        check_bootstrap(options.client)
         return source_schema(options.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -51,9 +60,15 @@ class SparklogDataSource(DataSource):
         return SparklogBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from sparklog.datasource.read.stream_reader import SparklogStreamReader
+        from sparklog.datasource.read.stream_reader import (
+            FailedStreamReader,
+            SparklogStreamReader,
+        )
 
-        return SparklogStreamReader(self.options, schema)
+        try:
+            return SparklogStreamReader(self.options, schema)
+        except Exception as error:
+            return FailedStreamReader(error)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:

@@ -112,7 +112,9 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings) ->
         log.info("backfill %s of %s %s is already in %s: nothing to do", writer_id,
                  args.topic, options, args.table)
         return 0
-    ensure_topics(args.bootstrap, {dlq_topic: partition_count(args.bootstrap, args.topic)})
+    security = settings.client_security()
+    ensure_topics(args.bootstrap,
+                  {dlq_topic: partition_count(args.bootstrap, args.topic, security)}, security)
     reader = sparklog_reader(spark.read, settings, args.bootstrap, args.topic)
     for key, value in options.items():
         reader = reader.option(key, value)

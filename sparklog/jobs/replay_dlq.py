@@ -171,7 +171,10 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
         stop: Stop) -> int:
     started = time.monotonic()
     replay = Replay(spark, args, settings)
-    ensure_topics(args.bootstrap, {replay.parking: partition_count(args.bootstrap, replay.topic)})
+    security = settings.client_security()
+    ensure_topics(args.bootstrap,
+                  {replay.parking: partition_count(args.bootstrap, replay.topic, security)},
+                  security)
     try:
         replay.run(lambda: stop.requested)
     finally:

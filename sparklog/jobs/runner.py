@@ -4,8 +4,10 @@ Invariants:
 - Settings are loaded and ``check``-ed before Spark starts, so a bad setting fails at once;
   a failure the user can act on (a setting, a ``--schema`` that does not parse, a topic that
   is missing or cannot be created, a refused login or a client of another security protocol
-  than the listener's, ``client.failures.ConnectionFailure``) ends the job with one line
-  naming it and exit code 1, not a traceback.
+  than the listener's, ``client.failures.ConnectionFailure``, and no bootstrap server
+  answering, raised by the job or carried in the error of a Spark query whose sparklog
+  source or sink raised it) ends the job with one line naming it and exit code 1, not a
+  traceback.
 - The session is stopped however the job ends.
 - ``run_job`` (the long-running jobs) handles SIGTERM and SIGINT from when the session is up
   (it replaces PySpark's SIGINT handler, which raises KeyboardInterrupt into whatever py4j
@@ -19,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,6 +38,11 @@ if TYPE_CHECKING:
     import argparse
 
     from pyspark.sql import SparkSession
+
+_CLIENT_FAILURE = re.compile(r"^sparklog\.client\.(?:failures\.ConnectionFailure: |"
+                             r"errors\.KafkaClientError: (?=no broker answered at ))(.*)$",
+                             re.MULTILINE)
+"""A refused connection a Spark error carries in the Python traceback it quotes."""
 
 JobRun = Callable[["SparkSession", "argparse.Namespace", JobSettings, Stop], int]
 
@@ -59,8 +67,8 @@ def spark_job(app_name: str, args: argparse.Namespace,
               check: Callable[[JobSettings], object] | None = None,
               ) -> Iterator[tuple[SparkSession, JobSettings]]:
     """Logging, settings (``check`` refuses bad ones before Spark starts) and a session that
-    is stopped at the end; a ``TopicError`` or ``ConnectionFailure`` becomes the job's
-    one-line failure."""
+    is stopped at the end; a ``TopicError`` or ``ConnectionFailure`` (also one inside a
+    Spark error) becomes the job's one-line failure."""
     setup_logging(args.log_level)
     settings = JobSettings.load(args.conf_dir, args.set)
     if check is not None:
@@ -71,6 +79,11 @@ def spark_job(app_name: str, args: argparse.Namespace,
         yield spark, settings
     except (TopicError, SchemaError, ConnectionFailure) as error:
         raise SystemExit(str(error)) from None
+    except Exception as error:
+        cause = _CLIENT_FAILURE.search(str(error))
+        if cause is None:
+            raise
+        raise SystemExit(cause.group(1)) from None
     finally:
         spark.stop()
 

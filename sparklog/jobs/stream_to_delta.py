@@ -157,7 +157,9 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
     from pyspark.errors import StreamingQueryException
 
     dlq_topic = args.dlq_topic or args.topic + settings["dlq.topicSuffix"]
-    ensure_topics(args.bootstrap, {dlq_topic: partition_count(args.bootstrap, args.topic)})
+    security = settings.client_security()
+    ensure_topics(args.bootstrap,
+                  {dlq_topic: partition_count(args.bootstrap, args.topic, security)}, security)
     writer = BatchWriter(spark, args, settings, ParseSpec.from_ddl(args.schema), dlq_topic,
                          stop)
     query = start(spark, args, settings, writer)

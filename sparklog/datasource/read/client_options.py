@@ -5,7 +5,9 @@ Invariants:
   source refuses (``kafka.auto.offset.reset``, deserializers, auto commit, interceptors)
   and reads Kafka's security settings (``kafka.security.protocol``, ``kafka.sasl.*``,
   ``kafka.ssl.*``: TLS, SASL PLAIN and SCRAM, see ``ClientSecurity``); it accepts and
-  ignores (with a warning) any other setting it does not use, as Kafka's consumer does.
+  ignores (with a warning) any other setting it does not use, as Kafka's consumer does: a
+  name that is no Kafka consumer setting at all is warned about with the nearest one
+  (``client.known_settings``), as a typo usually is.
 - Settings not given take the client's defaults (``sparklog.client.settings``), except the
   client id, ``sparklog-source``; ``fetch.max.bytes`` and ``max.partition.fetch.bytes`` both
   cap a partition fetch.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from sparklog.client.known_settings import CONSUMER_SETTINGS, nearest_setting
 from sparklog.client.settings import (
     DEFAULT_API_TIMEOUT_MS,
     DEFAULT_FETCH_MAX_BYTES,
@@ -64,8 +67,13 @@ def client_config(params: Mapping[str, str]) -> ClientConfig:
         raise OptionError(f"kafka.isolation.level={isolation} is not a Kafka isolation level; "
                           "allowed: read_uncommitted, read_committed")
     ignored = sorted(set(lowered) - _USED)
-    if ignored:
-        log.warning("kafka options not used by the sparklog source: %s", ", ".join(ignored))
+    for name in ignored:
+        if name not in CONSUMER_SETTINGS:
+            near = nearest_setting(name)
+            log.warning("option kafka.%s is not a Kafka consumer setting%s; it is ignored",
+                        name, f" (did you mean kafka.{near}?)" if near else "")
+    if unused := [name for name in ignored if name in CONSUMER_SETTINGS]:
+        log.warning("kafka options not used by the sparklog source: %s", ", ".join(unused))
     try:
         bootstrap = parse_bootstrap(lowered.get("bootstrap.servers", ""),
                                     "kafka.bootstrap.servers")

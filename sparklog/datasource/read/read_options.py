@@ -31,7 +31,7 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparklog.client.settings import ClientConfig, RetryPolicy
+from sparklog.client.settings import BOOTSTRAP_TIMEOUT_S, ClientConfig, RetryPolicy
 from sparklog.datasource.options import (
     OptionError,
     check_known,
@@ -169,7 +169,9 @@ class ReadOptions:
     """The driver's metadata and offset lookups retry retriable errors for
     ``kafka.default.api.timeout.ms`` (60 s, as Kafka's admin client inside each attempt of
     Spark's Kafka source) plus ``fetchOffset.numRetries`` x ``fetchOffset.retryIntervalMs``:
-    long enough to ride out a partition leader's failover."""
+    long enough to ride out a partition leader's failover. A driver whose client no broker
+    has answered yet fails once no bootstrap server accepted a connection for
+    ``BOOTSTRAP_TIMEOUT_S``."""
     executor_retry: RetryPolicy
     group_id: str | None
     """The consumer group that mirrors the stream's progress (``groupId`` or
@@ -215,7 +217,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool | None) -> Re
         max_trigger_delay_s=parse_duration_s(options, "maxTriggerDelay", "15m"),
         driver_retry=RetryPolicy(
             client.default_api_timeout_s + retries * retry_interval_ms / 1000,
-            retry_interval_ms / 1000),
+            retry_interval_ms / 1000, bootstrap_timeout_s=BOOTSTRAP_TIMEOUT_S),
         executor_retry=RetryPolicy(poll_timeout_ms / 1000, client.retry_backoff_s),
         group_id=get_option(options, "groupId") or get_option(options, "kafka.group.id") or None,
         latest_per_key=latest_per_key,

@@ -59,6 +59,24 @@ if TYPE_CHECKING:
     from sparklog.datasource.read.offset_reader import OffsetReader
 
 
+class FailedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream reader that could not be built: every call raises why (``stop`` does
+    nothing), so Spark reports the error itself rather than its own about the missing
+    reader."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def _fail(self, *args: object) -> Any:
+        raise self.error
+
+    initialOffset = latestOffset = partitions = commit = read = _fail
+    prepareForTriggerAvailableNow = _fail
+
+    def stop(self) -> None:
+        pass
+
+
 class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = parse_read_options(options, streaming=True)

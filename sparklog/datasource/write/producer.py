@@ -5,7 +5,9 @@ Invariants:
   ``SinkSpec`` (never pickled) or leased from the worker's ``producer_cache`` (a drained
   producer of an earlier task with the same settings), always idempotent: librdkafka's own
   retries within a task neither duplicate nor reorder records. A task returns its producer
-  to the cache only when it succeeded; a transactional producer is never cached.
+  to the cache only when it succeeded; a transactional producer is never cached. Each is a
+  ``client.watch.WatchedProducer``: a refused login or a protocol mismatch fails the task at
+  once with its one line.
 - Nothing is lost silently. ``finish`` returns only once ``flush`` has drained librdkafka's
   queue, and librdkafka reports every record whose delivery failed (successes are not
   reported, ``delivery.report.only.error``, so the check costs nothing per record): after

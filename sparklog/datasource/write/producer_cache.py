@@ -32,6 +32,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from sparklog.client.watch import WatchedProducer
+
 DEFAULT_TIMEOUT_S = 600.0
 """Spark's ``spark.kafka.producer.cache.timeout`` default, 10 minutes."""
 
@@ -112,7 +114,7 @@ class ProducerCache:
                         del self._idle[key]
         if entry is None:
             route = _Route()
-            entry = _Entry(Producer({**config, "on_delivery": route}), route)
+            entry = _Entry(WatchedProducer({**config, "on_delivery": route}), route)
         entry.route.target = on_delivery
         return Lease(self if cached else None, key, entry, timeout_s)
 

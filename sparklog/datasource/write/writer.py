@@ -5,7 +5,10 @@ to one ``TaskProducer``.
 
 Invariants:
 - The constructors run on the driver and raise every error found without a broker (options,
-  producer settings, the input schema) before any task starts. They keep only a picklable
+  producer settings, the input schema) before any task starts, then check the cluster
+  (``client.kafka.check_bootstrap``): no bootstrap server accepting a connection within
+  ``BOOTSTRAP_TIMEOUT_S``, a refused login or another security protocol fails the write
+  (or the stream's start) there, naming the servers. They keep only a picklable
   ``SinkSpec``: the writer is pickled to the tasks, and a streaming writer is re-created in a
   fresh process for each micro-batch's commit.
 - ``write`` returns a ``SinkCommitMessage`` only when the broker acknowledged every record of
@@ -36,6 +39,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from sparklog.client.kafka import check_bootstrap
 from sparklog.datasource.write.producer import SinkCommitMessage, TaskProducer, check_config
 from sparklog.datasource.write.two_phase_commit import TransactionCommitter
 from sparklog.datasource.write.write_options import SinkSpec, sink_spec
@@ -65,6 +69,7 @@ class _SinkWriter:
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._spec = sink_spec(options, schema, streaming=self.streaming)
         check_config(self._spec.producer_config)
+        check_bootstrap(self._spec.client_config())
 
     def _committer(self) -> TransactionCommitter:
         spec = self._spec
