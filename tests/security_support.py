@@ -10,6 +10,8 @@ one listener per security protocol, and each client's settings for each protocol
   kafka-python or aiokafka take for that protocol, in the form the ``PRODUCERS`` and
   ``CONSUMERS`` helpers of ``broker_fixtures`` pass on.
 - ``sasl_raw(address, user)``: a ``RawConnection`` logged in with SASL/PLAIN.
+- ``listener_broker``: a module's in-process broker with those listeners and the ``USERS``
+  as SCRAM users too.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from aiokafka.helpers import create_ssl_context
 from broker_fixtures import RawConnection, kp_request, kp_response
 
+from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.cli import main as sparklog_main
 from sparklog.protocol.versions import ApiKey
 
@@ -36,6 +39,18 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert sparklog_main(["certs", "create", "--dir", str(directory), "--client", "alice",
                           "--client", "bob"]) == 0
     yield directory
+
+
+@pytest.fixture(scope="module")
+def listener_broker(tmp_path_factory: pytest.TempPathFactory, certificates: Path
+                    ) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(tmp_path_factory.mktemp("listeners") / "data",
+                        listeners_config(certificates)) as broker:
+        plaintext = f"127.0.0.1:{broker.listeners['PLAINTEXT']}"
+        for name, password in USERS.items():
+            assert sparklog_main(["users", "add", name, "--password", password,
+                                  "--bootstrap-server", plaintext]) == 0
+        yield broker
 
 
 def plain_jaas(users: dict[str, str]) -> str:

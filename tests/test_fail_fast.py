@@ -15,11 +15,10 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from security_support import USERS, certificates, listeners_config
+from security_support import USERS, certificates, listener_broker
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.cli import main
@@ -28,23 +27,11 @@ from sparklog.client.failures import ConnectionFailure, listener_protocol
 from sparklog.client.kafka import KafkaClient
 from sparklog.client.settings import ClientConfig, ClientSecurity, RetryPolicy
 
-__all__ = ["certificates"]
+__all__ = ["certificates", "listener_broker"]
 
 FAST_S = 8.0
 """Every failure here ends well within this (librdkafka's and the tools' own waits are 30 s
 and more)."""
-
-
-@pytest.fixture(scope="module")
-def brokers(tmp_path_factory: pytest.TempPathFactory, certificates: Path
-            ) -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(tmp_path_factory.mktemp("fail-fast") / "data",
-                        listeners_config(certificates)) as broker:
-        plaintext = f"127.0.0.1:{broker.listeners['PLAINTEXT']}"
-        for name, password in USERS.items():
-            assert main(["users", "add", name, "--password", password,
-                         "--bootstrap-server", plaintext]) == 0
-        yield broker
 
 
 def _address(broker: EmbeddedBroker, listener: str) -> str:
@@ -80,9 +67,9 @@ def _sasl(certs: Path, password: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("tool", TOOLS)
 def test_a_wrong_password_ends_every_tool_at_once_with_one_line(
-        brokers: EmbeddedBroker, certificates: Path, capsys: pytest.CaptureFixture[str],
+        listener_broker: EmbeddedBroker, certificates: Path, capsys: pytest.CaptureFixture[str],
         tool: str) -> None:
-    address = _address(brokers, "SASL_SSL")
+    address = _address(listener_broker, "SASL_SSL")
     code, lines, took = _tool(capsys, TOOLS[tool], address, _sasl(certificates, "wrong"))
     name = TOOLS[tool][0]
     assert code == 1 and took < FAST_S, (code, took, lines)
@@ -98,9 +85,9 @@ def test_a_wrong_password_ends_every_tool_at_once_with_one_line(
 @pytest.mark.parametrize(("client", "listener"), [
     ("PLAINTEXT", "SASL_SSL"), ("PLAINTEXT", "SASL_PLAINTEXT"), ("SSL", "PLAINTEXT")])
 def test_a_client_of_another_security_protocol_ends_every_tool_at_once(
-        brokers: EmbeddedBroker, certificates: Path, capsys: pytest.CaptureFixture[str],
+        listener_broker: EmbeddedBroker, certificates: Path, capsys: pytest.CaptureFixture[str],
         tool: str, client: str, listener: str) -> None:
-    address = _address(brokers, listener)
+    address = _address(listener_broker, listener)
     settings = {} if client == "PLAINTEXT" else {
         "security.protocol": client, "ssl.ca.location": str(certificates / "ca.crt")}
     code, lines, took = _tool(capsys, TOOLS[tool], address, settings)
@@ -113,9 +100,9 @@ def test_a_client_of_another_security_protocol_ends_every_tool_at_once(
            if listener.startswith("SASL_") else "")], lines
 
 
-def test_a_good_login_is_not_disturbed(brokers: EmbeddedBroker, certificates: Path,
+def test_a_good_login_is_not_disturbed(listener_broker: EmbeddedBroker, certificates: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    address = _address(brokers, "SASL_SSL")
+    address = _address(listener_broker, "SASL_SSL")
     settings = _sasl(certificates, USERS["alice"])
     assert _tool(capsys, ["topics", "create", "--topic", "fail-fast-good"], address,
                  settings)[0] == 0
@@ -125,9 +112,9 @@ def test_a_good_login_is_not_disturbed(brokers: EmbeddedBroker, certificates: Pa
     assert code == 0, lines
 
 
-def test_listener_protocol_tells_each_listener_apart(brokers: EmbeddedBroker) -> None:
+def test_listener_protocol_tells_each_listener_apart(listener_broker: EmbeddedBroker) -> None:
     for listener in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-        assert listener_protocol(("127.0.0.1", brokers.listeners[listener])) == listener
+        assert listener_protocol(("127.0.0.1", listener_broker.listeners[listener])) == listener
 
 
 def _client(port: int, security: ClientSecurity, retry: RetryPolicy) -> KafkaClient:
@@ -147,7 +134,7 @@ PATIENT = RetryPolicy(timeout_s=30.0, backoff_s=0.1)
     ("SSL", "untrusted", "the TLS certificate of the broker at {address} is not trusted"),
 ])
 def test_sparklogs_client_fails_for_good_at_once(
-        brokers: EmbeddedBroker, certificates: Path, listener: str, security: str,
+        listener_broker: EmbeddedBroker, certificates: Path, listener: str, security: str,
         message: str) -> None:
     settings = {
         "wrong-password": ClientSecurity("SASL_SSL", "SCRAM-SHA-512", "alice", "wrong",
@@ -157,8 +144,8 @@ def test_sparklogs_client_fails_for_good_at_once(
     }[security]
     started = time.monotonic()
     with pytest.raises(ConnectionFailure, match=re.escape(message.format(
-            address=_address(brokers, listener)))), \
-            _client(brokers.listeners[listener], settings, PATIENT) as client:
+            address=_address(listener_broker, listener)))), \
+            _client(listener_broker.listeners[listener], settings, PATIENT) as client:
         client.metadata(None)
     assert time.monotonic() - started < FAST_S
 
@@ -176,8 +163,8 @@ def test_no_bootstrap_server_answering_fails_naming_them_after_the_bootstrap_tim
 
 @pytest.mark.timeout(300)
 def test_a_job_with_a_wrong_password_ends_with_one_line(
-        brokers: EmbeddedBroker, certificates: Path, tmp_path: Path) -> None:
-    address = _address(brokers, "SASL_SSL")
+        listener_broker: EmbeddedBroker, certificates: Path, tmp_path: Path) -> None:
+    address = _address(listener_broker, "SASL_SSL")
     security = [f"source.kafka.{key}={value}"
                 for key, value in _sasl(certificates, "wrong").items()]
     started = time.monotonic()
