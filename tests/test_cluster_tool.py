@@ -117,3 +117,82 @@ def test_groups_and_transactions_on_a_one_broker_cluster(
     finally:
         code, _, err = run(capsys, "cluster", "down", "--data-dir", data)
     assert code == 0, err
+
+
+def _cluster_up(data: str, brokers: int) -> tuple[str, dict]:
+    """``cluster up`` in a process of its own: the bootstrap list and ``cluster.json``."""
+    up = subprocess.run([sys.executable, "-m", "sparklog.cli", "cluster", "up", "--brokers",
+                         str(brokers), "--data-dir", data],
+                        capture_output=True, text=True, timeout=300)
+    assert up.returncode == 0, up.stderr
+    return up.stdout.splitlines()[-1], json.loads((Path(data) / "cluster.json").read_text())
+
+
+def _by_hand(data: str, entry: dict) -> subprocess.Popen[bytes]:
+    """Broker ``entry`` of the cluster started by hand (``sparklog broker``, a relative
+    ``--data-dir``), as a user restarts one after a kill -9."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sparklog.cli", "broker", "--data-dir", f"broker-{entry['id']}",
+         "--listen", f"127.0.0.1:{entry['port']}",
+         *(item for key, value in entry["config"].items() for item in ("--set", f"{key}={value}"))],
+        cwd=data, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _kill(capsys: pytest.CaptureFixture[str], data: str, pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: run(capsys, "cluster", "status", "--data-dir", data)[0] == 1,
+               message=f"pid {pid} seen down")
+
+
+def test_one_broker_starts_stops_and_restarts_and_down_finds_one_restarted_by_hand(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(tmp_path / "cluster")
+    bootstrap, state = _cluster_up(data, 3)
+    hand = None
+    try:
+        assert run(capsys, "topics", "create", "--topic", "orders", "--partitions", "2",
+                   "--replication-factor", "3", "--bootstrap", bootstrap)[0] == 0
+        _kill(capsys, data, state["brokers"][1]["pid"])
+        code, out, err = run(capsys, "cluster", "start", "1", "--data-dir", data)
+        assert code == 0, err
+        assert out.startswith(f"broker 1 started on 127.0.0.1:{state['brokers'][1]['port']}")
+        code, _, err = run(capsys, "cluster", "start", "1", "--data-dir", data)
+        assert code == 1 and "broker 1 already runs" in err
+        code, out, _ = run(capsys, "cluster", "stop", "2", "--data-dir", data)
+        assert code == 0 and out.startswith("broker 2 stopped")
+        code, out, _ = run(capsys, "cluster", "status", "--data-dir", data)
+        assert code == 1
+        assert f"broker 2 on 127.0.0.1:{state['brokers'][2]['port']}: not running" in out
+        assert run(capsys, "cluster", "restart", "2", "--data-dir", data)[0] == 0
+
+        # broker 0 killed and restarted by hand: status, the rolling restart and down find it
+        _kill(capsys, data, state["brokers"][0]["pid"])
+        hand = _by_hand(data, state["brokers"][0])
+        wait_until(lambda: f"running (pid {hand.pid})" in run(
+            capsys, "cluster", "status", "--data-dir", data)[1], message="the broker by hand")
+        code, out, err = run(capsys, "cluster", "restart", "--rolling", "--timeout", "120",
+                             "--data-dir", data)
+        assert code == 0, err
+        steps = [line.split(" (")[0].split(" on ")[0] for line in out.splitlines()
+                 if line.startswith("broker ")]
+        assert sorted(steps) == sorted(f"broker {i} {what}" for i in range(3)
+                                       for what in ("stopped", "started"))
+        assert all(steps[i].split()[1] == steps[i + 1].split()[1] for i in range(0, 6, 2))
+        assert sum(line.startswith("every ISR full") for line in out.splitlines()) == 4
+        assert out.splitlines()[-1] == "rolling restart of 3 broker(s) done, every ISR full"
+        assert hand.wait(timeout=TIMEOUT) == 0  # replaced, after a controlled shutdown
+        code, out, _ = run(capsys, "cluster", "status", "--data-dir", data)
+        assert code == 0, out
+
+        _kill(capsys, data, json.loads((Path(data) / "cluster.json").read_text()
+                                       )["brokers"][0]["pid"])
+        hand = _by_hand(data, state["brokers"][0])
+        wait_until(lambda: f"running (pid {hand.pid})" in run(
+            capsys, "cluster", "status", "--data-dir", data)[1], message="found again")
+    finally:
+        code, out, err = run(capsys, "cluster", "down", "--data-dir", data)
+        if hand is not None and hand.poll() is None:
+            hand.kill()
+    assert code == 0, err
+    assert out == "stopped 3 broker(s) and ZooKeeper\n"
+    assert hand.wait(timeout=TIMEOUT) == 0  # down stopped it: a controlled shutdown

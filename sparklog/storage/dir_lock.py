@@ -11,6 +11,8 @@ Invariants:
   holder exits, however it exits, so a crash never leaves a stale lock behind.
 - POSIX locks belong to the process: a second ``LogManager`` of the same process (a test
   reopening a directory it "crashed") is not refused, as a second process is.
+- ``lock_holder`` names the process holding a data directory's lock (``F_GETLK``), however
+  it was started: what finds a broker by its data directory.
 - Nothing of sparklog is imported here but the module path.
 """
 
@@ -19,9 +21,12 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import struct
 from pathlib import Path
 
 LOCK_FILE = ".lock"
+_FLOCK = "@hhqqi"
+"""Linux's ``struct flock``: type, whence, start, length, pid (then padding to 32 bytes)."""
 
 
 class DataDirError(Exception):
@@ -62,3 +67,17 @@ def lock_data_dir(data_dir: Path) -> DataDirLock:
                 "locked); stop that broker or choose another --data-dir") from None
         raise DataDirError(f"cannot lock {path}: {exc.strerror or exc}") from None
     return DataDirLock(fd, path)
+
+
+def lock_holder(data_dir: Path) -> int | None:
+    """The pid of the process (a broker) holding ``data_dir``'s lock, or None."""
+    try:
+        fd = os.open(data_dir / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0).ljust(32, b"\0")
+        kind, _, _, _, pid = struct.unpack_from(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
+    finally:
+        os.close(fd)
+    return pid if kind != fcntl.F_UNLCK and pid > 0 else None
