@@ -13,8 +13,9 @@ Invariants:
   line) prints these; its message never holds a password.
 - ``listener_protocol`` asks a listener which security protocol it speaks without logging
   in: ApiVersions in plaintext, else in TLS (the certificate is not checked: nothing is
-  sent but the probe); then Metadata, which a SASL listener refuses before a login. It
-  answers None when nothing answers (refused, timed out, not Kafka).
+  sent but the probe); then Metadata at a version the broker offers (Kafka 4 serves no
+  v0-v3), which a SASL listener refuses before a login. It answers None when nothing
+  answers (refused, timed out, not Kafka).
 - sparklog's ``KafkaClient`` raises these from its connections; confluent-kafka's clients
   get them from ``sparklog.client.watch``.
 """
@@ -28,11 +29,13 @@ from collections.abc import Mapping, Sequence
 
 from sparklog.client.errors import KafkaClientError
 from sparklog.client.settings import Address, ClientSecurity
-from sparklog.protocol.codec import encode_request, request_class
+from sparklog.protocol.codec import decode_response, encode_request, request_class
 from sparklog.protocol.entities import build
 from sparklog.protocol.versions import ApiKey
 
 PROBE_TIMEOUT_S = 2.0
+PROBE_METADATA_VERSION = 8
+"""The highest Metadata version sparklog's client speaks (``connection.RANGES``)."""
 
 
 
@@ -73,15 +76,29 @@ def listener_protocol(address: Address, timeout: float = PROBE_TIMEOUT_S) -> str
     for tls in (False, True):
         try:
             with _probe_socket(address, tls, timeout) as sock:
-                if not _answers(sock, ApiKey.API_VERSIONS, 0, {}):
+                offered = _answer(sock, ApiKey.API_VERSIONS, 0, {})
+                if offered is None:
                     continue
-                plain = _answers(sock, ApiKey.METADATA, 1, {"topics": []})
+                plain = _answer(sock, ApiKey.METADATA, _metadata_version(offered), {
+                    "topics": [], "allow_auto_topic_creation": False,
+                    "include_cluster_authorized_operations": False,
+                    "include_topic_authorized_operations": False}) is not None
         except ConnectionRefusedError:
             return None
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # MalformedResponseError is a ConnectionError
             continue
         return ("" if plain else "SASL_") + ("SSL" if tls else "PLAINTEXT")
     return None
+
+
+def _metadata_version(api_versions: bytes) -> int:
+    """A Metadata version the broker serves (Kafka 4 no longer serves v0-v3): the highest
+    the client speaks (``connection.RANGES``' v8) or the broker's lowest above it."""
+    answer = decode_response(ApiKey.API_VERSIONS, 0, api_versions)
+    for key in answer.api_keys:
+        if key.api_key == ApiKey.METADATA:
+            return max(key.min_version, min(key.max_version, PROBE_METADATA_VERSION))
+    return PROBE_METADATA_VERSION
 
 
 def _probe_socket(address: Address, tls: bool, timeout: float) -> socket.socket:
@@ -98,16 +115,20 @@ def _probe_socket(address: Address, tls: bool, timeout: float) -> socket.socket:
         raise
 
 
-def _answers(sock: socket.socket, api_key: int, version: int, body: Mapping[str, object]
-             ) -> bool:
-    """Whether the broker answers this request with a frame of the right correlation id."""
+def _answer(sock: socket.socket, api_key: int, version: int, body: Mapping[str, object]
+            ) -> bytes | None:
+    """The broker's answer frame to this request (from the correlation id on), or None when
+    the connection closes or what comes back is no answer to it."""
     sock.sendall(encode_request(api_key, version, 1, b"sparklog-probe",
                                 build(request_class(api_key, version), body)))
     head = _read(sock, 8)
     if head is None:
-        return False
+        return None
     size, correlation = struct.unpack(">ii", head)
-    return correlation == 1 and 4 <= size < 1 << 24 and _read(sock, size - 4) is not None
+    if correlation != 1 or not 4 <= size < 1 << 24:
+        return None
+    rest = _read(sock, size - 4)
+    return None if rest is None else head[4:] + rest
 
 
 def _read(sock: socket.socket, size: int) -> bytes | None:
