@@ -182,3 +182,17 @@ def test_a_job_with_a_wrong_password_ends_with_one_line(
         f"authentication failed on the SASL_SSL listener at {address} for user 'alice' with "
         "SASL mechanism SCRAM-SHA-256"), result.stderr
     assert took < 120, took  # Spark's start-up; the failure itself takes well under a second
+
+
+def test_a_broker_that_went_away_is_retried_for_the_whole_timeout(tmp_path: Path) -> None:
+    """Only a client no broker ever answered fails fast: one whose broker went away (a
+    leader moving, a broker restarting) retries as long as its policy says."""
+    retry = RetryPolicy(timeout_s=2.0, backoff_s=0.1, bootstrap_timeout_s=0.1)
+    with EmbeddedBroker(tmp_path / "data") as broker:
+        client = _client(broker.port, ClientSecurity(), retry)
+        client.metadata(None)
+    started = time.monotonic()
+    with pytest.raises(KafkaClientError, match="still failing after 2 s: no bootstrap server "
+                                               "reachable"), client:
+        client.metadata(None)
+    assert time.monotonic() - started >= 1.5

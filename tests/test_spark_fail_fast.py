@@ -74,15 +74,19 @@ def test_the_sink_fails_at_write_and_start_when_no_bootstrap_server_answers(
     _fails_fast(start, NO_BROKER)
 
 
-def test_a_refused_login_fails_the_read_at_load_naming_user_and_listener(
+def test_a_refused_login_fails_the_read_at_load_and_the_write_naming_user_and_listener(
         spark: Any, listener_broker: EmbeddedBroker, certificates: Path) -> None:
     address = f"127.0.0.1:{listener_broker.listeners['SASL_SSL']}"
-    reader = _reader(spark, False, address, subscribe="t", **{
-        "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-256",
-        "kafka.sasl.username": "alice", "kafka.sasl.password": "wrong",
-        "kafka.ssl.ca.location": str(certificates / "ca.crt")})
-    _fails_fast(reader.load, f"authentication failed on the SASL_SSL listener at {address} "
-                             "for user 'alice' with SASL mechanism SCRAM-SHA-256")
+    login = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-256",
+             "kafka.sasl.username": "alice", "kafka.sasl.password": "wrong",
+             "kafka.ssl.ca.location": str(certificates / "ca.crt")}
+    message = (f"authentication failed on the SASL_SSL listener at {address} for user "
+               "'alice' with SASL mechanism SCRAM-SHA-256")
+    _fails_fast(_reader(spark, False, address, subscribe="t", **login).load, message)
+    frame = spark.createDataFrame([("v",)], "value string")
+    _fails_fast(frame.write.format("sparklog").mode("append").options(**login)
+                .option("kafka.bootstrap.servers", address).option("topic", "t").save,
+                message)
 
 
 def test_a_streams_ending_offsets_is_the_error_spark_reports(
