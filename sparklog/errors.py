@@ -177,6 +177,13 @@ class CorruptRecordError(KafkaError):
     code = ErrorCode.CORRUPT_MESSAGE
 
 
+class KafkaStorageError(KafkaError):
+    """A write to the data directory failed (a full disk: ENOSPC, or EIO); nothing of the
+    write was kept, and the next write tries again."""
+
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
 class InvalidRecordError(KafkaError):
     code = ErrorCode.INVALID_RECORD
 

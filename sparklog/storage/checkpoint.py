@@ -9,7 +9,8 @@ Format (as Kafka's ``recovery-point-offset-checkpoint`` and ``log-start-offset-c
 
 Invariant: a checkpoint is replaced by write-to-temp, fsync, rename, so a reader sees the old
 file or the new one, never a torn one; an unreadable file reads as empty (offsets then fall
-back to a full recovery, which is always safe).
+back to a full recovery, which is always safe). A write that fails (a full disk) leaves the
+old file as it was and removes its partial temp file before the error propagates.
 """
 
 from __future__ import annotations
@@ -46,11 +47,15 @@ def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` durably: temp file, fsync, rename, fsync the directory."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:  # a full disk: the old file stays whole, and no partial temp file
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_directory(path.parent)
 
 

@@ -52,6 +52,9 @@ Invariants of a clean:
   deleted, or retention took segments meanwhile, the clean aborts and swaps nothing more.
 - The checkpoint is written after the last swap of a clean; a crash before it leaves the
   older checkpoint, which only means more work next time.
+- A clean that fails on a full disk (ENOSPC, EIO) deletes its ``.cleaned`` files, swaps
+  nothing more, warns and backs off ``log.cleaner.backoff.ms``; its thread lives on and
+  cleans the log once space returns.
 
 ``LogCleaner``: a log is cleaned by one thread at a time; a round picks, among compacted logs
 with dirty bytes, the one with the highest dirty ratio above ``min.cleanable.dirty.ratio``
@@ -613,10 +616,13 @@ class LogCleaner:
         except CleanAborted as exc:
             log.info("%s", exc)
             return None
-        except OSError:
-            if not to_clean.log.closed:
-                raise
-            log.info("%s-%d was deleted during its clean", *tp)
+        except OSError as exc:
+            if to_clean.log.closed:
+                log.info("%s-%d was deleted during its clean", *tp)
+            else:  # a full disk: its partial files are gone, tried again next round
+                log.warning("%s-%d: clean failed: %s; retrying after %d ms", *tp, exc.strerror,
+                            self.config.backoff_ms)
+                self._stop.wait(self.config.backoff_ms / 1000)
             return None
         except CorruptRecordError:
             log.exception("%s-%d is corrupt: not cleaning it again until restart", *tp)

@@ -12,14 +12,21 @@ Invariants:
 - Only the active segment's entries live in Python memory (a bytearray mirrored to the file);
   a closed index is searched through a read-only ``mmap``, so memory stays bounded however
   many segments a partition has.
+- A failed write of the file (a full disk) never fails an append: the active index keeps its
+  entries in memory, drops the file and writes it whole when closed; a file that still
+  cannot be written is left missing, and the segment rebuilds it from its log at load.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import mmap
 import os
 import struct
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 class CorruptIndexError(Exception):
@@ -103,15 +110,31 @@ class _SparseIndex:
 
     # -- updates -------------------------------------------------------------------------
     def _append_entry(self, key: int, value: int) -> None:
-        if self._active is None or self._file is None:
+        if self._active is None:
             raise RuntimeError(f"index {self.path} is not open for append")
         if self._entries >= self.max_entries:
             raise CorruptIndexError(f"index {self.path} is full")
         packed = self.ENTRY.pack(key, value)
         self._active += packed
-        self._file.write(packed)
+        if self._file is not None:
+            try:
+                self._file.write(packed)
+            except OSError as exc:
+                self._lose_file(exc)
         self._entries += 1
         self._last = (key, value)
+
+    def _lose_file(self, exc: OSError) -> None:
+        """Writing the file failed (a full disk): the entries stay in memory, where the active
+        segment's lookups read them, and the file goes until ``close`` writes it whole (if
+        that fails too, the segment rebuilds the missing index from its log at load)."""
+        log.warning("%s: %s; the index is kept in memory", self.path, exc.strerror)
+        file, self._file = self._file, None
+        with contextlib.suppress(OSError):
+            if file is not None:
+                file.close()  # closes the descriptor even when flushing its buffer fails
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)
 
     def truncate_entries(self, count: int) -> None:
         """Keep only the first ``count`` entries (recovery after a truncated log)."""
@@ -119,11 +142,15 @@ class _SparseIndex:
         self._entries = count
         self._last = None
         size = count * self.ENTRY.size
-        if self._active is not None and self._file is not None:
+        if self._active is not None:
             del self._active[size:]
-            self._file.flush()
-            self._file.truncate(size)
-            self._file.seek(size)
+            if self._file is not None:
+                try:
+                    self._file.flush()
+                    self._file.truncate(size)
+                    self._file.seek(size)
+                except OSError as exc:
+                    self._lose_file(exc)
         else:
             self._release_map()
             if self.path.exists():
@@ -141,19 +168,37 @@ class _SparseIndex:
 
     def flush(self) -> None:
         if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            try:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+            except OSError as exc:
+                self._lose_file(exc)
 
     def close(self) -> None:
         """Flush and turn read-only; the file keeps exactly the valid entries."""
         if self._file is not None:
-            self._file.flush()
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as exc:
+                self._lose_file(exc)
             self._file = None
+        if self._active is not None and not self.path.exists():
+            self._write_whole(self._active)
         elif not self.path.exists():
-            self.path.touch()
+            with contextlib.suppress(OSError):  # missing: rebuilt at load
+                self.path.touch()
         self._active = None
         self._release_map()
+
+    def _write_whole(self, entries: bytearray) -> None:
+        """Write a lost file again from memory; none (rebuilt at load) if that fails too."""
+        try:
+            self.path.write_bytes(entries)
+        except OSError as exc:
+            log.warning("%s: %s; rebuilt from the log when the segment is next loaded",
+                        self.path, exc.strerror)
+            with contextlib.suppress(OSError):
+                self.path.unlink(missing_ok=True)
 
     def delete(self) -> None:
         self.close()

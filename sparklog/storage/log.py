@@ -24,6 +24,12 @@ Invariants:
   from a snapshot at or before the first of them.
 - Retention and DeleteRecords remove whole segments only; the active segment is rolled
   first when it must go.
+- A write that fails for want of space or an I/O error (ENOSPC, EIO) keeps nothing: the
+  segment cuts a partial batch back (``segment.py``), a roll that cannot create its segment
+  leaves the old one active, producer state is untouched, and the caller gets
+  ``KafkaStorageError`` (KAFKA_STORAGE_ERROR) with the reason kept in ``storage_error`` until
+  the next write works; reads go on meanwhile, and writing resumes by itself when space
+  returns.
 - ``appended_records`` and ``appended_bytes`` count what ``append`` stored since the log was
   opened (a duplicate is not stored, so not counted): two integer additions per batch, read
   by the broker's metrics (Kafka's MessagesInPerSec and BytesInPerSec).
@@ -44,6 +50,7 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -55,6 +62,7 @@ from sparklog.errors import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
@@ -135,6 +143,7 @@ class PartitionLog:
         self._pending_flushes: list[Future[None]] = []
         self.appended_records = 0
         self.appended_bytes = 0
+        self.storage_error: str | None = None  # why the last write failed; None once one works
         recovered = self._load(now_ms, clean_shutdown)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -313,7 +322,7 @@ class PartitionLog:
                leader_epoch: int, append_time: int,
                marker: tuple[bool, int] = (False, -1)) -> AppendInfo:
         """Assign offsets to one validated batch and write it; update producer state."""
-        with self.lock:
+        with self.lock, self._storage("append"):
             active = self.segments[-1]
             buffers, header = prepare_append(records, header, active.next_offset, leader_epoch,
                                              append_time)
@@ -328,9 +337,24 @@ class PartitionLog:
         self.appended_records += header.record_count
         self.appended_bytes += header.size
         if self._unflushed >= self._flush_messages:
-            self.flush(now_ms)
+            with self._storage("flush"):
+                self.flush(now_ms)
         return AppendInfo(header.base_offset, header.base_offset + header.last_offset_delta,
                           append_time, self.log_start_offset, False)
+
+    @contextlib.contextmanager
+    def _storage(self, action: str) -> Iterator[None]:
+        """Run one write: an ``OSError`` (a full disk) becomes ``KafkaStorageError``, named in
+        ``storage_error`` until a write succeeds again."""
+        try:
+            yield
+        except KafkaStorageError as exc:
+            self.storage_error = str(exc)
+            raise
+        except OSError as exc:
+            self.storage_error = f"{action} to {self.directory.name}: {exc.strerror}"
+            raise KafkaStorageError(self.storage_error) from exc
+        self.storage_error = None
 
     def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> None:
         """Append batches whose offsets are already assigned (restores, tools, tests)."""
@@ -339,7 +363,7 @@ class PartitionLog:
             raise InvalidRecordError(
                 f"batch offset {headers[0].base_offset} is below the log end {self.log_end_offset}"
             )
-        with self.lock:
+        with self.lock, self._storage("replica append"):
             if self.active.must_roll(len(records), max(h.max_timestamp for h in headers),
                                      headers[-1].last_offset, now_ms):
                 self.roll(now_ms)
@@ -404,9 +428,13 @@ class PartitionLog:
                 return self.active
             offset = self.log_end_offset
             old = self.active
-            old.seal()
             new = LogSegment(self.directory, offset, self.config, now_ms)
-            new.open_for_append()
+            try:
+                new.open_for_append()
+            except OSError:  # a full disk: the old segment stays the active one
+                new.delete()
+                raise
+            old.seal()
             self.segments.append(new)
             snapshot = self.producer_state.snapshot(offset)
             self._pending_flushes = [f for f in self._pending_flushes if not f.done()]

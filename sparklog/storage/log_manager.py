@@ -32,6 +32,10 @@ Invariants:
   ``<dir>.<uuid>-delete`` (the name is free again), and closed and removed after the
   delay, as Kafka's ``asyncDelete``; ``close`` removes whatever is still waiting, and
   closes once: a second call does nothing, a segment closes its descriptor once.
+- A full disk stops only writes: a checkpoint that cannot be written keeps the old files
+  (``checkpoint_error`` says why until one works again), and a close that could not flush a
+  log or write the checkpoints leaves no clean-shutdown marker, so the next start recovers.
+  ``storage_errors`` lists what is failing (the partitions' and the checkpoints' errors).
 """
 
 from __future__ import annotations
@@ -113,6 +117,7 @@ class LogManager:
         self.clock = clock
         self._lock = lock_data_dir(data_dir)
         self._closed = False
+        self.checkpoint_error: str | None = None  # why the last checkpoint failed
         try:
             self._load(broker_props or {})
         except BaseException:
@@ -214,10 +219,30 @@ class LogManager:
         )
 
     def checkpoint(self) -> None:
-        write_checkpoint(self.data_dir / RECOVERY_CHECKPOINT,
-                         {tp: lg.recovery_point for tp, lg in self.logs.items()})
-        write_checkpoint(self.data_dir / LOG_START_CHECKPOINT,
-                         {tp: lg.log_start_offset for tp, lg in self.logs.items()})
+        """Write both checkpoints; on a full disk keep the old files, warn once, note it in
+        ``checkpoint_error`` and try again at the next checkpoint."""
+        try:
+            write_checkpoint(self.data_dir / RECOVERY_CHECKPOINT,
+                             {tp: lg.recovery_point for tp, lg in self.logs.items()})
+            write_checkpoint(self.data_dir / LOG_START_CHECKPOINT,
+                             {tp: lg.log_start_offset for tp, lg in self.logs.items()})
+        except OSError as exc:
+            if self.checkpoint_error is None:
+                log.warning("cannot write the offset checkpoints: %s", exc.strerror)
+            self.checkpoint_error = f"checkpoint: {exc.strerror}"
+            return
+        if self.checkpoint_error is not None:
+            log.info("offset checkpoints written again")
+        self.checkpoint_error = None
+
+    def storage_errors(self) -> dict[str, str]:
+        """What failed at the last write of each place still failing: a partition
+        (``topic-partition``) or the checkpoints; empty while every write works."""
+        failing = {f"{topic}-{partition}": lg.storage_error
+                   for (topic, partition), lg in self.logs.items() if lg.storage_error}
+        if self.checkpoint_error:
+            failing["checkpoints"] = self.checkpoint_error
+        return failing
 
     # -- topics --------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> PartitionLog:
@@ -406,10 +431,23 @@ class LogManager:
             return
         self._closed = True
         now = self.now_ms()
-        for partition_log in self.logs.values():
-            partition_log.close(now)
+        failed = []
+        for tp, partition_log in self.logs.items():
+            try:
+                partition_log.close(now)
+            except OSError as exc:  # a full disk: the next start recovers this log
+                failed.append(f"{tp[0]}-{tp[1]}: {exc.strerror}")
         self._delete_due(now=1 << 62)
         self.checkpoint()
-        write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        if self.checkpoint_error:
+            failed.append(self.checkpoint_error)
+        try:
+            if not failed:
+                write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        except OSError as exc:
+            failed.append(f"{CLEAN_SHUTDOWN_FILE}: {exc.strerror}")
+        if failed:
+            log.warning("shutdown not clean (%s): the logs are recovered at the next start",
+                        "; ".join(failed))
         self._lock.release()
         log.info("closed %d partitions cleanly", len(self.logs))

@@ -8,6 +8,9 @@ Invariants:
   torn tail after a crash is found and cut by ``recover``. Disk blocks may be reserved past
   the end of the file (``reservation``): the file size stays exactly ``size``, and the blocks
   are given back when the segment is sealed or closed.
+- A failed append (a full disk: ENOSPC, EIO, or a short write) keeps nothing: the file is cut
+  back to ``size`` and ``KafkaStorageError`` raised; while the cut itself fails, appends are
+  refused. Space coming back needs nothing more: the next append simply works.
 - An offset index entry (batch last offset, batch position) is added whenever more than
   ``index.interval.bytes`` were appended since the last entry; the time index gets
   (largest timestamp so far, its offset) at the same points. Both are rebuilt by ``recover``.
@@ -22,12 +25,13 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparklog.errors import KafkaError
+from sparklog.errors import KafkaError, KafkaStorageError
 from sparklog.record.batch import (
     HEADER,
     HEADER_SIZE,
@@ -44,6 +48,8 @@ from sparklog.storage.config import LogConfig
 from sparklog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from sparklog.storage.reservation import BlockReservation
 from sparklog.storage.txn_index import TransactionIndex
+
+log = logging.getLogger(__name__)
 
 LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX = ".log", ".index", ".timeindex"
 TXNINDEX_SUFFIX = ".txnindex"
@@ -98,6 +104,7 @@ class LogSegment:
         self.offset_of_max_timestamp = base_offset
         self._first_batch_timestamp: int | None = None
         self._bytes_since_index_entry = 0
+        self._torn = False  # a partial write could not be cut back yet
 
     # -- loading and recovery ------------------------------------------------------------
     def load(self) -> None:
@@ -221,14 +228,34 @@ class LogSegment:
         ``writev``); header positions are relative to the start of those bytes."""
         position = self.size
         size = headers[-1].position + headers[-1].batch_length + LOG_OVERHEAD
-        self._reservation.ensure(position, position + size)
-        written = os.writev(self.fd, buffers)
+        if self._torn:
+            self._cut_back(position)
+            if self._torn:
+                raise KafkaStorageError(f"{self.log_path} still ends in a partial write")
+        try:
+            self._reservation.ensure(position, position + size)
+            written = os.writev(self.fd, buffers)
+        except OSError as exc:
+            self._cut_back(position)
+            raise KafkaStorageError(f"writing {self.log_path}: {exc.strerror}") from exc
         if written != size:
-            os.ftruncate(self.fd, position)
-            raise KafkaError(f"short write to {self.log_path}: {written} of {size} bytes")
+            self._cut_back(position)
+            raise KafkaStorageError(f"short write to {self.log_path}: {written} of {size} "
+                                    "bytes (the disk is full)")
         for header in headers:
             self._index_batch(header, position + header.position)
         self.size = position + size
+
+    def _cut_back(self, position: int) -> None:
+        """Drop a partial write: the file ends at ``position`` again (shrinking a file needs
+        no space, so this works on a full disk)."""
+        try:
+            os.ftruncate(self.fd, position)
+            self._torn = False
+        except OSError as exc:  # appends stop until it works (at the latest, recovery)
+            self._torn = True
+            log.warning("%s: cannot cut a partial write back to %d bytes: %s", self.log_path,
+                        position, exc.strerror)
 
     def _observe(self, header: BatchHeader) -> None:
         last_offset = header.base_offset + header.last_offset_delta

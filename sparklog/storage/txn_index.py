@@ -11,7 +11,8 @@ Invariants:
 - Derived data, like the offset and time indexes: not checksummed; a torn tail (a partial
   entry) is dropped when the file is opened, and ``reset`` empties it before a rebuild.
 - Entries are few (one per aborted transaction) and kept in memory; the file is appended to
-  and fsynced with its segment.
+  and fsynced with its segment. An append that cannot reach the file (a full disk) is kept
+  in memory and the file rewritten whole at the next append, flush or close that can.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class TransactionIndex:
         self.entries: list[AbortedTxn] = [
             AbortedTxn(*ENTRY.unpack_from(data, pos)[1:]) for pos in range(0, whole, ENTRY.size)]
         self._fd: int | None = None
+        self._behind = False  # an append failed to reach the file: rewrite it whole
         if whole != len(data):  # a torn entry: not one the log can stand behind
             os.truncate(path, whole)
 
@@ -50,8 +52,23 @@ class TransactionIndex:
         return self._fd
 
     def append(self, txn: AbortedTxn) -> None:
-        os.write(self._file(), ENTRY.pack(VERSION, *txn))
         self.entries.append(txn)
+        if self._behind:
+            self._write_whole()
+            return
+        try:
+            os.write(self._file(), ENTRY.pack(VERSION, *txn))
+        except OSError:  # a full disk: kept in memory, the file written whole at the next try
+            self._behind = True
+
+    def _write_whole(self) -> None:
+        """Write every entry again (after a failed append); stays behind while that fails."""
+        try:
+            os.ftruncate(self._file(), 0)
+            os.write(self._file(), b"".join(ENTRY.pack(VERSION, *t) for t in self.entries))
+            self._behind = False
+        except OSError:
+            self._behind = True
 
     def extend(self, txns: Iterable[AbortedTxn]) -> None:
         for txn in txns:
@@ -79,10 +96,14 @@ class TransactionIndex:
             os.truncate(self.path, 0)
 
     def flush(self) -> None:
+        if self._behind:
+            self._write_whole()
         if self._fd is not None:
             os.fsync(self._fd)
 
     def close(self) -> None:
+        if self._behind:
+            self._write_whole()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

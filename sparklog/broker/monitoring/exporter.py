@@ -77,6 +77,8 @@ FAMILIES: dict[str, str] = {
     "kafka_log_log_logstartoffset": "gauge",
     "kafka_log_log_logendoffset": "gauge",
     "kafka_log_log_numlogsegments": "gauge",
+    "kafka_log_log_storageerror": "gauge",
+    "kafka_log_logmanager_offlinelogdirectorycount": "gauge",
     "kafka_log_logcleaner_max_clean_time_secs": "gauge",
     "kafka_log_logcleaner_cleaner_recopy_percent": "gauge",
     "kafka_log_logcleaner_deadthreadcount": "gauge",
@@ -194,12 +196,18 @@ def _log_metrics(status: BrokerStatus) -> Iterator[Metric]:
         "logstartoffset": ("The partition's log start offset", lambda p: p.log_start_offset),
         "logendoffset": ("The partition's log end offset", lambda p: p.log_end_offset),
         "numlogsegments": ("Segments of the partition", lambda p: p.segments),
+        "storageerror": ("1 while the partition's writes fail (KAFKA_STORAGE_ERROR: a full "
+                         "disk), else 0", lambda p: int(bool(p.storage_error))),
     }
     for name, (doc, value) in families.items():
         family = GaugeMetricFamily(f"kafka_log_log_{name}", doc, labels=_PARTITION)
         for p in status.partitions:
             family.add_metric([p.topic, str(p.partition)], value(p))
         yield family
+    yield GaugeMetricFamily(
+        "kafka_log_logmanager_offlinelogdirectorycount",
+        "Log directories whose writes fail (a full disk; reads go on), as Kafka's "
+        "OfflineLogDirectoryCount", value=int(bool(status.storage_errors)))
 
 
 def _cleaner_metrics(status: BrokerStatus) -> Iterator[Metric]:

@@ -36,6 +36,9 @@ Invariants:
 - Client telemetry (KIP-714) is the broker's ``client_metrics`` snapshot: every client
   instance it knows (bounded and expired there, ``broker/client_metrics.py``), by client
   id, each with the latest value of each metric it pushed.
+- Storage errors (a full disk, issue 31): each partition's ``storage_error`` and the whole
+  data directory's ``storage_errors`` (partitions and checkpoints whose last write failed),
+  empty again once their writes work.
 - Client quotas: one ``QuotaSensor`` per rate the broker enforces (per quota key and the
   user and client id its entity names; none while no quota is set), read from the
   broker's quota manager with its rate at this moment.
@@ -156,6 +159,7 @@ class PartitionStatus:
     leader: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    storage_error: str = ""  # why its last write failed (a full disk); "" once one works
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +293,7 @@ class BrokerStatus:
     quotas: tuple[QuotaSensor, ...] = ()
     brokers: tuple[ClusterBroker, ...] = ()  # by id
     cluster_partitions: tuple[ClusterPartition, ...] = ()  # every topic's, by topic
+    storage_errors: tuple[tuple[str, str], ...] = ()  # (partition or "checkpoints", why)
 
 
 def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str]]],
@@ -301,7 +306,8 @@ def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str
         partitions.append(PartitionStatus(
             topic, partition, logs.topics[topic].internal, log.log_start_offset,
             log.log_end_offset, log.size, len(log.segments), log.appended_records,
-            log.appended_bytes, *_replication(broker, topic, partition)))
+            log.appended_bytes, *_replication(broker, topic, partition),
+            log.storage_error or ""))
     groups = take_groups(broker)
     return BrokerStatus(
         node, broker.replicas.controller_id,
@@ -316,7 +322,8 @@ def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str
         None if cleaner is None else _cleaner(cleaner, broker.now_ms()), requests.copy(),
         {name: topic.partitions for name, topic in sorted(logs.topics.items())},
         _offline(broker, partitions), tuple(broker.client_metrics.snapshot()),
-        tuple(broker.quotas.sensors()), _brokers(broker.replicas), _cluster_partitions(broker))
+        tuple(broker.quotas.sensors()), _brokers(broker.replicas), _cluster_partitions(broker),
+        tuple(sorted(logs.storage_errors().items())))
 
 
 def take_groups(broker: Broker) -> tuple[GroupStatus, ...]:

@@ -1,0 +1,160 @@
+"""A full disk loses nothing and stops nothing else (issue 31): a broker whose data directory
+is a small tmpfs made for the test, filled by a ballast file, answers KAFKA_STORAGE_ERROR to
+the writes that do not fit (confluent-kafka retries them), keeps serving reads of what was
+acknowledged, shows the failure in its metrics (Kafka's OfflineLogDirectoryCount and a
+per-partition gauge) and status, and writes again by itself once space returns: every
+acknowledged record is readable, none twice, and the segment files hold only whole, valid
+batches with index entries inside them.
+
+The test mounts a tmpfs, so it needs root (CI runs as root); elsewhere it is skipped."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import struct
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from broker_fixtures import (
+    TIMEOUT,
+    assert_healthy,
+    consume_confluent,
+    create_topic,
+    internal_errors,
+    stored_batches,
+    wait_until,
+)
+from confluent_kafka import KafkaError, Producer
+
+from sparklog.broker.process import BrokerProcess
+from sparklog.record.batch import split_batches
+
+DISK = "4m"
+CHUNK = 64 << 10
+RECORDS, RECORD_BYTES = 3000, 1000
+CONFIG = {"metrics.listener": "http://127.0.0.1:0", "offsets.topic.num.partitions": "1",
+          "log.segment.bytes": str(256 << 10)}
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs mounted for this test, unmounted after it."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs",
+                              str(mount_point)], capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs for a small disk (needs root): "
+                    f"{mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """A ballast file filling ``disk`` but for about ``leave`` bytes."""
+    ballast = disk / "ballast"
+    with open(ballast, "wb") as f:
+        with contextlib.suppress(OSError):  # ENOSPC: full
+            while True:
+                f.write(b"\0" * CHUNK)
+                f.flush()
+    size = ballast.stat().st_size
+    with open(ballast, "r+b") as f:
+        f.truncate(max(0, size - leave))
+    return ballast
+
+
+def _get(broker: BrokerProcess, path: str) -> str:
+    assert broker.metrics_url is not None
+    with urllib.request.urlopen(broker.metrics_url + path, timeout=TIMEOUT) as response:
+        return str(response.read().decode())
+
+
+def metric(broker: BrokerProcess, line_start: str) -> float:
+    """The value of the one sample whose line starts with ``line_start``."""
+    (value,) = [float(line.rsplit(" ", 1)[1]) for line in _get(broker, "metrics").splitlines()
+                if line.startswith(line_start)]
+    return value
+
+
+def storage_errors(broker: BrokerProcess) -> list[list[str]]:
+    return list(json.loads(_get(broker, "status.json"))["status"]["storage_errors"])
+
+
+def check_files(partition_dir: Path) -> None:
+    """Whole, CRC-valid batches only (``split_batches`` refuses a torn tail), and every
+    offset index entry names the last offset and position of a batch of its segment."""
+    for log_file in sorted(partition_dir.glob("*.log")):
+        ends, position = {}, 0
+        for header in split_batches(log_file.read_bytes()):
+            ends[position] = header.last_offset
+            position += header.size
+        index = log_file.with_suffix(".index")
+        data = index.read_bytes() if index.exists() else b""
+        assert len(data) % 8 == 0, index
+        for relative, at in struct.iter_unpack(">ii", data):
+            assert ends.get(at) == int(log_file.stem) + relative, (index, relative, at)
+
+
+def test_a_full_disk_refuses_writes_keeps_reads_and_resumes_when_space_returns(
+        small_disk: Path, tmp_path: Path) -> None:
+    broker = BrokerProcess(small_disk / "data", CONFIG,
+                           log_file=tmp_path / "broker.log").start()
+    try:
+        topic = "full-disk"
+        create_topic(broker.bootstrap, topic)
+        ballast = fill(small_disk, leave=512 << 10)
+        acknowledged: list[bytes] = []
+        failed: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, message: object) -> None:
+            if error is None:
+                acknowledged.append(message.value())  # type: ignore[attr-defined]
+            else:
+                failed.append(error)
+
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 5,
+                             "message.timeout.ms": 120_000, "retry.backoff.ms": 200})
+        values = [b"%06d" % i + b"x" * (RECORD_BYTES - 6) for i in range(RECORDS)]
+        for value in values:
+            producer.produce(topic, value, on_delivery=delivered)
+            producer.poll(0)
+
+        def refusing() -> bool:
+            producer.poll(0.1)
+            return metric(broker, "kafka_log_logmanager_offlinelogdirectorycount") == 1
+        wait_until(refusing, message="the broker refusing writes for want of space")
+        assert metric(broker, f'kafka_log_log_storageerror{{partition="0",topic="{topic}"}}') == 1
+        assert [where for where, _ in storage_errors(broker)] == [f"{topic}-0"]
+        producer.poll(1)
+        assert not failed and len(acknowledged) < RECORDS
+
+        # reads go on: everything acknowledged so far, in order
+        so_far = list(acknowledged)
+        assert [r.value for r in consume_confluent(broker.bootstrap, topic, len(so_far))] == \
+            so_far
+        assert_healthy(broker)
+
+        ballast.unlink()  # space returns: the producer's retries now succeed
+        assert producer.flush(TIMEOUT * 3) == 0
+        assert not failed
+        assert acknowledged == values  # all of them, once each, in order
+        read = consume_confluent(broker.bootstrap, topic, RECORDS)
+        assert [r.value for r in read] == values
+        assert metric(broker, "kafka_log_logmanager_offlinelogdirectorycount") == 0
+        assert storage_errors(broker) == []
+        assert len(stored_batches(broker, topic)) >= 1
+        check_files(broker.data_dir / f"{topic}-0")
+    finally:
+        errors = internal_errors(broker)
+        code = broker.stop()
+    assert errors == [], broker.log_file.read_text()[-3000:]
+    assert code == 0
+    check_files(small_disk / "data" / f"{topic}-0")
