@@ -29,9 +29,12 @@ from broker_fixtures import (
     wait_until,
 )
 from confluent_kafka import KafkaError, Producer
+from storage_support import NOW, Clock, make_batch
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.errors import KafkaStorageError
 from sparklog.record.batch import split_batches
+from sparklog.storage.log_manager import RECOVERY_CHECKPOINT, LogManager
 
 DISK = "4m"
 CHUNK = 64 << 10
@@ -56,14 +59,12 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
-def fill(disk: Path, leave: int) -> Path:
+def fill(disk: Path, leave: int, name: str = "ballast") -> Path:
     """A ballast file filling ``disk`` but for about ``leave`` bytes."""
-    ballast = disk / "ballast"
-    with open(ballast, "wb") as f:
-        with contextlib.suppress(OSError):  # ENOSPC: full
-            while True:
-                f.write(b"\0" * CHUNK)
-                f.flush()
+    ballast = disk / name
+    with open(ballast, "wb", buffering=0) as f, contextlib.suppress(OSError):  # ENOSPC: full
+        while True:
+            f.write(b"\0" * CHUNK)
     size = ballast.stat().st_size
     with open(ballast, "r+b") as f:
         f.truncate(max(0, size - leave))
@@ -158,3 +159,45 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_resumes_when_space_returns(
     assert errors == [], broker.log_file.read_text()[-3000:]
     assert code == 0
     check_files(small_disk / "data" / f"{topic}-0")
+
+
+def test_the_log_and_its_checkpoints_on_a_full_disk(small_disk: Path) -> None:
+    """Storage level: a batch that does not fit is KAFKA_STORAGE_ERROR and leaves the file
+    exactly as before (no torn tail, producer state and offsets unchanged), checkpoints keep
+    their old files (no temp file left), and both work again once space returns."""
+    manager = LogManager(small_disk / "data", {"log.segment.bytes": str(128 << 10)},
+                         clock=Clock())
+    manager.create_topic("t", 1)
+    partition_log = manager.get_log("t", 0)
+    manager.checkpoint()
+    ballast = fill(small_disk, leave=256 << 10)
+    stored = 0
+    with pytest.raises(KafkaStorageError):
+        while True:
+            partition_log.append(make_batch(8, value_size=1000), now_ms=NOW)
+            stored += 8
+    assert partition_log.log_end_offset == stored
+    assert partition_log.storage_error is not None
+    active = partition_log.active
+    assert active.log_path.stat().st_size == active.size
+    more = fill(small_disk, leave=0, name="more")  # checkpoints fail: the old files stay
+    before = (small_disk / "data" / RECOVERY_CHECKPOINT).read_bytes()
+    manager.checkpoint()
+    assert manager.checkpoint_error is not None
+    assert (small_disk / "data" / RECOVERY_CHECKPOINT).read_bytes() == before
+    assert not list((small_disk / "data").glob("*.tmp"))
+    assert manager.storage_errors().keys() == {"t-0", "checkpoints"}
+    assert partition_log.read(0, 1 << 20) is not None  # reads go on
+
+    ballast.unlink()
+    more.unlink()
+    partition_log.append(make_batch(8, value_size=1000), now_ms=NOW)
+    manager.checkpoint()
+    assert manager.storage_errors() == {}
+    manager.close()
+    check_files(small_disk / "data" / "t-0")
+    reopened = LogManager(small_disk / "data", clock=Clock())
+    try:
+        assert reopened.get_log("t", 0).log_end_offset == stored + 8
+    finally:
+        reopened.close()
