@@ -623,6 +623,21 @@ def kp_response(api_key: int) -> type[ApiMessage]:
     return getattr(module, request.__name__.removesuffix("Request") + "Response")
 
 
+def kp_build(cls: type[Any], version: int, values: dict[str, Any]) -> Any:
+    """A kafka-python request (or nested struct) of ``values`` given as nested dicts."""
+    converted: dict[str, Any] = {}
+    for name, value in values.items():
+        spec = next(f for f in cls._struct._fields if f.name == name)
+        nested = spec.data_class or getattr(cls, spec.type_str, None) \
+            if spec.is_struct_array() or spec.is_struct() else None
+        if spec.is_struct_array() and value is not None:
+            value = [kp_build(nested, version, v) for v in value]
+        elif spec.is_struct() and isinstance(value, dict):
+            value = kp_build(nested, version, value)
+        converted[name] = value
+    return cls(version=version, **converted)
+
+
 def one_batch(value: bytes) -> bytes:
     """One record batch (magic 2, no producer id) holding one record of ``value``."""
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,

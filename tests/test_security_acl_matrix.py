@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_fixtures import kp_request, kp_response, one_batch, request_frame, unique_topic
+from broker_fixtures import (
+    kp_build,
+    kp_request,
+    kp_response,
+    one_batch,
+    request_frame,
+    unique_topic,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -347,23 +354,8 @@ def test_every_served_api_has_a_case() -> None:
                for low, high in [served()[case.api_key]]), "a case at a version not served"
 
 
-def build(cls: type[Any], version: int, values: dict[str, Any]) -> Any:
-    """A kafka-python request (or nested struct) of ``values`` given as nested dicts."""
-    converted: dict[str, Any] = {}
-    for name, value in values.items():
-        spec = next(f for f in cls._struct._fields if f.name == name)
-        nested = spec.data_class or getattr(cls, spec.type_str, None) \
-            if spec.is_struct_array() or spec.is_struct() else None
-        if spec.is_struct_array() and value is not None:
-            value = [build(nested, version, v) for v in value]
-        elif spec.is_struct() and isinstance(value, dict):
-            value = build(nested, version, value)
-        converted[name] = value
-    return cls(version=version, **converted)
-
-
 def call(address: str, user: str, api_key: int, version: int, values: dict[str, Any]) -> Any:
-    request: ApiMessage = build(kp_request(api_key), version, values)
+    request: ApiMessage = kp_build(kp_request(api_key), version, values)
     with sasl_raw(address, user) as conn:
         return conn.call(request, kp_response(api_key)).to_dict()
 

@@ -1,10 +1,11 @@
 """A full disk loses nothing and stops nothing else (issue 31): a broker whose data directory
 is a small tmpfs made for the test, filled by a ballast file, answers KAFKA_STORAGE_ERROR to
 the writes that do not fit (confluent-kafka retries them), keeps serving reads of what was
-acknowledged, shows the failure in its metrics (Kafka's OfflineLogDirectoryCount and a
-per-partition gauge) and status, and writes again by itself once space returns: every
-acknowledged record is readable, none twice, and the segment files hold only whole, valid
-batches with index entries inside them.
+acknowledged, answers the offsets and transaction state topics' failures as Kafka does
+(NOT_COORDINATOR, retriable), shows the failure in its metrics (Kafka's
+OfflineLogDirectoryCount and a per-partition gauge) and status, and writes again by itself
+once space returns: every acknowledged record is readable, none twice, and the segment files
+hold only whole, valid batches with index entries inside them.
 
 The test mounts a tmpfs, so it needs root (CI runs as root); elsewhere it is skipped."""
 
@@ -21,10 +22,14 @@ from pathlib import Path
 import pytest
 from broker_fixtures import (
     TIMEOUT,
+    RawConnection,
     assert_healthy,
     consume_confluent,
     create_topic,
     internal_errors,
+    kp_build,
+    kp_request,
+    kp_response,
     stored_batches,
     wait_until,
 )
@@ -32,7 +37,8 @@ from confluent_kafka import KafkaError, Producer
 from storage_support import NOW, Clock, make_batch
 
 from sparklog.broker.process import BrokerProcess
-from sparklog.errors import KafkaStorageError
+from sparklog.errors import ErrorCode, KafkaStorageError
+from sparklog.protocol.versions import ApiKey
 from sparklog.record.batch import split_batches
 from sparklog.storage.log_manager import RECOVERY_CHECKPOINT, LogManager
 
@@ -86,6 +92,27 @@ def metric(broker: BrokerProcess, line_start: str) -> float:
 
 def storage_errors(broker: BrokerProcess) -> list[list[str]]:
     return list(json.loads(_get(broker, "status.json"))["status"]["storage_errors"])
+
+
+def commit_offset(broker: BrokerProcess, topic: str) -> int:
+    """OffsetCommit v9 of offset 1 for group ``full-disk-group``: the partition's error."""
+    request = kp_build(kp_request(ApiKey.OFFSET_COMMIT), 9, {
+        "group_id": "full-disk-group", "generation_id_or_member_epoch": -1, "member_id": "",
+        "group_instance_id": None, "topics": [{"name": topic, "partitions": [{
+            "partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+            "committed_metadata": ""}]}]})
+    with RawConnection(broker.bootstrap) as conn:
+        answer = conn.call(request, kp_response(ApiKey.OFFSET_COMMIT))
+    return int(answer.topics[0].partitions[0].error_code)
+
+
+def init_transactional_id(broker: BrokerProcess) -> int:
+    """InitProducerId v5 for transactional id ``full-disk-txn``: its error."""
+    request = kp_build(kp_request(ApiKey.INIT_PRODUCER_ID), 5, {
+        "transactional_id": "full-disk-txn", "transaction_timeout_ms": 60_000,
+        "producer_id": -1, "producer_epoch": -1})
+    with RawConnection(broker.bootstrap) as conn:
+        return int(conn.call(request, kp_response(ApiKey.INIT_PRODUCER_ID)).error_code)
 
 
 def check_files(partition_dir: Path) -> None:
@@ -143,12 +170,20 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_resumes_when_space_returns(
             so_far
         assert_healthy(broker)
 
+        # the coordinators' topics: a commit and a transactional id's first write cannot
+        # be stored, and are answered as Kafka answers them (retriable, NOT_COORDINATOR)
+        more = fill(small_disk, leave=0, name="more")
+        assert commit_offset(broker, topic) == ErrorCode.NOT_COORDINATOR
+        assert init_transactional_id(broker) == ErrorCode.NOT_COORDINATOR
+        more.unlink()
         ballast.unlink()  # space returns: the producer's retries now succeed
         assert producer.flush(TIMEOUT * 3) == 0
         assert not failed
         assert acknowledged == values  # all of them, once each, in order
         read = consume_confluent(broker.bootstrap, topic, RECORDS)
         assert [r.value for r in read] == values
+        assert commit_offset(broker, topic) == ErrorCode.NONE
+        assert init_transactional_id(broker) == ErrorCode.NONE
         assert metric(broker, "kafka_log_logmanager_offlinelogdirectorycount") == 0
         assert storage_errors(broker) == []
         assert len(stored_batches(broker, topic)) >= 1
