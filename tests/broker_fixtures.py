@@ -1000,6 +1000,14 @@ def running_cluster(zookeeper: ZooKeeperServer, directory: Path, name: str,
         running.stop()
 
 
+@pytest.fixture
+def own_cluster(zookeeper: ZooKeeperServer, tmp_path: Path,
+                request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A started three-broker cluster of the test's own (its chroot named after the test)."""
+    with running_cluster(zookeeper, tmp_path, request.node.name) as running:
+        yield running
+
+
 class Process(Protocol):
     """A child process a test started (``BrokerProcess``, ``ZooKeeperServer``)."""
 

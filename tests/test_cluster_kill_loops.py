@@ -17,8 +17,9 @@ the end nothing acknowledged is lost, duplicated or reordered, and every replica
 partition holds byte-identical log data.
 
 The seed is printed (``-s`` shows it; a failure's captured output has it) and
-``SPARKLOG_KILL_SEED`` replays it; ``SPARKLOG_KILL_LOOPS`` sets the number of faults (CI
-runs a few; ``SPARKLOG_KILL_LOOPS=50`` for a long run)."""
+``SPARKLOG_KILL_SEED`` replays it; ``SPARKLOG_KILL_LOOPS`` sets the number of faults: each
+kind once in a seeded order, then random ones (CI runs the five; ``SPARKLOG_KILL_LOOPS=50``
+for a long run)."""
 
 from __future__ import annotations
 
@@ -26,16 +27,14 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
-import pytest
 from broker_fixtures import (
     BackgroundProducer,
     Cluster,
     consume_confluent,
+    own_cluster,
     paused,
-    running_cluster,
     wait_until,
     zk_client,
     zookeeper,
@@ -43,22 +42,14 @@ from broker_fixtures import (
 from kazoo.exceptions import NoNodeError
 
 from sparklog.cluster.layout import CONTROLLER
-from sparklog.cluster.zookeeper_server import ZooKeeperServer
 
-__all__ = ["zookeeper"]  # fixtures, imported for pytest
+__all__ = ["own_cluster", "zookeeper"]  # fixtures, imported for pytest
 
 LOOPS = int(os.environ.get("SPARKLOG_KILL_LOOPS", "5"))
 SEED = int(os.environ.get("SPARKLOG_KILL_SEED", str(random.SystemRandom().randrange(1 << 32))))
 TOPICS = ("kl-a", "kl-b", "kl-c")
 PROGRESS = 50
 """Records each producer gets acknowledged after every fault."""
-
-
-@pytest.fixture
-def cluster(zookeeper: ZooKeeperServer, tmp_path: Path,
-            request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    with running_cluster(zookeeper, tmp_path, request.node.name) as running:
-        yield running
 
 
 class Faults:
@@ -137,7 +128,8 @@ def log_bytes(cluster: Cluster, broker: int, topic: str) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
 
 
-def test_acks_all_survives_random_kills_and_pauses(cluster: Cluster) -> None:
+def test_acks_all_survives_random_kills_and_pauses(own_cluster: Cluster) -> None:
+    cluster = own_cluster
     print(f"kill loop seed {SEED} ({LOOPS} faults): SPARKLOG_KILL_SEED={SEED} replays it")
     rng = random.Random(SEED)
     producers = [BackgroundProducer(cluster.bootstrap, topic, consume=False,
@@ -149,11 +141,10 @@ def test_acks_all_survives_random_kills_and_pauses(cluster: Cluster) -> None:
     kinds: list[Callable[[], str]] = [faults.kill_leader, faults.kill_follower,
                                       faults.kill_shrunk, faults.pause_leader,
                                       faults.pause_controller]
+    # every kind once (in a seeded order), then seeded random ones
+    order = rng.sample(kinds, len(kinds)) + [rng.choice(kinds) for _ in range(LOOPS)]
     faults.settle()
-    for loop in range(LOOPS):
-        # in CI every kind runs once before any repeats; a long run picks at random
-        fault = kinds[loop] if loop < len(kinds) and LOOPS <= len(kinds) * 2 else \
-            rng.choice(kinds)
+    for loop, fault in enumerate(order[:LOOPS]):
         started = time.monotonic()
         done = fault()
         faults.settle()
