@@ -33,6 +33,7 @@ from broker_fixtures import (
     stored_batches,
     wait_until,
 )
+from compaction_support import TP, cleaner_for, compacted_manager, records_of
 from confluent_kafka import KafkaError, Producer
 from storage_support import NOW, Clock, make_batch
 
@@ -236,3 +237,26 @@ def test_the_log_and_its_checkpoints_on_a_full_disk(small_disk: Path) -> None:
         assert reopened.get_log("t", 0).log_end_offset == stored + 8
     finally:
         reopened.close()
+
+
+def test_a_clean_on_a_full_disk_changes_nothing_and_works_once_space_returns(
+        small_disk: Path) -> None:
+    """The cleaner cannot write its cleaned segment: nothing is swapped, no ``.cleaned`` file
+    stays, the records read as before; with space back the same clean succeeds."""
+    manager = compacted_manager(small_disk / "data", Clock(), **{"segment.bytes": 64 << 10})
+    partition_log = manager.get_log(*TP)
+    for _ in range(40):  # the same 8 keys over and over: most of it is cleanable
+        partition_log.append(make_batch(8, value_size=1000), now_ms=NOW)
+    partition_log.roll(NOW)
+    before = records_of(partition_log)
+    cleaner = cleaner_for(manager)
+    more = fill(small_disk, leave=0)
+    assert cleaner.clean_log(TP) is None
+    assert not list(partition_log.directory.glob("*.cleaned"))
+    assert records_of(partition_log) == before
+    more.unlink()
+    result = cleaner.clean_log(TP)
+    assert result is not None and result.bytes_written < result.bytes_read
+    assert [(key, value) for _, key, value in records_of(partition_log)] == \
+        [(key, value) for _, key, value in before[-8:]]
+    manager.close()

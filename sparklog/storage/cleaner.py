@@ -78,7 +78,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from sparklog.errors import CorruptRecordError
+from sparklog.errors import CorruptRecordError, KafkaStorageError
 from sparklog.record.batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -616,13 +616,12 @@ class LogCleaner:
         except CleanAborted as exc:
             log.info("%s", exc)
             return None
-        except OSError as exc:
+        except (OSError, KafkaStorageError) as exc:
             if to_clean.log.closed:
                 log.info("%s-%d was deleted during its clean", *tp)
-            else:  # a full disk: its partial files are gone, tried again next round
-                log.warning("%s-%d: clean failed: %s; retrying after %d ms", *tp, exc.strerror,
-                            self.config.backoff_ms)
-                self._stop.wait(self.config.backoff_ms / 1000)
+            else:  # a full disk: its partial files are gone; the thread backs off (no result)
+                log.warning("%s-%d: clean failed (%s); tried again after log.cleaner.backoff.ms",
+                            *tp, exc)
             return None
         except CorruptRecordError:
             log.exception("%s-%d is corrupt: not cleaning it again until restart", *tp)
