@@ -883,7 +883,7 @@ class BackgroundProducer:
         wait_until(lambda: bool(self.errors) or (
             len(self.acked) >= acked and (not reading or len(self.consumed) >= consumed)),
             message=f"{records} more records produced and consumed")
-        assert self.errors == []
+        assert self.errors == [], self.errors
 
     @staticmethod
     def _stop(event: threading.Event, thread: threading.Thread) -> None:

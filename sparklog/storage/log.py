@@ -50,7 +50,6 @@ Invariants:
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -322,14 +321,18 @@ class PartitionLog:
                leader_epoch: int, append_time: int,
                marker: tuple[bool, int] = (False, -1)) -> AppendInfo:
         """Assign offsets to one validated batch and write it; update producer state."""
-        with self.lock, self._storage("append"):
+        with self.lock:
             active = self.segments[-1]
             buffers, header = prepare_append(records, header, active.next_offset, leader_epoch,
                                              append_time)
-            if active.must_roll(header.batch_length + LOG_OVERHEAD, header.max_timestamp,
-                                header.base_offset + header.last_offset_delta, now_ms):
-                active = self.roll(now_ms)
-            active.append(buffers, (header,))
+            try:
+                if active.must_roll(header.batch_length + LOG_OVERHEAD, header.max_timestamp,
+                                    header.base_offset + header.last_offset_delta, now_ms):
+                    active = self.roll(now_ms)
+                active.append(buffers, (header,))
+            except (OSError, KafkaStorageError) as exc:
+                raise self._storage_failure("append", exc) from exc
+            self.storage_error = None
             completed = self.producer_state.update(header, *marker)
             if completed is not None and completed.aborted:
                 active.txn_index.append(self._aborted_txn(completed))
@@ -337,24 +340,22 @@ class PartitionLog:
         self.appended_records += header.record_count
         self.appended_bytes += header.size
         if self._unflushed >= self._flush_messages:
-            with self._storage("flush"):
+            try:
                 self.flush(now_ms)
+            except OSError as exc:
+                raise self._storage_failure("flush", exc) from exc
         return AppendInfo(header.base_offset, header.base_offset + header.last_offset_delta,
                           append_time, self.log_start_offset, False)
 
-    @contextlib.contextmanager
-    def _storage(self, action: str) -> Iterator[None]:
-        """Run one write: an ``OSError`` (a full disk) becomes ``KafkaStorageError``, named in
-        ``storage_error`` until a write succeeds again."""
-        try:
-            yield
-        except KafkaStorageError as exc:
+    def _storage_failure(self, action: str, exc: OSError | KafkaStorageError
+                         ) -> KafkaStorageError:
+        """The error to raise for a failed write (a full disk), noted in ``storage_error``
+        until a write works again."""
+        if isinstance(exc, KafkaStorageError):
             self.storage_error = str(exc)
-            raise
-        except OSError as exc:
-            self.storage_error = f"{action} to {self.directory.name}: {exc.strerror}"
-            raise KafkaStorageError(self.storage_error) from exc
-        self.storage_error = None
+            return exc
+        self.storage_error = f"{action} to {self.directory.name}: {exc.strerror}"
+        return KafkaStorageError(self.storage_error)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> None:
         """Append batches whose offsets are already assigned (restores, tools, tests)."""
@@ -363,13 +364,17 @@ class PartitionLog:
             raise InvalidRecordError(
                 f"batch offset {headers[0].base_offset} is below the log end {self.log_end_offset}"
             )
-        with self.lock, self._storage("replica append"):
-            if self.active.must_roll(len(records), max(h.max_timestamp for h in headers),
-                                     headers[-1].last_offset, now_ms):
-                self.roll(now_ms)
-            active = self.active
-            position = active.size
-            active.append([records], headers)
+        with self.lock:
+            try:
+                if self.active.must_roll(len(records), max(h.max_timestamp for h in headers),
+                                         headers[-1].last_offset, now_ms):
+                    self.roll(now_ms)
+                active = self.active
+                position = active.size
+                active.append([records], headers)
+            except (OSError, KafkaStorageError) as exc:
+                raise self._storage_failure("replica append", exc) from exc
+            self.storage_error = None
             for header in headers:
                 completed = self.producer_state.update(header, *_marker_of(
                     active, header._replace(position=position + header.position)))
