@@ -13,8 +13,9 @@ Invariants:
   The follower's high watermark is min(leader's, own log end).
 - It connects to the leader's endpoint of the inter-broker listener, logged in as that
   listener asks (``inter_broker``); a leader without that endpoint is waited for.
-- Connection failures, refused logins, records that do not frame (a misbehaving leader)
-  and errors back off and retry; each new failure is
+- Connection failures, refused logins, records that do not frame (a misbehaving leader),
+  a local disk that is full (KAFKA_STORAGE_ERROR: the follower fetches the same records again
+  once space returns) and errors back off and retry; each new failure is
   logged once (a refused login or Fetch, e.g. without CLUSTER_ACTION, a failed TLS
   handshake, a leader without the listener, as warnings), not every retry. The task ends
   only when cancelled (the partition's state changed), so it never outlives its role.
@@ -35,7 +36,7 @@ from sparklog.broker.replication.inter_broker import (
 )
 from sparklog.broker.replication.partition import Partition
 from sparklog.cluster.layout import BrokerInfo
-from sparklog.errors import CorruptRecordError, ErrorCode, error_name
+from sparklog.errors import CorruptRecordError, ErrorCode, KafkaStorageError, error_name
 from sparklog.protocol.versions import ApiKey
 from sparklog.record.batch import complete_batches, end_of
 
@@ -102,11 +103,12 @@ async def follow(manager: ReplicaManager, replica: Partition) -> None:
                             replica.name, state.leader, trouble,
                             _WHY.get(code, ""))
                 await asyncio.sleep(BACKOFF_S)
-            except (OSError, EOFError, asyncio.IncompleteReadError, CorruptRecordError) as exc:
+            except (OSError, EOFError, asyncio.IncompleteReadError, CorruptRecordError,
+                    KafkaStorageError) as exc:
                 if str(exc) != trouble:
                     trouble = str(exc)
-                    log.log(logging.WARNING if isinstance(exc, (InterBrokerError,
-                                                                ssl.SSLError))
+                    log.log(logging.WARNING if isinstance(exc, (InterBrokerError, ssl.SSLError,
+                                                                KafkaStorageError))
                             else logging.INFO, "%s: fetch from broker %d failed (%s); retrying",
                             replica.name, state.leader, exc)
                 if connection is not None:
