@@ -18,8 +18,8 @@ partition holds byte-identical log data.
 
 The seed is printed (``-s`` shows it; a failure's captured output has it) and
 ``SPARKLOG_KILL_SEED`` replays it; ``SPARKLOG_KILL_LOOPS`` sets the number of faults: each
-kind once in a seeded order, then random ones (CI runs the five; ``SPARKLOG_KILL_LOOPS=50``
-for a long run)."""
+kind once in a seeded order, then random ones (CI runs the five in about 80 s; a long run,
+past pytest-timeout's 300 s: ``SPARKLOG_KILL_LOOPS=50 pytest --timeout=0 -s ...``)."""
 
 from __future__ import annotations
 
