@@ -12,12 +12,14 @@ The test mounts a tmpfs, so it needs root (CI runs as root); elsewhere it is ski
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import struct
 import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from broker_fixtures import (
@@ -41,6 +43,7 @@ from sparklog.broker.process import BrokerProcess
 from sparklog.errors import ErrorCode, KafkaStorageError
 from sparklog.protocol.versions import ApiKey
 from sparklog.record.batch import split_batches
+from sparklog.storage.index import OffsetIndex
 from sparklog.storage.log_manager import RECOVERY_CHECKPOINT, LogManager
 
 DISK = "4m"
@@ -260,3 +263,34 @@ def test_a_clean_on_a_full_disk_changes_nothing_and_works_once_space_returns(
     assert [(key, value) for _, key, value in records_of(partition_log)] == \
         [(key, value) for _, key, value in before[-8:]]
     manager.close()
+
+
+class _FullFile:
+    """An index file on a full disk: every write fails (ENOSPC), as a buffered file's
+    write or flush does once its buffer must reach the disk."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+
+    def write(self, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def close(self) -> None:
+        self.real.close()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_an_index_that_cannot_write_its_file_keeps_its_entries(tmp_path: Path) -> None:
+    """The active offset index loses its file mid-append: lookups keep answering from
+    memory, the file goes (never a torn one), and closing writes it whole, as a reopen
+    reads it."""
+    index = OffsetIndex(tmp_path / "00000000000000000000.index", 0, 1 << 20)
+    index.open_for_append()
+    index.append(10, 100)
+    index._file = _FullFile(index._file)  # the disk fills up
+    index.append(20, 200)
+    index.append(30, 300)
+    assert not index.path.exists()
+    assert index.lookup(25) == (20, 200) and index.entries == 3
+    index.close()
+    assert OffsetIndex(index.path, 0, 1 << 20).lookup(35) == (30, 300)
