@@ -804,15 +804,18 @@ def parse_api_versions_v0(body: bytes) -> tuple[int, dict[int, tuple[int, int]]]
 class BackgroundProducer:
     """Produces numbered records with confluent-kafka in a thread, and reads them back in
     another, while the test does something else; ``stop_and_verify`` checks the outcome.
-    ``replicas`` assigns the topic's one partition by hand (its first replica leads).
+    ``replicas`` assigns the topic's one partition by hand (its first replica leads);
+    ``producer_conf`` adds to (or overrides) the producer's settings.
 
     ``abort`` (for crash tests) drops whatever is unacknowledged instead of waiting for it.
     """
 
     def __init__(self, bootstrap: str, topic: str, *, consume: bool = True,
                  idempotent: bool = True, replication_factor: int = 1,
-                 replicas: Sequence[int] | None = None) -> None:
+                 replicas: Sequence[int] | None = None,
+                 producer_conf: Mapping[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap
+        self._producer_conf = dict(producer_conf or {})
         self.topic = topic
         self.replication_factor = replication_factor
         self._replicas = replicas
@@ -838,7 +841,8 @@ class BackgroundProducer:
 
     def _produce(self) -> None:
         producer = confluent_producer(self.bootstrap, **{
-            "linger.ms": 2, "acks": "all", "enable.idempotence": self._idempotent})
+            "linger.ms": 2, "acks": "all", "enable.idempotence": self._idempotent,
+            **self._producer_conf})
 
         def on_delivery(err: Any, msg: Message) -> None:
             if err is None:

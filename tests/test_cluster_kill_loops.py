@@ -133,8 +133,11 @@ def test_acks_all_survives_random_kills_and_pauses(own_cluster: Cluster) -> None
     print(f"kill loop seed {SEED} ({LOOPS} faults): SPARKLOG_KILL_SEED={SEED} replays it")
     rng = random.Random(SEED)  # the victims
     pick = random.Random(SEED + 1)  # the faults: a run of N faults replays any shorter one
+    # a record waits out a whole fault: kill-shrunk refuses acks=all until a broker is back
+    # and in sync again, which takes longer than the usual 15 s on a loaded machine
     producers = [BackgroundProducer(cluster.bootstrap, topic, consume=False,
-                                    replication_factor=3, replicas=[i, (i + 1) % 3, (i + 2) % 3])
+                                    replication_factor=3, replicas=[i, (i + 1) % 3, (i + 2) % 3],
+                                    producer_conf={"message.timeout.ms": 120_000})
                  for i, topic in enumerate(TOPICS)]
     for producer in producers:
         producer.start()
