@@ -69,10 +69,7 @@ NOT_SERVED = {
 """Client-facing APIs the broker does not serve, and why (a client asking gets the
 connection closed, as Kafka answers an API it lacks)."""
 
-VERSIONS_LEFT_OUT: dict[int, tuple[tuple[int, int], str]] = {
-    ApiKey.INIT_PRODUCER_ID: ((6, 6), "KIP-939 (two-phase commit with an external "
-                                      "coordinator): no issue asks for it"),
-}
+VERSIONS_LEFT_OUT: dict[int, tuple[tuple[int, int], str]] = {}
 """Versions of served APIs left out, and why."""
 
 

@@ -27,6 +27,7 @@ from kafka import KafkaProducer
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.cli import main
 from sparklog.coordinator.txn_metadata import TransactionState
+from sparklog.errors import ErrorCode
 from sparklog.record.records import build_batch
 
 CONFIG = {
@@ -333,12 +334,15 @@ def test_the_tool_lists_describes_and_aborts_by_id(broker: EmbeddedBroker, topic
 def test_the_tool_aborts_a_hanging_transaction_with_a_marker(
         broker: EmbeddedBroker, topic: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A transactional batch no coordinator knows of holds the stable offset (a hanging
-    transaction); an ABORT marker written by the tool releases it."""
+    transaction); an ABORT marker written by the tool releases it. A producer can no longer
+    write one (KIP-890: the leader verifies with the coordinator, INVALID_TXN_STATE), so it
+    is put in the log as a broker before verification wrote it."""
+    batch = build_batch([(None, b"hanging", (), int(time.time() * 1000))],
+                        producer_id=999_999, producer_epoch=3, base_sequence=0,
+                        transactional=True)
     with RawConnection(broker.bootstrap) as conn:
-        batch = build_batch([(None, b"hanging", (), int(time.time() * 1000))],
-                            producer_id=999_999, producer_epoch=3, base_sequence=0,
-                            transactional=True)
-        assert raw_produce(conn, topic, 0, batch).error_code == 0
+        assert raw_produce(conn, topic, 0, batch).error_code == ErrorCode.INVALID_TXN_STATE
+    broker.call(lambda b: b.logs.get_log(topic, 0).append(batch, now_ms=int(time.time() * 1000)))
     stable = broker.call(lambda b: b.logs.get_log(topic, 0).last_stable_offset)
     assert stable == 0
     code, lines = run_tool(capsys, "abort", "--bootstrap-server", broker.bootstrap, "--topic",

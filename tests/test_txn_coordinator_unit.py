@@ -97,7 +97,7 @@ def test_the_next_coordinator_finishes_a_commit_the_first_one_lost() -> None:
         await inputs.markers_wanted.wait()
         assert inputs.markers == [(ORDERS, True, 5)]
         first.unload(0)  # leadership moved while the markers were being written
-        assert await ending == E.NOT_COORDINATOR
+        assert (await ending).error == E.NOT_COORDINATOR
         assert (await first.init_producer_id(TID, 60000)).error == E.NOT_COORDINATOR
 
         inputs.markers_may_finish.set()
@@ -107,7 +107,7 @@ def test_the_next_coordinator_finishes_a_commit_the_first_one_lost() -> None:
         await second.settle()
         assert inputs.markers[-1] == (ORDERS, True, 6)
         assert second.transactions[TID].state is S.COMPLETE_COMMIT
-        assert await second.end_txn(TID, pid, epoch, commit=True) == E.NONE  # a retry
+        assert (await second.end_txn(TID, pid, epoch, commit=True)).error == E.NONE  # a retry
         first.stop()
         second.stop()
 
@@ -127,8 +127,8 @@ def test_a_change_the_isr_did_not_take_is_not_applied() -> None:
         assert set(errors.values()) == {E.COORDINATOR_NOT_AVAILABLE}
         assert txn.transactions[TID].state is S.EMPTY  # as before the request
         inputs.replication = E.NOT_LEADER_OR_FOLLOWER
-        assert await txn.end_txn(TID, started.producer_id, started.producer_epoch,
-                                 commit=True) == E.INVALID_TXN_STATE
+        assert (await txn.end_txn(TID, started.producer_id, started.producer_epoch,
+                                  commit=True)).error == E.INVALID_TXN_STATE
         errors = await txn.add_partitions(TID, started.producer_id, started.producer_epoch,
                                           ORDERS)
         assert set(errors.values()) == {E.NOT_COORDINATOR}
@@ -153,10 +153,10 @@ def test_requests_of_an_id_wait_while_its_change_is_replicated() -> None:
         await asyncio.sleep(0.01)
         assert not ending.done()
         assert inputs.markers == []  # nothing written before PrepareCommit is replicated
-        assert await txn.end_txn(TID, pid, epoch, commit=True) == E.CONCURRENT_TRANSACTIONS
+        assert (await txn.end_txn(TID, pid, epoch, commit=True)).error == E.CONCURRENT_TRANSACTIONS
         assert (await txn.init_producer_id(TID, 60000)).error == E.CONCURRENT_TRANSACTIONS
         inputs.replicating.set()
-        assert await ending == E.NONE
+        assert (await ending).error == E.NONE
         assert txn.transactions[TID].state is S.COMPLETE_COMMIT
         assert inputs.markers == [(ORDERS, True, 0)]
         txn.stop()
@@ -177,7 +177,7 @@ def test_a_new_producer_is_answered_before_the_fenced_transactions_markers() -> 
         assert inputs.markers == [(ORDERS, False, 0)]
         assert txn.transactions[TID].state is S.PREPARE_ABORT
         assert (await txn.init_producer_id(TID, 60000)).error == E.CONCURRENT_TRANSACTIONS
-        assert await txn.end_txn(TID, pid, epoch, commit=True) == E.PRODUCER_FENCED
+        assert (await txn.end_txn(TID, pid, epoch, commit=True)).error == E.PRODUCER_FENCED
         inputs.markers_may_finish.set()
         await txn.settle()
         again = await txn.init_producer_id(TID, 60000)

@@ -16,7 +16,7 @@ Invariants:
 from __future__ import annotations
 
 SUPPORTED: dict[str, tuple[int, int]] = {
-    "transaction.version": (0, 0),
+    "transaction.version": (0, 2),
     "group.version": (0, 0),
 }
 FINALIZED: dict[str, int] = {name: high for name, (_, high) in SUPPORTED.items() if high > 0}

@@ -72,12 +72,14 @@ from sparklog.coordinator.txn_metadata import (
     COMPLETING,
     FINISHED,
     NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
     TransactionMetadata,
     TransactionState,
     epoch_exhausted,
 )
 from sparklog.coordinator.txn_records import (
     TRANSACTION_TOPIC,
+    TV_2,
     TopicPartition,
     decode_txn_key,
     decode_txn_value,
@@ -153,7 +155,7 @@ class TransactionCoordinator:
         self._replicated = replicated
         self._next_producer_id = next_producer_id
         self._partition_count = partition_count
-        self._offsets_partition = offsets_partition
+        self.offsets_partition = offsets_partition
         self._write_markers = write_markers
         self._now_ms = clock
         self.transactions: dict[str, TransactionMetadata] = {}
@@ -402,7 +404,11 @@ class TransactionCoordinator:
         return None
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+                             partitions: Iterable[TopicPartition], client_version: int = 0
+                             ) -> dict[TopicPartition, ErrorCode]:
+        """Add ``partitions`` to the producer's transaction (opening it); ``client_version``
+        2 when a partition leader adds them for a transaction.version 2 client (its Produce
+        v12+ or TxnOffsetCommit v5+: KIP-890's implicit add), which the id keeps."""
         wanted = list(dict.fromkeys(partitions))
         error = self._producer_error(transactional_id, producer_id, producer_epoch)
         if error is not None:
@@ -414,6 +420,10 @@ class TransactionCoordinator:
         if meta.state is S.ONGOING and meta.partitions.issuperset(wanted):
             return dict.fromkeys(wanted, ErrorCode.NONE)
         new = replace(meta, partitions=meta.partitions | set(wanted))
+        if meta.state is not S.ONGOING:
+            new.client_version = client_version
+        elif client_version >= TV_2:
+            new.client_version = TV_2
         new.transition(S.ONGOING, self._now_ms())
         try:
             await self._commit(new)
@@ -450,45 +460,78 @@ class TransactionCoordinator:
                 for tp in wanted}
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                    group_id: str) -> ErrorCode:
+                          group_id: str) -> ErrorCode:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        tp = self._offsets_partition(group_id)
+        tp = self.offsets_partition(group_id)
         return (await self.add_partitions(transactional_id, producer_id, producer_epoch,
                                           [tp]))[tp]
 
     # -- EndTxn ---------------------------------------------------------------------------
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                      commit: bool) -> ErrorCode:
+                      commit: bool, client_version: int = 0) -> ProducerIdAndEpoch:
+        """Kafka's ``handleEndTransaction``: the producer id and epoch the producer goes on
+        with (bumped for a transaction.version 2 client, ``client_version`` from EndTxn
+        v5+: a new producer id once the epochs ran out), or the error."""
         error = self._check(transactional_id)
         meta = self.transactions.get(transactional_id)
-        if error is None and (meta is None or meta.producer_id != producer_id):
-            error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if error is None and meta is not None and meta.producer_epoch != producer_epoch:
-            error = ErrorCode.PRODUCER_FENCED
+        if error is None:
+            error = self._end_error(meta, producer_id, producer_epoch, commit)
         if error is not None:
-            return error
+            return ProducerIdAndEpoch(error)
         assert meta is not None
-        done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-        if meta.state is done and not self._busy(transactional_id):
-            return ErrorCode.NONE  # a retry of an EndTxn that completed
-        if meta.state in COMPLETING or self._busy(transactional_id):
-            return ErrorCode.CONCURRENT_TRANSACTIONS
-        if meta.state is not S.ONGOING:
-            return ErrorCode.INVALID_TXN_STATE
+        if meta.state is not S.ONGOING:  # a retry of an EndTxn that completed
+            return ProducerIdAndEpoch(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
         new = replace(meta, partitions=set(meta.partitions))
+        if client_version >= TV_2:  # KIP-890: every end bumps the epoch
+            new.client_version = TV_2
+            new.producer_epoch += 1
+            if epoch_exhausted(meta.producer_epoch):
+                new.next_producer_id = await self._next_producer_id()
         new.transition(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, self._now_ms())
         fault_point("txn_end_prepared", "before")
         try:
+            if self.transactions.get(transactional_id) is not meta:
+                raise KafkaError("changed meanwhile", ErrorCode.CONCURRENT_TRANSACTIONS)
             await self._commit(new)
         except KafkaError as exc:
-            return exc.code
+            return ProducerIdAndEpoch(exc.code)
         fault_point("txn_end_prepared", "after")
         try:
             await self._complete(new)
         except KafkaError as exc:  # recorded as prepared: finished at the next load
-            return exc.code
-        return ErrorCode.NONE
+            return ProducerIdAndEpoch(exc.code)
+        ended = self.transactions.get(transactional_id, new)
+        return ProducerIdAndEpoch(ErrorCode.NONE, ended.producer_id, ended.producer_epoch)
+
+    def _end_error(self, meta: TransactionMetadata | None, producer_id: int,
+                   producer_epoch: int, commit: bool) -> ErrorCode | None:
+        """Kafka's checks of an EndTxn, in its order. A transaction.version 2 id's ended
+        transaction has the next epoch: an EndTxn naming the one before is its retry (or,
+        its epochs run out, the previous producer id at the last epoch)."""
+        if meta is None:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        bumped = meta.client_version >= TV_2 and meta.producer_epoch == producer_epoch + 1
+        overflowed = (meta.client_version >= TV_2 and meta.previous_producer_id == producer_id
+                      and epoch_exhausted(producer_epoch) and meta.producer_epoch == 0)
+        if meta.producer_id != producer_id and not overflowed:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if meta.client_version < TV_2 or meta.state in (S.ONGOING, S.EMPTY):
+            valid = producer_epoch == meta.producer_epoch
+        elif meta.state in COMPLETING:
+            valid = bumped
+        else:
+            valid = bumped or overflowed
+        if not valid:
+            return ErrorCode.PRODUCER_FENCED
+        done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+        if meta.state is done and not self._busy(meta.transactional_id):
+            return None
+        if meta.state in COMPLETING or self._busy(meta.transactional_id):
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if meta.state is not S.ONGOING:
+            return ErrorCode.INVALID_TXN_STATE
+        return None
 
     async def _complete(self, meta: TransactionMetadata) -> None:
         """Write the markers of a prepared transaction, then record it complete. The work
@@ -522,6 +565,9 @@ class TransactionCoordinator:
         fault_point("txn_markers_written", "all")
         while self.transactions.get(tid) is meta:  # else unloaded: the next one finishes it
             new = replace(meta, partitions=set())
+            if meta.next_producer_id != NO_PRODUCER_ID:  # the epochs ran out: the next id
+                new.previous_producer_id, new.producer_id = meta.producer_id, meta.next_producer_id
+                new.producer_epoch, new.next_producer_id = 0, NO_PRODUCER_ID
             new.transition(S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, self._now_ms())
             try:
                 await self._commit(new)

@@ -16,6 +16,11 @@ Invariants:
 - This module is pure state: no I/O. ``transition`` refuses an illegal move with
   ``IllegalTransition`` (a bug, never a client error).
 - ``partitions`` is the set written with the state: the partitions markers go to.
+- ``client_version`` is the transaction version the id's client speaks (2: KIP-890 part
+  2, learnt from its EndTxn v5+ or a leader's implicit add; its ends bump the epoch);
+  ``previous_producer_id`` is the producer id the last transaction ended under when its
+  epochs ran out and ``next_producer_id`` the one a prepared transaction moves to then
+  (TransactionLogValue v1's tagged fields, written for a version 2 client).
 - ``last_producer_id`` / ``last_producer_epoch`` (KIP-360) are what the last InitProducerId
   moved away from, so its retry is answered the same again; as in Kafka they are kept in
   memory only (not in the record): a retry that spans a coordinator move is fenced.
@@ -85,6 +90,9 @@ class TransactionMetadata:
     partitions: set[TopicPartition] = field(default_factory=set)
     last_producer_id: int = NO_PRODUCER_ID
     last_producer_epoch: int = NO_PRODUCER_EPOCH
+    client_version: int = 0
+    previous_producer_id: int = NO_PRODUCER_ID
+    next_producer_id: int = NO_PRODUCER_ID
 
     def transition(self, state: TransactionState, now_ms: int) -> None:
         if self.state not in _VALID_PREVIOUS[state]:
@@ -97,10 +105,15 @@ class TransactionMetadata:
 
     def record(self) -> TxnRecord:
         return TxnRecord(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
-                         frozenset(self.partitions), self.last_update_ms, self.start_ms)
+                         frozenset(self.partitions), self.last_update_ms, self.start_ms,
+                         self.previous_producer_id, self.next_producer_id,
+                         self.client_version)
 
     @classmethod
     def from_record(cls, transactional_id: str, record: TxnRecord) -> TransactionMetadata:
         return cls(transactional_id, record.producer_id, record.producer_epoch,
                    record.timeout_ms, TransactionState(record.status), record.last_update_ms,
-                   record.start_ms, set(record.partitions))
+                   record.start_ms, set(record.partitions),
+                   client_version=record.client_version,
+                   previous_producer_id=record.previous_producer_id,
+                   next_producer_id=record.next_producer_id)

@@ -9,9 +9,11 @@ from which version a string is nullable, and which structs arrays hold; ``entity
 makes the kio dataclass of one version, so kio's native reader and writer serve them.
 
 Invariants:
-- Only non-flexible versions are described (what Kafka wrote before KIP-915 and still
-  reads); ``encode`` writes the version the caller names, ``decode`` reads any version the
-  schema describes and raises ``ValueError`` for anything else or for bytes that do not
+- Versions from ``flexible_from`` are flexible (compact strings and arrays, a tagged-field
+  section); a field with a ``tag`` lives in that section (written only when it differs from
+  its ``default``, as Kafka writes tagged fields), so older readers skip it.
+- ``encode`` writes the version the caller names, ``decode`` reads any version the schema
+  describes and raises ``ValueError`` for anything else or for bytes that do not
   decode (never another error), so callers handle one exception for bad data.
 - With ``read_newer`` a version above the newest described is read by the newest one's
   fields (Kafka's forward compatibility for embedded protocols: newer fields come last).
@@ -51,6 +53,8 @@ class Field:
     last: int | None = None
     nullable_from: int | None = None
     struct: DataSchema | None = None
+    tag: int | None = None
+    default: Any = None
 
     def in_version(self, version: int) -> bool:
         return self.first <= version and (self.last is None or version <= self.last)
@@ -69,16 +73,21 @@ class Field:
         if self.struct is not None:
             return self.name, self.annotation(version), field()
         kafka_type = self.kafka_type.removeprefix("[]")
+        if self.tag is not None:
+            return self.name, self.annotation(version), field(
+                metadata={"kafka_type": kafka_type, "tag": self.tag}, default=self.default)
         return self.name, self.annotation(version), field(metadata={"kafka_type": kafka_type})
 
 
 @dataclass(frozen=True)
 class DataSchema:
-    """A record (or a struct of one) and the non-flexible versions described."""
+    """A record (or a struct of one) and the versions described (flexible from
+    ``flexible_from``; None: none is)."""
 
     name: str
     fields: tuple[Field, ...]
     newest: int = 0
+    flexible_from: int | None = None
 
     def entity(self, version: int) -> type:
         return _entity(self, version)
@@ -86,9 +95,12 @@ class DataSchema:
 
 @cache
 def _entity(schema: DataSchema, version: int) -> type:
-    specs = [f.spec(version) for f in schema.fields if f.in_version(version)]
+    fields = [f for f in schema.fields if f.in_version(version)]
+    specs = [f.spec(version) for f in fields if f.tag is None]
+    specs += [f.spec(version) for f in fields if f.tag is not None]  # defaults come last
+    flexible = schema.flexible_from is not None and version >= schema.flexible_from
     namespace: dict[str, Any] = {"__type__": EntityType.data, "__version__": i16(version),
-                                 "__flexible__": False}
+                                 "__flexible__": flexible}
     cls = make_dataclass(schema.name, specs, namespace=namespace, frozen=True, slots=True,
                          kw_only=True)
     for name in ("__type__", "__version__", "__flexible__"):
@@ -111,7 +123,7 @@ def _build(schema: DataSchema, version: int, values: Mapping[str, Any]) -> Any:
     for f in schema.fields:
         if not f.in_version(version):
             continue
-        value = values[f.name]
+        value = values[f.name] if f.tag is None else values.get(f.name, f.default)
         if f.struct is not None and value is not None:
             value = tuple(_build(f.struct, version, item) for item in value)
         kwargs[f.name] = value

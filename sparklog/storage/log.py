@@ -79,7 +79,11 @@ from sparklog.record.control import ControlType, marker_batch
 from sparklog.record.records import decode_records
 from sparklog.storage.checkpoint import fsync_directory
 from sparklog.storage.config import LogConfig
-from sparklog.storage.producer_state import CompletedTxn, ProducerStateManager
+from sparklog.storage.producer_state import (
+    CompletedTxn,
+    ProducerStateManager,
+    VerificationStateEntry,
+)
 from sparklog.storage.segment import (
     DELETED_SUFFIX,
     FILE_EXTENSIONS,
@@ -293,11 +297,14 @@ class PartitionLog:
 
     # -- appends -------------------------------------------------------------------------
     def append(self, records: bytes | bytearray | memoryview, *, now_ms: int,
-               leader_epoch: int = 0) -> AppendInfo:
-        """Validate and append the one batch a producer sent for this partition."""
+               leader_epoch: int = 0, verify: bool = False,
+               guard: VerificationStateEntry | None = None) -> AppendInfo:
+        """Validate and append the one batch a producer sent for this partition; ``verify``
+        (a client's Produce) refuses a transactional batch without an ongoing transaction
+        or the ``guard`` of its verification (``producer_state``, KIP-890)."""
         header = validate_produced(records)
         self._validate(records, header, now_ms)
-        duplicate = self.producer_state.check(header)
+        duplicate = self.producer_state.check(header, verify=verify, guard=guard)
         if duplicate is not None:
             return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1,
                               self.log_start_offset, True)

@@ -18,6 +18,15 @@ Invariants:
 - Each producer keeps the max timestamp of its last batch or marker and the coordinator
   epoch of its last marker (-1 before any), as Kafka's ``ProducerStateEntry``: what
   DescribeProducers shows.
+- KIP-890 part 1: a client's transactional batch (``check`` with ``verify``) is appended only
+  while its producer has an ongoing transaction here at its epoch, or with the
+  ``VerificationStateEntry`` the leader obtained before asking the transaction coordinator
+  (``start_verification``), still the producer's current one: the coordinator confirmed
+  the partition is in the transaction; else INVALID_TXN_STATE, nothing appended. The entry
+  goes when the transaction starts here (its first batch) or a marker of the producer is
+  written, so a verification answered before a marker cannot let a batch of the ended
+  transaction in, and a transaction costs one verification per partition, not one per
+  batch. Entries are kept in memory only (as Kafka's): a restart asks again.
 - The state is derived from the log: it is rebuilt by replaying batch headers after the
   latest snapshot (``<offset>.snapshot``, written on roll and clean shutdown; it carries open
   transactions), so it survives restarts without reading whole batches.
@@ -30,7 +39,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparklog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from sparklog.errors import (
+    ErrorCode,
+    InvalidProducerEpochError,
+    KafkaError,
+    OutOfOrderSequenceError,
+)
 from sparklog.record.batch import BatchHeader
 from sparklog.storage.checkpoint import write_atomically
 
@@ -57,6 +71,15 @@ class CompletedTxn:
     aborted: bool
 
 
+@dataclass(eq=False, slots=True)
+class VerificationStateEntry:
+    """A verification under way or done for a producer's epoch (Kafka's
+    ``VerificationStateEntry``; the object itself is the guard an append shows)."""
+
+    producer_id: int
+    epoch: int
+
+
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
@@ -77,16 +100,39 @@ class ProducerStateManager:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.verifications: dict[int, VerificationStateEntry] = {}
+
+    def needs_verification(self, producer_id: int, epoch: int) -> bool:
+        """Whether a transactional batch of ``producer_id`` at ``epoch`` must be verified
+        (no ongoing transaction of that epoch here)."""
+        entry = self.producers.get(producer_id)
+        return entry is None or entry.txn_first_offset < 0 or entry.epoch != epoch
+
+    def start_verification(self, producer_id: int, epoch: int) -> VerificationStateEntry:
+        """The producer's entry for ``epoch`` (the one under way, else a new one)."""
+        entry = self.verifications.get(producer_id)
+        if entry is None or entry.epoch != epoch:
+            entry = self.verifications[producer_id] = VerificationStateEntry(producer_id, epoch)
+        return entry
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest ongoing transaction, None when none is open."""
         return min(self.ongoing.values()) if self.ongoing else None
 
-    def check(self, header: BatchHeader) -> BatchMetadata | None:
-        """Validate a producer batch before append; return the original if it is a duplicate."""
+    def check(self, header: BatchHeader, *, verify: bool = False,
+              guard: VerificationStateEntry | None = None) -> BatchMetadata | None:
+        """Validate a producer batch before append; return the original if it is a duplicate.
+        ``verify``: a client's batch, whose transactional batch needs an ongoing transaction
+        or ``guard`` (see the module)."""
         if header.is_control:
             self._check_marker_epoch(header)
             return None
+        if (verify and header.is_transactional
+                and self.needs_verification(header.producer_id, header.producer_epoch)
+                and (guard is None or self.verifications.get(header.producer_id) is not guard)):
+            raise KafkaError(f"producer {header.producer_id} epoch {header.producer_epoch}: "
+                             "the partition was not added to the transaction",
+                             ErrorCode.INVALID_TXN_STATE)
         if header.producer_id < 0 or header.base_sequence < 0:
             return None
         entry = self.producers.get(header.producer_id)
@@ -136,6 +182,8 @@ class ProducerStateManager:
                 header.producer_epoch, txn_first_offset=old.txn_first_offset,
                 coordinator_epoch=old.coordinator_epoch)
         entry.last_timestamp = header.max_timestamp
+        if header.is_control or header.is_transactional:
+            self.verifications.pop(pid, None)  # the transaction started or ended here
         if header.is_control:
             if header.record_count:
                 entry.coordinator_epoch = coordinator_epoch
@@ -193,7 +241,7 @@ class ProducerStateManager:
         Returns -1 (and an empty state) when there is none; snapshots above ``log_end`` (from
         before a truncation) are deleted.
         """
-        self.producers, self.ongoing = {}, {}
+        self.producers, self.ongoing, self.verifications = {}, {}, {}
         for offset in reversed(self.snapshot_offsets()):
             path = self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
             if offset > log_end:

@@ -56,7 +56,7 @@ async def api_versions(broker: Broker, header: RequestHeader,
         for name, (low, high) in features.SUPPORTED.items() if low > 0 or header.api_version > 3)
     finalized = tuple(
         build("FinalizedFeatureKey", name=name, min_version_level=level, max_version_level=level)
-        for name, level in features.FINALIZED.items())
+        for name, level in features.FINALIZED.items() if header.api_version >= 3)  # v3+ has them
     return build.response(error_code=ErrorCode.NONE, api_keys=keys,
                           supported_features=supported,
                           finalized_features_epoch=features.FINALIZED_EPOCH,

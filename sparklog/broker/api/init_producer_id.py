@@ -1,4 +1,4 @@
-"""InitProducerId (key 22), v0-v5 (v6, KIP-939's two-phase commit, is not served).
+"""InitProducerId (key 22), v0-v6.
 
 Behaviour: a non-transactional producer gets a fresh producer id with epoch 0 from
 ``Broker.producer_ids`` (ids persist in blocks, so they are never reused after a restart),
@@ -16,8 +16,14 @@ Per version (Kafka's InitProducerId JSON):
   answered the same again; any other epoch is fenced. Naming only one of them (the other
   -1) is INVALID_REQUEST.
 - Before v4 PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH (the code those clients know).
-- v5 lets the answer be TRANSACTION_ABORTABLE (KIP-890); Kafka's coordinator never answers
-  it to InitProducerId without transaction.version 2, and neither does this one.
+- v5 lets the answer be TRANSACTION_ABORTABLE (KIP-890); Kafka's coordinator has no case
+  that answers it to InitProducerId, and neither does this one.
+- v6 (KIP-939) adds ``enable2Pc`` and ``keepPreparedTxn``: this broker has no two-phase
+  commit (Kafka's ``transaction.two.phase.commit.enable`` is false), so a producer asking
+  for it is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers it then, and
+  one asking to keep a prepared transaction without it INVALID_REQUEST (nothing changes for
+  either); the answer's ``ongoingTxnProducerId``/``Epoch`` are -1 (no prepared
+  transaction is ever kept).
 
 With an authorizer, as Kafka's: a transactional id needs WRITE on its TRANSACTIONAL_ID
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer IDEMPOTENT_WRITE on the
@@ -38,13 +44,13 @@ from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
-    from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
+    from kio.schema.init_producer_id.v6.request import InitProducerIdRequest
 
 NO_PRODUCER = (-1, -1)
 PRODUCER_FENCED_SINCE = 4
 
 
-@handles(ApiKey.INIT_PRODUCER_ID, versions=(0, 5))
+@handles(ApiKey.INIT_PRODUCER_ID, versions=(0, 6))
 async def init_producer_id(broker: Broker, header: RequestHeader,
                            request: InitProducerIdRequest) -> Any:
     build = Build(header)
@@ -60,6 +66,10 @@ async def init_producer_id(broker: Broker, header: RequestHeader,
     elif not security.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                 request.transactional_id):
         return failed(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if getattr(request, "enable2_pc", False):
+        return failed(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)  # no 2PC here
+    if getattr(request, "keep_prepared_txn", False):
+        return failed(ErrorCode.INVALID_REQUEST)
     named = (getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1))
     if named != NO_PRODUCER and -1 in named:
         return failed(ErrorCode.INVALID_REQUEST)

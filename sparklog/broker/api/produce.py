@@ -23,10 +23,20 @@ Behaviour:
 - v9+ are flexible. v10+ (KIP-951): a partition answered NOT_LEADER_OR_FOLLOWER names
   the leader and epoch this broker knows (``current_leader``), and the response those
   leaders' endpoints on the request's listener, so the producer moves at once instead of
-  after a Metadata round. v11 may answer TRANSACTION_ABORTABLE, v12 is v11 for a broker
-  whose ``transaction.version`` is below 2 (no partition is added implicitly; KIP-890 part
-  2 belongs to the transactions protocol), v13 names topics by id (an id no topic has is
-  UNKNOWN_TOPIC_ID for each of its partitions, nothing appended).
+  after a Metadata round. v13 names topics by id (an id no topic has is UNKNOWN_TOPIC_ID
+  for each of its partitions, nothing appended).
+- KIP-890, for every version: before a transactional batch is appended to a partition
+  where its producer has no ongoing transaction at its epoch, the transaction coordinator
+  is asked (``replication.txn_verification``: directly when it is this broker, else
+  AddPartitionsToTxn v5 ``verify_only``) whether the partition is in the producer's
+  transaction; the append shows the answer's guard, and the log refuses a transactional
+  batch with neither (``storage.producer_state``), so an unverified batch is never
+  appended. Refusals: INVALID_TXN_STATE (not in the transaction; TRANSACTION_ABORTABLE from
+  v11, which knows it), INVALID_PRODUCER_EPOCH (a fenced epoch), NOT_ENOUGH_REPLICAS while
+  the coordinator cannot answer (the producer retries). v12+ comes from a
+  transaction.version 2 client (finalized here): the partition is added to the
+  transaction instead, no AddPartitionsToTxn needed. One question per partition and
+  transaction: later batches find the transaction ongoing.
 - Client quotas: with a ``producer_byte_rate`` quota for the client (``broker/quotas.py``),
   the request's record bytes count towards it once appended; a request taking the rate
   over it is answered (acks 1 and -1) with the throttle time, and its connection reads
@@ -46,8 +56,10 @@ from datetime import timedelta
 from inspect import isawaitable
 from typing import TYPE_CHECKING, Any
 
+from sparklog.broker.features import FINALIZED
 from sparklog.broker.quotas import with_throttle
 from sparklog.broker.registry import handles
+from sparklog.broker.replication.txn_verification import client_error
 from sparklog.broker.request_context import listener_name, release
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.security.client_quotas import PRODUCER_BYTE_RATE
@@ -56,14 +68,18 @@ from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build, timestamp_ms
 from sparklog.protocol.framing import RequestHeader
 from sparklog.protocol.versions import ApiKey
+from sparklog.record.batch import HEADER_SIZE, parse_header
 
 if TYPE_CHECKING:
     from kio.schema.produce.v13.request import ProduceRequest
 
     from sparklog.storage.log import AppendInfo
+    from sparklog.storage.producer_state import VerificationStateEntry
 
 
 VALID_ACKS = (-1, 0, 1)
+ABORTABLE_SINCE = 11  # TRANSACTION_ABORTABLE (KIP-890); before it INVALID_TXN_STATE
+IMPLICIT_ADD_SINCE = 12  # a transaction.version 2 client's implicit add (KIP-890 part 2)
 
 
 @handles(ApiKey.PRODUCE, versions=(0, 13))
@@ -77,13 +93,28 @@ async def produce(broker: Broker, header: RequestHeader,
         and not security.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                    transactional_id) else None
     names = [_topic_name(broker, topic) for topic in request.topic_data]
+    denials = [refused or (ErrorCode.UNKNOWN_TOPIC_ID if name is None else None) or (
+        None if security.authorize(Operation.WRITE, ResourceType.TOPIC, name)
+        else ErrorCode.TOPIC_AUTHORIZATION_FAILED) for name in names]
+    guards: dict[tuple[str, int], Any] = {}
+    if transactional_id is not None:
+        batches = {(name, data.index): batch
+                   for name, topic, denied in zip(names, request.topic_data, denials,
+                                                  strict=True)
+                   if name is not None and denied is None for data in topic.partition_data
+                   if (batch := parse_transactional(data.records)) is not None}
+        guards = await verified(
+            broker, transactional_id, batches,
+            add=transactions_v2(header.api_version, IMPLICIT_ADD_SINCE),
+            abortable_known=header.api_version >= ABORTABLE_SINCE) if batches else {}
     appends = []
-    for name, topic in zip(names, request.topic_data, strict=True):
-        denied = refused or (ErrorCode.UNKNOWN_TOPIC_ID if name is None else None) or (
-            None if security.authorize(Operation.WRITE, ResourceType.TOPIC, name)
-            else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        appends.extend(_append(build, broker, name or "", data, request.acks, now,
-                               request.timeout, denied) for data in topic.partition_data)
+    for name, topic, denied in zip(names, request.topic_data, denials, strict=True):
+        for data in topic.partition_data:
+            guard = guards.get((name or "", data.index))
+            appends.append(_append(
+                build, broker, name or "", data, request.acks, now, request.timeout,
+                denied or (guard if isinstance(guard, ErrorCode) else None),
+                None if isinstance(guard, ErrorCode) else guard))
     throttle = broker.quotas.record(PRODUCER_BYTE_RATE, header.client_id, sum(
         len(data.records or b"") for topic in request.topic_data for data in topic.partition_data
     )) if broker.quotas.enabled(PRODUCER_BYTE_RATE) else 0
@@ -117,8 +148,59 @@ def _topic_name(broker: Broker, topic: Any) -> str | None:
     return topic.name if topic_id is None else broker.topic_named(topic_id)
 
 
+async def verified(broker: Broker, transactional_id: str,
+                   batches: dict[tuple[str, int], tuple[int, int]], *, add: bool,
+                   abortable_known: bool,
+                   retriable_as: ErrorCode = ErrorCode.NOT_ENOUGH_REPLICAS
+                   ) -> dict[tuple[str, int], VerificationStateEntry | ErrorCode]:
+    """KIP-890: the transaction coordinator asked, before any append, about each partition
+    whose transactional batch (``batches``: partition -> producer id and epoch) has no
+    ongoing transaction here (``add``: a transaction.version 2 client's, added to the
+    transaction; else verified). Per partition asked, the guard its append shows, or the
+    error it is answered with (``txn_verification.client_error``); partitions not led here
+    are left to their append."""
+    asked: dict[tuple[int, int], dict[tuple[str, int], VerificationStateEntry]] = {}
+    for (topic, index), batch in batches.items():
+        try:
+            guard = broker.leader_partition(topic, index).start_verification(*batch)
+        except KafkaError:
+            continue  # not led here: its append answers that
+        if guard is not None:
+            asked.setdefault(batch, {})[(topic, index)] = guard
+    answers = await asyncio.gather(*(
+        broker.replicas.txn_verification.verify(transactional_id, pid, epoch, list(tps),
+                                                add=add)
+        for (pid, epoch), tps in asked.items()))
+    found: dict[tuple[str, int], VerificationStateEntry | ErrorCode] = {}
+    for tps, answer in zip(asked.values(), answers, strict=True):
+        for tp, guard in tps.items():
+            error = answer[tp]
+            found[tp] = guard if error == ErrorCode.NONE else client_error(
+                error, abortable_known=abortable_known, retriable_as=retriable_as)
+    return found
+
+
+def transactions_v2(version: int, since: int) -> bool:
+    """Whether a request of ``version`` comes from a transaction.version 2 client (the
+    API's first version for one is ``since``; a broker with the feature finalized below 2
+    gets none)."""
+    return version >= since and FINALIZED.get("transaction.version", 0) >= 2
+
+
+def parse_transactional(records: bytes | None) -> tuple[int, int] | None:
+    """(producer id, epoch) of a transactional batch, None for anything else (whose append
+    says what is wrong with it)."""
+    if records is None or len(records) < HEADER_SIZE:
+        return None
+    header = parse_header(records)
+    if header.magic != 2 or not header.is_transactional or header.is_control:
+        return None
+    return header.producer_id, header.producer_epoch
+
+
 def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
-            timeout: timedelta, denied: ErrorCode | None) -> Any:
+            timeout: timedelta, denied: ErrorCode | None,
+            guard: VerificationStateEntry | None) -> Any:
     """Append the partition's records now; its answer, or an awaitable of it while acks=all
     waits for the ISR."""
     def answer(code: ErrorCode, base_offset: int = -1, append_time: int = -1,
@@ -148,7 +230,7 @@ def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now:
         return answer(denied)
     try:
         acknowledged = broker.leader_partition(topic, data.index).append_records_to_leader(
-            data.records or b"", acks, now, int(timeout.total_seconds() * 1000))
+            data.records or b"", acks, now, int(timeout.total_seconds() * 1000), guard)
     except KafkaError as exc:
         return refused(exc)
     if not isawaitable(acknowledged):

@@ -1,4 +1,4 @@
-"""The transaction APIs (KIP-98): AddPartitionsToTxn (24, v0-v5), AddOffsetsToTxn (25,
+"""The transaction APIs (KIP-98, KIP-890): AddPartitionsToTxn (24, v0-v5), AddOffsetsToTxn (25,
 v0-v4), EndTxn (26, v0-v5), WriteTxnMarkers (27, v1), TxnOffsetCommit (28, v0-v5),
 DescribeTransactions (65, v0), ListTransactions (66, v0-v2).
 
@@ -7,20 +7,26 @@ translates):
 - A fenced producer (an older epoch) is answered PRODUCER_FENCED, except by the versions
   that predate that error (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn before v2), which
   get INVALID_PRODUCER_EPOCH, as Kafka answers them (KIP-588).
-- This broker finalizes no transaction.version 2 (KIP-890 part 2), so clients run
-  transactions as transaction.version 1 describes them, at every version: v3 of
-  AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit is the first flexible one;
-  AddOffsetsToTxn v4, EndTxn v4, TxnOffsetCommit v4 and v5 only let the answer be
-  TRANSACTION_ABORTABLE, which Kafka's coordinator answers them only with transaction
-  verification on produce (this broker has none), so never here; EndTxn v5's answer carries
-  the producer's id and epoch, unchanged by the end of a transaction.version 1 transaction
-  (-1 on an error).
+- transaction.version 2 is finalized (KIP-890 part 2). v3 of AddPartitionsToTxn,
+  AddOffsetsToTxn, EndTxn and TxnOffsetCommit is the first flexible one. EndTxn v5+ comes
+  from a version 2 client: its end bumps the producer epoch (a new producer id at epoch 0
+  once the epochs ran out), the markers carry the bumped epoch, and the answer names the
+  producer id and epoch to go on with, so a late write of the ended transaction is fenced;
+  its retry (naming the epoch before) is answered the same, any other stale epoch
+  PRODUCER_FENCED. Before v5 an end keeps the epoch (transaction.version 1).
+- TxnOffsetCommit: the group's ``__consumer_offsets`` partition is verified to be in the
+  producer's transaction first, as a leader verifies a Produce (KIP-890 part 1; v5+, a
+  version 2 client that sends no AddOffsetsToTxn: added to it implicitly); a refusal
+  answers every partition (INVALID_TXN_STATE before v4, TRANSACTION_ABORTABLE from v4;
+  the coordinator's retriable errors as COORDINATOR_NOT_AVAILABLE).
 - AddPartitionsToTxn before v4 is a client's (one transaction, authorized by WRITE on the
   id and its topics); v4+ is a partition leader's (KIP-890 part 1): CLUSTER_ACTION on the
   CLUSTER (else the top-level CLUSTER_AUTHORIZATION_FAILED), a batch of transactions
   answered each, and ``verify_only`` asks whether each partition is already in the
   transaction without adding it (NONE, or TRANSACTION_ABORTABLE; v4, which predates that
-  code, gets INVALID_TXN_STATE as Kafka 3.6's coordinator answered).
+  code, gets INVALID_TXN_STATE as Kafka 3.6's coordinator answered); without
+  ``verify_only`` it is a leader's implicit add for a version 2 client, which the id's
+  transaction records (ClientTransactionVersion 2).
 - TxnOffsetCommit stores the offsets in the producer's transaction on the group's
   ``__consumer_offsets`` partition (answered once the ISR has them, as OffsetCommit); they
   count once the COMMIT marker lands there. From v3 (KIP-447) a request naming a member
@@ -56,10 +62,13 @@ from sparklog.broker.api.offset_commit import (
     replicated,
     requested_offsets,
 )
+from sparklog.broker.api.produce import transactions_v2, verified
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.state import Broker
+from sparklog.coordinator.txn_coordinator import ProducerIdAndEpoch
 from sparklog.coordinator.txn_metadata import TransactionState
+from sparklog.coordinator.txn_records import TV_2
 from sparklog.errors import ErrorCode
 from sparklog.faults import fault_point
 from sparklog.protocol.entities import Build, instant_ms
@@ -78,6 +87,9 @@ if TYPE_CHECKING:
 _STATE_NAMES = frozenset(s.display for s in TransactionState)
 BATCHED_SINCE = 4  # AddPartitionsToTxn: a broker's batch of transactions, verify_only
 ABORTABLE_SINCE = 5  # AddPartitionsToTxn: TRANSACTION_ABORTABLE
+TV2_END_TXN_SINCE = 5  # EndTxn: a transaction.version 2 client, whose ends bump the epoch
+TV2_TXN_OFFSET_COMMIT_SINCE = 5  # TxnOffsetCommit: implicit add of the offsets partition
+TXN_OFFSET_COMMIT_ABORTABLE_SINCE = 4  # TxnOffsetCommit: TRANSACTION_ABORTABLE
 
 
 def fenced_as(header: RequestHeader, error: ErrorCode, since: int = 2) -> ErrorCode:
@@ -145,9 +157,10 @@ async def _added(broker: Broker, header: RequestHeader, transactional_id: str,
     if verify_only:
         errors = coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
                                                wanted)
-    else:
-        errors = await coordinator.add_partitions(transactional_id, producer_id,
-                                                  producer_epoch, wanted)
+    else:  # v4+ without verify_only: a leader's implicit add for a version 2 client
+        errors = await coordinator.add_partitions(
+            transactional_id, producer_id, producer_epoch, wanted,
+            TV_2 if header.api_version >= BATCHED_SINCE else 0)
     return {tp: _abortable_as(header, fenced_as(header, e)) for tp, e in errors.items()}
 
 
@@ -185,17 +198,15 @@ async def add_offsets_to_txn(broker: Broker, header: RequestHeader,
 @handles(ApiKey.END_TXN, versions=(0, 5))
 async def end_txn(broker: Broker, header: RequestHeader, request: EndTxnRequest) -> Any:
     if not _may_write(broker, request.transactional_id):
-        error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        result = ProducerIdAndEpoch(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     else:
-        error = await broker.txn_coordinator.end_txn(
+        result = await broker.txn_coordinator.end_txn(
             request.transactional_id, request.producer_id, request.producer_epoch,
-            request.committed)
-    # v5: the producer's id and epoch from now on (transaction.version 1 keeps them)
-    ended = error == ErrorCode.NONE
-    return Build(header).response(
-        error_code=fenced_as(header, error),
-        producer_id=request.producer_id if ended else -1,
-        producer_epoch=request.producer_epoch if ended else -1)
+            request.committed, TV_2 if header.api_version >= TV2_END_TXN_SINCE else 0)
+    # v5: the producer's id and epoch from now on (bumped: transaction.version 2)
+    return Build(header).response(error_code=fenced_as(header, result.error),
+                                  producer_id=result.producer_id,
+                                  producer_epoch=result.producer_epoch)
 
 
 @handles(ApiKey.TXN_OFFSET_COMMIT, versions=(0, 5))
@@ -207,6 +218,10 @@ async def txn_offset_commit(broker: Broker, header: RequestHeader,
                                              ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     else:
         offsets, refused = authorized_offsets(broker, request.group_id, requested)
+    if offsets:
+        refusal = await _offsets_verified(broker, header, request)
+        if refusal is not None:
+            offsets, refused = {}, dict.fromkeys(requested, refusal)
     errors = broker.coordinator.txn_commit(
         request.group_id, request.producer_id, request.producer_epoch, offsets,
         member_id=getattr(request, "member_id", ""),
@@ -214,6 +229,22 @@ async def txn_offset_commit(broker: Broker, header: RequestHeader,
         generation=getattr(request, "generation_id", -1)) if offsets else {}
     errors = {**await replicated(broker, request.group_id, errors), **refused}
     return commit_response(Build(header), request.topics, errors, "TxnOffsetCommit")
+
+
+async def _offsets_verified(broker: Broker, header: RequestHeader,
+                            request: TxnOffsetCommitRequest) -> ErrorCode | None:
+    """KIP-890: the group's ``__consumer_offsets`` partition verified to be in the
+    producer's transaction (v5+ from a transaction.version 2 client: added to it), as the
+    leader of that partition does before it appends; the error to answer, None when it is
+    (or the producer's transaction is ongoing there already)."""
+    tp = broker.txn_coordinator.offsets_partition(request.group_id)
+    found = await verified(
+        broker, request.transactional_id, {tp: (request.producer_id, request.producer_epoch)},
+        add=transactions_v2(header.api_version, TV2_TXN_OFFSET_COMMIT_SINCE),
+        abortable_known=header.api_version >= TXN_OFFSET_COMMIT_ABORTABLE_SINCE,
+        retriable_as=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    error = found.get(tp)
+    return error if isinstance(error, ErrorCode) else None
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, versions=(1, 1))

@@ -42,6 +42,7 @@ from sparklog.errors import ErrorCode, KafkaError
 from sparklog.record.control import ControlType
 from sparklog.storage.leader_epochs import LeaderEpochCache
 from sparklog.storage.log import AppendInfo, PartitionLog
+from sparklog.storage.producer_state import VerificationStateEntry
 
 log = logging.getLogger(__name__)
 
@@ -220,14 +221,28 @@ class Partition:
 
     # -- appends ---------------------------------------------------------------------------
     def append_records_to_leader(self, records: bytes, acks: int, now_ms: int,
-                                 timeout_ms: int) -> AppendInfo | Awaitable[AppendInfo]:
+                                 timeout_ms: int, guard: VerificationStateEntry | None = None
+                                 ) -> AppendInfo | Awaitable[AppendInfo]:
         """Append a producer's records; the info at once when ``acks`` is already satisfied,
-        else an awaitable of it (module invariants)."""
+        else an awaitable of it (module invariants). A transactional batch needs its
+        producer's ongoing transaction here or the ``guard`` of its verification
+        (``start_verification``; KIP-890), else INVALID_TXN_STATE."""
         min_isr = self._enough_replicas(acks)
-        info = self.log.append(records, now_ms=now_ms, leader_epoch=self.leader_epoch)
+        info = self.log.append(records, now_ms=now_ms, leader_epoch=self.leader_epoch,
+                               verify=True, guard=guard)
         if not info.duplicate:
             self.appended()
         return self._acknowledged(info, min_isr, timeout_ms)
+
+    def start_verification(self, producer_id: int, epoch: int
+                           ) -> VerificationStateEntry | None:
+        """The guard to verify a transactional batch of ``producer_id`` at ``epoch`` with
+        (the transaction coordinator is asked before the append shows it); None when none
+        is needed (its transaction is ongoing here)."""
+        state = self.log.producer_state
+        if not state.needs_verification(producer_id, epoch):
+            return None
+        return state.start_verification(producer_id, epoch)
 
     def append_marker_to_leader(self, kind: ControlType, producer_id: int, producer_epoch: int,
                                 coordinator_epoch: int, now_ms: int, timeout_ms: int

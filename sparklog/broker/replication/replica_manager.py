@@ -81,6 +81,7 @@ from sparklog.broker.replication.marker_channel import MarkerChannel
 from sparklog.broker.replication.markers import MARKER_REPLICATION_TIMEOUT_MS
 from sparklog.broker.replication.partition import Partition
 from sparklog.broker.replication.replica_fetcher import follow
+from sparklog.broker.replication.txn_verification import TxnVerifier
 from sparklog.broker.security.broker_security import BrokerSecurity
 from sparklog.cluster.assignment import assign_replicas, check_assignment
 from sparklog.cluster.controller import ControllerConfig, FencedError
@@ -165,6 +166,7 @@ class ReplicaManager:
         self._isr_task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Future[None]] = set()
         self.markers = MarkerChannel(self)  # the transaction coordinator's markers
+        self.txn_verification = TxnVerifier(self)  # a leader's questions to coordinators
 
     @property
     def has_peers(self) -> bool:
@@ -224,6 +226,7 @@ class ReplicaManager:
         self.broker.security.leave_cluster()
         self.broker.client_metrics.leave_cluster()
         self.markers.close()
+        self.txn_verification.close()
         if store is not None:
             await self.call(store.close)
 
@@ -542,6 +545,11 @@ class ReplicaManager:
             OFFSETS_TOPIC, store.partition_for(group), store.partitions,
             config.get_int("offsets.topic.replication.factor"),
             {"segment.bytes": config.get("offsets.topic.segment.bytes")})
+
+    @property
+    def local_txn_coordinator(self) -> TransactionCoordinator:
+        """This broker's transaction coordinator (serving the ids of the partitions it leads)."""
+        return self.broker.txn_coordinator
 
     async def txn_coordinator(self, transactional_id: str) -> BrokerInfo | None:
         """The live broker leading ``transactional_id``'s ``__transaction_state`` partition;
