@@ -226,3 +226,46 @@ def test_a_leaders_verification_adds_nothing_and_answers_per_partition() -> None
         txn.stop()
 
     run(test)
+
+
+def test_a_version_2_end_whose_epochs_ran_out_moves_to_a_new_producer_id_durably() -> None:
+    """KIP-890 part 2: a transaction.version 2 end bumps the epoch; at the last epoch the
+    markers carry 32767 and the producer goes on under a new producer id at epoch 0. The
+    EndTxn's retry (the old id, its epoch) is answered the same, also by the next
+    coordinator, which reads the v2 fields from ``__transaction_state``."""
+    async def test() -> None:
+        topic, inputs = MemoryTopic(1, "__transaction_state"), Inputs()
+        inputs.markers_may_finish.set()
+        epochs: list[int] = []
+        first = coordinator(topic, inputs)
+        write = first._write_markers
+
+        async def writing(partitions: list[tuple[str, int]], pid: int, epoch: int,
+                          commit: bool, coordinator_epoch: int) -> None:
+            epochs.append(epoch)
+            await write(partitions, pid, epoch, commit, coordinator_epoch)
+        first._write_markers = writing
+        first.start()
+        first.load(0, 0)
+        pid = (await first.init_producer_id(TID, 60000)).producer_id
+        first.transactions[TID].producer_epoch = last = MAX_EPOCH - 1
+        assert await first.add_partitions(TID, pid, last, ORDERS, 2) == dict.fromkeys(
+            ORDERS, E.NONE)
+        ended = await first.end_txn(TID, pid, last, commit=True, client_version=2)
+        assert ended.error == E.NONE and ended.producer_id != pid
+        assert ended.producer_epoch == 0 and epochs == [MAX_EPOCH]
+        assert await first.end_txn(TID, pid, last, commit=True, client_version=2) == ended
+        first.stop()
+
+        second = coordinator(topic, inputs)
+        second.start()
+        second.load(0, 1)
+        meta = second.transactions[TID]
+        assert (meta.client_version, meta.previous_producer_id, meta.producer_id) == (
+            2, pid, ended.producer_id)
+        assert await second.end_txn(TID, pid, last, commit=True, client_version=2) == ended
+        assert (await second.end_txn(TID, pid, last - 1, commit=True, client_version=2)
+                ).error == E.INVALID_PRODUCER_ID_MAPPING
+        second.stop()
+
+    run(test)
