@@ -9,11 +9,13 @@ coordinator's broker is SIGKILLed after the commit was requested, the new coordi
 new leader of ``__transaction_state``) finishes it, and when the leader of one of its
 partitions is SIGKILLed as the markers reach it, the coordinator writes that marker to the
 partition's new leader: either way no read_committed consumer ever sees part of the
-transaction, and the producer carries on with its next one.
+transaction, and the producer carries on with its next one. Transactions of a v1 and a v2
+(KIP-890) client, committed and aborted, through a loop of such kills read the same way.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +30,9 @@ from broker_fixtures import (
     wait_until,
     zookeeper,
 )
+from committed_reader import read_committed
 from confluent_kafka import KafkaException, Producer, TopicPartition
+from transactions_support import Killer, kill_loop
 
 from sparklog.cli import main
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
@@ -258,5 +262,35 @@ def test_a_commit_survives_the_kill_of_a_broker_it_needs(
             ours = [v for v in seen if v.split(b"-")[1] == str(p).encode()]
             assert ours == [v for v in first + second if v.split(b"-")[1] == str(p).encode()]
         assert read_all(moving, "payments", "read_committed") == sorted(first + second)
+    finally:
+        moving.stop()
+
+
+def test_transactions_of_both_versions_survive_a_kill_loop(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """KIP-890 on a cluster: transactions of a v1 client (confluent-kafka: AddPartitionsToTxn,
+    then batches each leader verifies with the coordinator, over the inter-broker listener
+    when it is another broker) and of a v2 client (Produce v12's implicit adds, EndTxn v5's
+    epoch bumps), two of three committed, while the coordinator's broker and partition
+    leaders are SIGKILLed in turn and started again: read_committed reads every committed
+    record once, no aborted one, and an unanswered commit whole or not at all. A bigger
+    loop: ``bench/transactions.py --kill-loop``."""
+    moving = Cluster(zookeeper, tmp_path, "kill-loop", config=CONFIG)
+    moving.start()
+    try:
+        spread_topic(moving, "ledger")
+        turns = itertools.cycle([lambda: moving.leader(TXN_STATE),
+                                 *(lambda p=p: moving.leader("ledger", p)
+                                   for p in range(PARTITIONS))])
+        killer = Killer(moving.brokers, lambda: next(turns)()).start(kills=3)
+        outcomes = kill_loop(lambda: moving.bootstrap, "ledger", PARTITIONS, 24, killer)
+        assert len(killer.killed) >= 1, "the loop ended before any kill"
+        assert len(outcomes.committed) >= 8 and outcomes.aborted
+        for broker in moving.brokers:
+            if not broker.running:
+                broker.start()
+        for p in range(PARTITIONS):
+            moving.wait_for_isr("ledger", {0, 1, 2}, p)
+        outcomes.check(read_committed(moving.bootstrap, "ledger", PARTITIONS))
     finally:
         moving.stop()

@@ -38,21 +38,19 @@ from sparklog.protocol.versions import ApiKey
 from sparklog.record.records import build_batch
 
 E = ErrorCode
-CONFIG = {
-    "transaction.state.log.num.partitions": "1",
-    "offsets.topic.num.partitions": "1",
-    "group.initial.rebalance.delay.ms": "0",
-}
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(tmp_path_factory.mktemp("txn-v2") / "data", CONFIG) as running:
+    one_partition = {f"{name}.num.partitions": "1"
+                     for name in ("transaction.state.log", "offsets.topic")}
+    with EmbeddedBroker(tmp_path_factory.mktemp("txn-v2") / "data", one_partition) as running:
         yield running
 
 
 @pytest.fixture
 def topic(broker: EmbeddedBroker, request: pytest.FixtureRequest) -> str:
+    """A topic of two partitions, the test's own."""
     return create_topic(broker.bootstrap, unique_topic(request.node.name), partitions=2)
 
 
