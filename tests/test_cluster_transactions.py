@@ -26,13 +26,12 @@ from broker_fixtures import (
     TIMEOUT,
     Cluster,
     confluent_consumer,
-    create_topic,
     wait_until,
     zookeeper,
 )
 from committed_reader import read_committed
 from confluent_kafka import KafkaException, Producer, TopicPartition
-from transactions_support import Killer, kill_loop
+from transactions_support import Killer, kill_loop, spread_topic
 
 from sparklog.cli import main
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
@@ -53,13 +52,6 @@ def cluster(zookeeper: ZooKeeperServer,
         yield running.start()
     finally:
         running.stop()
-
-
-def spread_topic(cluster: Cluster, name: str) -> None:
-    """A topic of three RF 3 partitions, each led by a different broker."""
-    create_topic(cluster.bootstrap, name, PARTITIONS, replication_factor=3)
-    leaders = {cluster.wait_for_isr(name, {0, 1, 2}, p).leader for p in range(PARTITIONS)}
-    assert leaders == {0, 1, 2}
 
 
 def transactional_producer(cluster: Cluster, tid: str) -> Producer:

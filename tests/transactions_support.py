@@ -1,14 +1,16 @@
 """Transactions under broker kills, for the cluster test and ``bench/transactions.py``.
 
-No Python client speaks transactions v2 (KIP-890 part 2), so ``V2Producer`` is one written
-for the purpose on sparklog's protocol client: InitProducerId, Produce v12 (no
-AddPartitionsToTxn: the leader adds the partition) and EndTxn v5 (every end bumps the epoch,
-sequences start again at 0). It retries what a producer retries (a leader or coordinator
-moving, NOT_ENOUGH_REPLICAS while a leader cannot reach the coordinator, a connection
-lost), resending a batch with its sequence so a duplicate is recognised; anything else
-aborts the transaction.
+No Python client speaks transactions v2 (KIP-890 part 2), so ``RawTxnProducer`` is one
+written for the purpose on sparklog's protocol client. At transaction version 2 it sends
+InitProducerId, Produce v12 (no AddPartitionsToTxn: the leader adds the partition) and EndTxn
+v5 (every end bumps the epoch, sequences start again at 0); at version 1 the same client
+sends AddPartitionsToTxn v3 before a partition's first batch, Produce v11 and EndTxn v4 (the
+epoch kept), so the two protocols can be compared with one client. It retries what a
+producer retries (a leader or coordinator moving, NOT_ENOUGH_REPLICAS while a leader cannot
+reach the coordinator, a connection lost), resending a batch with its sequence so a
+duplicate is recognised; anything else aborts the transaction.
 
-``kill_loop`` runs transactions of a v1 client (confluent-kafka) and of ``V2Producer`` in
+``kill_loop`` runs transactions of a v1 client (confluent-kafka) and of ``RawTxnProducer`` in
 turn, committing two of three and aborting the third, while a thread SIGKILLs, one at a
 time, the broker coordinating a transactional id or leading a partition and starts it
 again. Each transaction's outcome is what its producer was told: committed, aborted (never
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from broker_fixtures import Cluster, create_topic
 from confluent_kafka import KafkaException, Producer
 
 from sparklog.client.cluster import TopicPartition
@@ -36,7 +39,8 @@ from sparklog.protocol.versions import ApiKey, CoordinatorType
 from sparklog.record.records import build_batch
 
 TIMEOUT = 60.0
-PRODUCE_V2 = 12
+PRODUCE_VERSION = {1: 11, 2: 12}
+END_TXN_VERSION = {1: 4, 2: 5}
 RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS,
                        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
@@ -53,11 +57,13 @@ class TransactionFailed(Exception):
     """The transaction cannot go on (its producer aborts it)."""
 
 
-class V2Producer:
-    """A transactional producer speaking transaction.version 2 (see the module)."""
+class RawTxnProducer:
+    """A transactional producer speaking transaction ``version`` 1 or 2 (see the module)."""
 
-    def __init__(self, bootstrap: str, transactional_id: str) -> None:
+    def __init__(self, bootstrap: str, transactional_id: str, version: int = 2) -> None:
         self.tid = transactional_id
+        self.version = version
+        self.added: set[TopicPartition] = set()
         self.client = KafkaClient(ClientConfig(parse_bootstrap(bootstrap)),
                                   RetryPolicy(TIMEOUT, 0.2))
         self.producer_id, self.epoch = -1, -1
@@ -67,14 +73,18 @@ class V2Producer:
     def close(self) -> None:
         self.client.close()
 
-    def _coordinator(self, api_key: ApiKey, body: dict[str, Any]) -> Any:
-        """``body`` at version 5 to the id's coordinator, retried while it moves."""
+    def _coordinator(self, api_key: ApiKey, body: dict[str, Any], version: int = 5) -> Any:
+        """``body`` at ``version`` to the id's coordinator, retried while it moves."""
         deadline = time.monotonic() + TIMEOUT
         while True:
             try:
                 _, address = self.client.coordinator(self.tid, CoordinatorType.TRANSACTION)
-                answer = self.client._connection(address).request(api_key, 5, body)
-                code = ErrorCode(answer.error_code)
+                answer = self.client._connection(address).request(api_key, version, body)
+                code = ErrorCode(getattr(answer, "error_code", ErrorCode.NONE))
+                if api_key == ApiKey.ADD_PARTITIONS_TO_TXN:  # per partition
+                    code = max((ErrorCode(p.partition_error_code)
+                                for t in answer.results_by_topic_v3_and_below
+                                for p in t.results_by_partition), default=ErrorCode.NONE)
             except (OSError, KafkaClientError, RetriableError) as exc:
                 code, answer = ErrorCode.NETWORK_EXCEPTION, exc
             if code not in COORDINATOR_RETRIABLE:
@@ -91,11 +101,22 @@ class V2Producer:
         if answer.error_code != ErrorCode.NONE:
             raise TransactionFailed(f"InitProducerId: {ErrorCode(answer.error_code).name}")
         self.producer_id, self.epoch = answer.producer_id, answer.producer_epoch
-        self.sequences = {}
+        self.sequences, self.added = {}, set()
 
     def send(self, topic: str, partition: int, values: list[bytes]) -> None:
         """One batch of ``values``, acknowledged by the ISR (retried as a producer does)."""
         tp = TopicPartition(topic, partition)
+        if self.version == 1 and tp not in self.added:
+            answer = self._coordinator(ApiKey.ADD_PARTITIONS_TO_TXN, {
+                "v3_and_below_transactional_id": self.tid,
+                "v3_and_below_producer_id": self.producer_id,
+                "v3_and_below_producer_epoch": self.epoch,
+                "v3_and_below_topics": [{"name": topic, "partitions": [partition]}]}, 3)
+            errors = {p.partition_error_code for t in answer.results_by_topic_v3_and_below
+                      for p in t.results_by_partition}
+            if errors != {ErrorCode.NONE}:
+                raise TransactionFailed(f"AddPartitionsToTxn: {errors}")
+            self.added.add(tp)
         sequence = self.sequences.get(tp, 0)
         batch = build_batch([(None, v, (), int(time.time() * 1000)) for v in values],
                             producer_id=self.producer_id, producer_epoch=self.epoch,
@@ -107,7 +128,8 @@ class V2Producer:
         while True:
             try:
                 connection = self.client._connection(self.client.leader_address(tp))
-                answer = connection.request(ApiKey.PRODUCE, PRODUCE_V2, body)
+                answer = connection.request(ApiKey.PRODUCE, PRODUCE_VERSION[self.version],
+                                            body)
                 code = ErrorCode(answer.responses[0].partition_responses[0].error_code)
             except (OSError, KafkaClientError, RetriableError) as exc:
                 code, why = ErrorCode.NETWORK_EXCEPTION, str(exc)
@@ -125,14 +147,16 @@ class V2Producer:
                 pass  # the next round asks again
 
     def end(self, commit: bool) -> None:
-        """EndTxn v5: the epoch it answers is the next transaction's."""
+        """EndTxn (v5: the epoch it answers is the next transaction's)."""
         answer = self._coordinator(ApiKey.END_TXN, {
             "transactional_id": self.tid, "producer_id": self.producer_id,
-            "producer_epoch": self.epoch, "committed": commit})
+            "producer_epoch": self.epoch, "committed": commit}, END_TXN_VERSION[self.version])
         if answer.error_code != ErrorCode.NONE:
             raise TransactionFailed(f"EndTxn: {ErrorCode(answer.error_code).name}")
-        self.producer_id, self.epoch = answer.producer_id, answer.producer_epoch
-        self.sequences = {}
+        self.added = set()
+        if self.version == 2:
+            self.producer_id, self.epoch = answer.producer_id, answer.producer_epoch
+            self.sequences = {}
 
 
 @dataclass
@@ -163,7 +187,7 @@ class Outcomes:
 
 
 class V1Producer:
-    """confluent-kafka's transactional producer (transaction.version 1), as ``V2Producer``."""
+    """confluent-kafka's transactional producer (transaction.version 1), as ``RawTxnProducer``."""
 
     def __init__(self, bootstrap: str, transactional_id: str) -> None:
         self.config = {"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
@@ -209,7 +233,14 @@ class V1Producer:
         self.producer.flush(1)
 
 
-def run_transaction(producer: V1Producer | V2Producer, topic: str, partitions: int,
+def spread_topic(cluster: Cluster, name: str) -> None:
+    """A topic of three RF 3 partitions, each led by a different broker."""
+    create_topic(cluster.bootstrap, name, 3, replication_factor=3)
+    leaders = {cluster.wait_for_isr(name, {0, 1, 2}, p).leader for p in range(3)}
+    assert leaders == {0, 1, 2}
+
+
+def run_transaction(producer: V1Producer | RawTxnProducer, topic: str, partitions: int,
                     values: list[bytes], commit: bool, outcomes: Outcomes) -> None:
     """Write ``values`` spread over ``partitions`` and end the transaction; its outcome."""
     try:
@@ -272,8 +303,8 @@ def kill_loop(bootstrap: Callable[[], str], topic: str, partitions: int,
     aborted, and more until ``killer`` has done its kills; the producers' outcomes (see the
     module)."""
     outcomes = Outcomes()
-    producers: list[V1Producer | V2Producer] = [
-        V1Producer(bootstrap(), f"{topic}-v1"), V2Producer(bootstrap(), f"{topic}-v2")]
+    producers: list[V1Producer | RawTxnProducer] = [
+        V1Producer(bootstrap(), f"{topic}-v1"), RawTxnProducer(bootstrap(), f"{topic}-v2")]
     counter = itertools.count()
     try:
         for n in itertools.count():
