@@ -16,7 +16,17 @@ Behaviour (Kafka's ``TransactionCoordinator``):
   retry of that rotation; any other is PRODUCER_FENCED.
 - AddPartitionsToTxn / AddOffsetsToTxn add partitions (a group's ``__consumer_offsets``
   partition for the latter) and open the transaction; a partition leader's verification
-  (``verify_partitions``) answers whether partitions are in the transaction, adding none.
+  (``verify_partitions``, KIP-890 part 1) answers whether partitions are in the
+  transaction, adding none; a leader's add for a transaction.version 2 client (its Produce
+  v12+ or TxnOffsetCommit v5+) marks the transaction as that client's (``client_version``).
+- KIP-890 part 2: an EndTxn v5+ ends the transaction under the next epoch (PrepareCommit /
+  PrepareAbort carry it, so do the markers, which fence the ended transaction's producer
+  state in each partition); at the last epoch the prepared state names a new producer id
+  (``next_producer_id``), which the complete state takes at epoch 0 (the old one kept as
+  ``previous_producer_id``). The answer is the producer id and epoch to go on with; a
+  retry naming the epoch before (or, after the move, the previous producer id at its last
+  epoch) is answered the same, by this coordinator or the next one, which reads these
+  fields from ``__transaction_state``.
   EndTxn writes PrepareCommit or PrepareAbort, then the markers (``write_markers``:
   COMMIT/ABORT control batches in every partition of the transaction), then CompleteCommit
   or CompleteAbort, and answers.

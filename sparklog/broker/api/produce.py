@@ -86,7 +86,6 @@ IMPLICIT_ADD_SINCE = 12  # a transaction.version 2 client's implicit add (KIP-89
 async def produce(broker: Broker, header: RequestHeader,
                   request: ProduceRequest) -> Any:
     build = Build(header)
-    now = broker.now_ms()
     security = broker.security
     transactional_id = getattr(request, "transactional_id", None)
     refused = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional_id is not None \
@@ -96,7 +95,7 @@ async def produce(broker: Broker, header: RequestHeader,
     denials = [refused or (ErrorCode.UNKNOWN_TOPIC_ID if name is None else None) or (
         None if security.authorize(Operation.WRITE, ResourceType.TOPIC, name)
         else ErrorCode.TOPIC_AUTHORIZATION_FAILED) for name in names]
-    guards: dict[tuple[str, int], Any] = {}
+    guards: dict[tuple[str, int], VerificationStateEntry | ErrorCode] = {}
     if transactional_id is not None:
         batches = {(name, data.index): batch
                    for name, topic, denied in zip(names, request.topic_data, denials,
@@ -107,6 +106,7 @@ async def produce(broker: Broker, header: RequestHeader,
             broker, transactional_id, batches,
             add=transactions_v2(header.api_version, IMPLICIT_ADD_SINCE),
             abortable_known=header.api_version >= ABORTABLE_SINCE) if batches else {}
+    now = broker.now_ms()  # after the verification's wait
     appends = []
     for name, topic, denied in zip(names, request.topic_data, denials, strict=True):
         for data in topic.partition_data:
