@@ -209,13 +209,13 @@ def measure(broker: BrokerProcess, count: int
         return topic
 
     produce_idempotent(bootstrap, fresh("warm-up"), count // 10)
-    produce: dict[str, list[float]] = {"idempotent": [], "flushed": [], "raw v1": [],
-                                       "raw v2": [], "transactional": []}
+    produce: dict[str, list[float]] = {"idempotent": [], "flushed": [], "raw-v1": [],
+                                       "raw-v2": [], "transactional": []}
     for _ in range(ROUNDS):
         for kind, run in (("idempotent", produce_idempotent),
                           ("flushed", partial(produce_idempotent, flush_every=PER_TRANSACTION)),
-                          ("raw v1", partial(produce_raw, version=1)),
-                          ("raw v2", partial(produce_raw, version=2)),
+                          ("raw-v1", partial(produce_raw, version=1)),
+                          ("raw-v2", partial(produce_raw, version=2)),
                           ("transactional", produce_transactional)):
             topic = fresh(kind)
             os.sync()  # no write-back of the previous run's records under this one
