@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 from storage_support import NOW, TOPIC, Clock, restart
 
-from sparklog.errors import InvalidProducerEpochError
+from sparklog.errors import ErrorCode, InvalidProducerEpochError, KafkaError
 from sparklog.record.batch import split_batches
 from sparklog.record.control import ControlType
 from sparklog.record.records import build_batch
@@ -212,6 +212,46 @@ def test_a_marker_from_an_older_epoch_is_fenced(tmp_path: Path) -> None:
     with pytest.raises(InvalidProducerEpochError):  # the old producer is fenced now
         log.append(build_batch(_records(1), producer_id=7, producer_epoch=2, base_sequence=1,
                                transactional=True), now_ms=NOW)
+    manager.close()
+
+
+def test_a_clients_transactional_batch_needs_its_verification_still_current(
+        tmp_path: Path) -> None:
+    """KIP-890 part 1 in the log: a client's transactional batch (``verify``) is refused
+    INVALID_TXN_STATE without an ongoing transaction or its verification's guard; a guard
+    lets the first batch in, later ones need none; a marker written between the
+    coordinator's answer and the append retires the guard (the batch would open a hanging
+    transaction); a guard of another epoch does not count."""
+    manager = LogManager(tmp_path / "data", clock=Clock())
+    manager.create_topic(TOPIC, 1)
+    log = manager.get_log(TOPIC, 0)
+    state = log.producer_state
+
+    def batch(sequence: int, epoch: int = 0) -> bytes:
+        return build_batch(_records(1, sequence), producer_id=7, producer_epoch=epoch,
+                           base_sequence=sequence, transactional=True)
+
+    with pytest.raises(KafkaError) as refused:
+        log.append(batch(0), now_ms=NOW, verify=True)
+    assert refused.value.code == ErrorCode.INVALID_TXN_STATE
+    assert log.log_end_offset == 0
+    guard = state.start_verification(7, 0)
+    assert state.start_verification(7, 0) is guard  # one per producer and epoch
+    log.append(batch(0), now_ms=NOW, verify=True, guard=guard)
+    assert not state.needs_verification(7, 0)
+    log.append(batch(1), now_ms=NOW, verify=True)  # the transaction is ongoing here
+    log.append_marker(ControlType.COMMIT, 7, 0, 5, now_ms=NOW)
+    assert state.needs_verification(7, 0)
+    late = state.start_verification(7, 0)  # verified for the next transaction ...
+    log.append_marker(ControlType.ABORT, 7, 0, 5, now_ms=NOW)  # ... which ended meanwhile
+    with pytest.raises(KafkaError) as refused:
+        log.append(batch(2), now_ms=NOW, verify=True, guard=late)
+    assert refused.value.code == ErrorCode.INVALID_TXN_STATE
+    stale = state.start_verification(7, 0)
+    with pytest.raises(KafkaError):  # a guard of epoch 0 does not let epoch 1 in
+        log.append(batch(0, epoch=1), now_ms=NOW, verify=True, guard=stale)
+    log.append(batch(2), now_ms=NOW)  # no client's batch (a follower's, a replay): as before
+    assert log.last_stable_offset == 4
     manager.close()
 
 

@@ -129,7 +129,8 @@ class ProducerStateManager:
             return None
         if (verify and header.is_transactional
                 and self.needs_verification(header.producer_id, header.producer_epoch)
-                and (guard is None or self.verifications.get(header.producer_id) is not guard)):
+                and (guard is None or guard.epoch != header.producer_epoch
+                     or self.verifications.get(header.producer_id) is not guard)):
             raise KafkaError(f"producer {header.producer_id} epoch {header.producer_epoch}: "
                              "the partition was not added to the transaction",
                              ErrorCode.INVALID_TXN_STATE)
