@@ -11,6 +11,11 @@ Invariants:
   '--interval'?)``).
 - Help texts are plain text: the reStructuredText markup of the docstrings they come from
   (double backquotes) is removed.
+- A command with actions (``topics list``) also takes Kafka's flag form, the action as a
+  flag anywhere after the command (``topics --bootstrap-server B --list``), with the same
+  options: ``Parser`` moves that flag to the action's place before argparse reads the line,
+  for every command alike, and each such command's help says so. Two actions on one line, or
+  none, is a usage error naming the actions in both forms.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import argparse
 import importlib
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from sparklog import __version__
 from sparklog.commands._client import nearest
@@ -31,8 +36,74 @@ COMMAND_MODULES = ("broker", "dump_log", "topics", "configs", "produce", "consum
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
+class Parser(argparse.ArgumentParser):
+    """The top parser: reads Kafka's action flags (``topics --list``) as the action
+    (``topics list``) of the command they follow."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(_action_first(self, argv), namespace)
+
+
+def _actions(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
+    return next((action for action in parser._actions
+                 if isinstance(action, argparse._SubParsersAction)), None)
+
+
+def _positionals(argv: list[str], start: int) -> Iterator[int]:
+    """Indexes of the tokens from ``start`` on that are neither flags nor the value of
+    ``--log-level`` (the one flag with a value the top parser knows)."""
+    for index in range(start, len(argv)):
+        if not argv[index].startswith("-") and (index == 0 or argv[index - 1] != "--log-level"):
+            yield index
+
+
+def _action_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with a command's action given as Kafka's flag (``--list``) moved to the
+    action's place right after the command; anything else unchanged. A positional action
+    wins only when every action flag on the line is an option of that action."""
+    commands = _actions(parser)
+    first = next(_positionals(argv, 0), None)
+    if commands is None or first is None or argv[first] not in commands.choices:
+        return argv
+    command = commands.choices[argv[first]]
+    actions = _actions(command)
+    if actions is None or {"-h", "--help"} & set(argv):
+        return argv
+    flags = {f"--{name}": name for name in actions.choices}
+    named = [index for index in range(first + 1, len(argv)) if argv[index] in flags]
+    given = next(_positionals(argv, first + 1), None)
+    if given is not None and argv[given] in actions.choices and all(
+            argv[index] in actions.choices[argv[given]]._option_string_actions
+            for index in named):
+        return argv
+    if len({argv[index] for index in named}) != 1:
+        command.error(f"give exactly one action: {_both_forms(actions)}")
+    rest = [token for index, token in enumerate(argv) if index > first and index not in named]
+    return [*argv[:first + 1], flags[argv[named[0]]], *rest]
+
+
+def _both_forms(actions: argparse._SubParsersAction) -> str:
+    names = list(actions.choices)
+    return (", ".join(names) + " (or as Kafka's tools: "
+            + ", ".join(f"--{name}" for name in names) + ")")
+
+
+def _describe_flag_form(parser: argparse.ArgumentParser) -> None:
+    """Say in a command's help that its actions may be given in Kafka's flag form."""
+    actions = _actions(parser)
+    if actions is None or parser.prog == "sparklog":
+        return
+    example = next(iter(actions.choices))
+    parser.epilog = (f"ACTION is one of {_both_forms(actions)}; the flag form may come "
+                     f"anywhere on the line, e.g. {parser.prog} --bootstrap-server B "
+                     f"--{example} is {parser.prog} {example} --bootstrap-server B.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparklog", description=__doc__.splitlines()[0])
+    parser = Parser(prog="sparklog", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"sparklog {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
@@ -40,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     for each in _parsers(parser):
         _add_logging_flags(each, top=each is parser)
         _plain_help(each)
+        _describe_flag_form(each)
     return parser
 
 

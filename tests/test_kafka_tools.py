@@ -1,4 +1,5 @@
-"""Kafka's tools and flags, typed from memory, against a real broker: ``--bootstrap-server``
+"""Kafka's tools and flags, typed from memory, against a real broker: the action flags
+(``topics --list``, ``groups --describe``), ``--bootstrap-server``
 everywhere, ``-v``/``--log-level`` anywhere, ``--version``, plain help; the console tools'
 ``--property`` settings and client settings (``--producer-property``, ``--consumer-property``,
 ``--command-config``); ``groups`` (``--all-groups``, ``--members``, ``--state``,
@@ -145,6 +146,61 @@ def test_help_texts_have_no_markup(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
             job.parse_args(["--help"])
         assert "``" not in capsys.readouterr().out, job.__name__
+
+
+@pytest.mark.parametrize("kafka_form, sparklog_form", [
+    (["topics", "--bootstrap-server", "b:1", "--list"], ["topics", "list"]),
+    (["topics", "--create", "--topic", "t", "--partitions", "2"],
+     ["topics", "create", "--topic", "t", "--partitions", "2"]),
+    (["topics", "--topic", "t", "--describe", "--under-replicated-partitions"],
+     ["topics", "describe", "--topic", "t", "--under-replicated-partitions"]),
+    (["topics", "--alter", "--topic", "t", "--partitions", "3"],
+     ["topics", "alter", "--topic", "t", "--partitions", "3"]),
+    (["topics", "--delete", "--topic", "t", "--if-exists"],
+     ["topics", "delete", "--topic", "t", "--if-exists"]),
+    (["groups", "--list", "--state"], ["groups", "list", "--state"]),
+    (["groups", "--describe", "--group", "list", "--members"],
+     ["groups", "describe", "--group", "list", "--members"]),
+    (["groups", "--group", "g", "--reset-offsets", "--all-topics", "--to-earliest"],
+     ["groups", "reset-offsets", "--group", "g", "--all-topics", "--to-earliest"]),
+    (["groups", "--delete", "--group", "g"], ["groups", "delete", "--group", "g"]),
+    (["groups", "--delete-offsets", "--group", "g", "--topic", "t"],
+     ["groups", "delete-offsets", "--group", "g", "--topic", "t"]),
+    (["-v", "acls", "--add", "--topic", "t", "--allow-principal", "User:a"],
+     ["-v", "acls", "add", "--topic", "t", "--allow-principal", "User:a"]),
+])
+def test_kafkas_action_flags_are_the_actions(kafka_form: list[str],
+                                             sparklog_form: list[str]) -> None:
+    """``topics --list`` is ``topics list`` with the same options, for every command with
+    actions (one mechanism: the action flag may come anywhere after the command)."""
+    parser = build_parser()
+    bootstrap = [] if "--bootstrap-server" in kafka_form else ["--bootstrap-server", "b:1"]
+    parsed = vars(parser.parse_args([*kafka_form, *bootstrap]))
+    expected = vars(parser.parse_args([*sparklog_form, "--bootstrap-server", "b:1"]))
+    assert parsed.pop("func").__qualname__ == expected.pop("func").__qualname__
+    assert parsed == expected
+
+
+def test_no_action_or_two_are_named_in_both_forms(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["topics", "--bootstrap-server", "b:1"],
+                 ["topics", "--list", "--delete", "--bootstrap-server", "b:1"]):
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args(argv)
+        assert exited.value.code == 2
+        assert ("give exactly one action: create, list, describe, alter, delete (or as Kafka's "
+                "tools: --create, --list, --describe, --alter, --delete)"
+                ) in capsys.readouterr().err
+    (topics,) = [p for p in all_parsers(build_parser()) if p.prog == "sparklog topics"]
+    assert "sparklog topics --bootstrap-server B --create is sparklog topics create" in " ".join(
+        topics.format_help().split())
+
+
+def test_topics_in_kafkas_flag_form_against_a_broker(run: Run, topic: str) -> None:
+    assert run.ok("topics", "--create", "--topic", f"{topic}-flags") == (
+        f"Created topic {topic}-flags.\n")
+    assert f"{topic}-flags" in run.ok("topics", "--list").splitlines()
+    assert run.ok("topics", "--delete", "--topic", f"{topic}-flags") == (
+        f"Deleted topic {topic}-flags.\n")
 
 
 # -- console producer and consumer --------------------------------------------------------------
