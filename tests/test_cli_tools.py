@@ -289,3 +289,18 @@ def test_elect_leaders_on_a_single_node(tools: Tools, tmp_path: Path) -> None:
     code, _, err = tools("elect-leaders", "--election-type", "preferred", "--topic", "elected",
                          "--partition", "0", "--all-topic-partitions")
     assert code == 2 and "One and only one of" in err
+
+
+def test_a_broker_start_logs_its_coordinator_loads_as_one_line(broker: BrokerProcess) -> None:
+    """A single node leads all 100 internal-topic partitions from its first start: one INFO
+    line says so, not one (or three) per partition."""
+    deadline = time.monotonic() + 30
+    while "coordinators loaded" not in (log := broker.log_file.read_text()):
+        assert time.monotonic() < deadline, log[-2000:]
+        time.sleep(0.1)
+    loads = [line for line in log.splitlines() if "loaded" in line and " INFO " in line]
+    assert [line.split(": ", 1)[1] for line in loads if "coordinator" in line] == [
+        "coordinators loaded partitions 50 of __consumer_offsets, 50 of __transaction_state: "
+        "0 groups, 0 transactional ids"]
+    assert not [line for line in log.splitlines() if " INFO " in line and (
+        "replayed" in line or "__consumer_offsets-" in line or "__transaction_state-" in line)]

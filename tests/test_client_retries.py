@@ -6,6 +6,8 @@ exactly its offset range."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from broker_fixtures import (
     Rec,
@@ -22,6 +24,7 @@ from sparklog.client.cluster import TopicPartition
 from sparklog.client.errors import KafkaClientError
 from sparklog.client.kafka import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, KafkaClient
 from sparklog.client.settings import ClientConfig, RetryPolicy, parse_bootstrap
+from sparklog.client.transactions import abort_by_id
 from sparklog.cluster.zookeeper_server import free_port
 from sparklog.datasource.read.fetcher import read_partition
 from sparklog.datasource.read.planning import KafkaInputPartition
@@ -133,3 +136,18 @@ def test_a_task_reads_exactly_its_range_through_leader_errors(embedded: Embedded
     assert fault.hits == 5
     assert offsets == list(range(10, 40))
     assert values == [str(i).encode() for i in range(10, 40)]
+
+
+def test_a_run_of_retries_logs_one_line_naming_the_request_once(
+        embedded: EmbeddedBroker, caplog: pytest.LogCaptureFixture) -> None:
+    """``transactions abort --transactional-id`` while the coordinator answers
+    CONCURRENT_TRANSACTIONS: one INFO line naming InitProducerId and the id once, the later
+    retries at DEBUG."""
+    embedded.faults.add(Fault(ApiKey.INIT_PRODUCER_ID, error=ErrorCode.CONCURRENT_TRANSACTIONS,
+                              times=3))
+    with caplog.at_level(logging.DEBUG, "sparklog.client.kafka"), client(embedded) as kafka:
+        abort_by_id(kafka, "hanging")
+    retries = [r for r in caplog.records if "retrying" in r.getMessage()]
+    assert [r.levelno for r in retries] == [logging.INFO, logging.DEBUG, logging.DEBUG]
+    assert retries[0].getMessage() == ("InitProducerId for 'hanging': "
+                                       "CONCURRENT_TRANSACTIONS (51); retrying for up to 20 s")

@@ -399,6 +399,7 @@ def test_configs_of_the_broker(run: Run) -> None:
             "DEFAULT_CONFIG:log.segment.bytes=1073741824}") in entries["log.segment.bytes"]
     assert "synonyms={DEFAULT_CONFIG:log.retention.bytes=-1}" in entries["log.retention.bytes"]
     assert "synonyms={DEFAULT_CONFIG:num.partitions=1}" in entries["num.partitions"]
+    assert entries["broker.id"].startswith("  broker.id=0 ")  # not its unset default, -1
     code, _, err = run("configs", "--broker", "7", "--describe")
     assert code == 1 and "broker 7 does not exist (brokers: 0)" in err
     code, _, err = run("configs", "--broker", "0", "--alter", "--add-config", "num.partitions=3")

@@ -9,7 +9,8 @@ Invariants:
   (not leader, leader unavailable, unknown topic after a create, timeouts, a dropped
   connection) drops the cached leader and the connection, waits ``retry.backoff`` and
   retries until the ``RetryPolicy`` deadline; then ``KafkaClientError`` is raised, naming
-  the broker or partition and the Kafka error. A broker that refuses a connection or drops
+  the broker or partition and the Kafka error. One line is logged for a run of retries (at
+  INFO, the rest at DEBUG), naming the request once. A broker that refuses a connection or drops
   one loses every leadership cached for it, so a dead leader's partitions are looked up
   again (in a cluster, until the controller has elected their new leaders).
 - A client no broker has answered yet (and given no leader hints) that finds no bootstrap
@@ -152,7 +153,7 @@ class KafkaClient:
             answer = self._call(self._connection(address), api_key, body)
             code = error(answer)
             if code in COORDINATOR_RETRIABLE:
-                raise RetriableError(f"{api_name(api_key)} for {key!r}: {error_name(code)}")
+                raise RetriableError(error_name(code))
             return answer
 
         return self._retrying(attempt, f"{api_name(api_key)} for {key!r}")
@@ -318,7 +319,10 @@ class KafkaClient:
     # -- plumbing ---------------------------------------------------------------------------
 
     def _retrying(self, attempt: Callable[[], T], what: str) -> T:
+        """``attempt()`` until it succeeds, retrying a ``RetriableError`` until the policy's
+        timeout; the first retry is logged at INFO, the ones after it at DEBUG."""
         deadline = time.monotonic() + self.retry.timeout_s
+        level = logging.INFO
         while True:
             try:
                 return attempt()
@@ -326,7 +330,9 @@ class KafkaClient:
                 if time.monotonic() + self.retry.backoff_s > deadline:
                     raise KafkaClientError(f"{what} still failing after "
                                            f"{self.retry.timeout_s:g} s: {exc}") from exc
-                log.info("%s: %s; retrying", what, exc)
+                log.log(level, "%s: %s; retrying for up to %g s", what, exc,
+                        self.retry.timeout_s)
+                level = logging.DEBUG
                 time.sleep(self.retry.backoff_s)
 
     def _call(self, connection: BrokerConnection, api_key: int, body: Mapping[str, Any]) -> Any:

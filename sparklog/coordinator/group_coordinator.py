@@ -195,7 +195,7 @@ class GroupCoordinator:
                                          if group_id in by_group}
             self.groups[group_id] = group
         self.loaded.add(partition)
-        log.info("group coordinator loaded %s-%d: %d groups", OFFSETS_TOPIC, partition,
+        log.debug("group coordinator loaded %s-%d: %d groups", OFFSETS_TOPIC, partition,
                  len(group_ids))
 
     def unload(self, partition: int) -> None:

@@ -91,7 +91,7 @@ class OffsetsStore:
                 _complete(state, item.producer_id, item.marker == ControlType.COMMIT)
             elif item.key is not None:
                 _apply(state, item.key, item.value, item.producer_id)
-        log.info("replayed %d records of %s-%d: %d groups with metadata, %d with offsets",
+        log.debug("replayed %d records of %s-%d: %d groups with metadata, %d with offsets",
                  count, OFFSETS_TOPIC, partition, len(state.groups), len(state.offsets))
         return state
 

@@ -223,7 +223,7 @@ class TransactionCoordinator:
                 log.warning("skipping an undecodable %s record: %s", TRANSACTION_TOPIC, exc)
         self.transactions.update(found)
         self.loaded[partition] = coordinator_epoch
-        log.info("transaction coordinator loaded %s-%d: %d transactional ids",
+        log.debug("transaction coordinator loaded %s-%d: %d transactional ids",
                  TRANSACTION_TOPIC, partition, len(found))
         for meta in found.values():
             if meta.state in COMPLETING:

@@ -14,7 +14,8 @@ Behaviour:
 - Broker resources (type 4, named by the node id, or "" for the cluster default): every
   broker config, read-only, with its source: STATIC_BROKER_CONFIG when set in
   ``server.properties`` or ``--set``, else DEFAULT_CONFIG; the topic defaults (``log.*``
-  synonyms) included. Synonyms (v1+, when asked for) are the static value, then the
+  synonyms) included; ``broker.id`` not set is answered as the broker's id (``node.id``),
+  not its unset default -1. Synonyms (v1+, when asked for) are the static value, then the
   default; the type (v3) is known for boolean, numeric, password and topic-default keys
   (UNKNOWN for the rest), documentation only for the topic defaults (their topic
   config's). This broker has no dynamic broker configs: altering one is
@@ -153,8 +154,10 @@ def _broker_entries(build: Build, broker: Broker, name: str, synonyms: bool,
         raise KafkaError(f"broker {name} is not this broker (node id {broker.node_id})",
                          ErrorCode.INVALID_REQUEST)
     explicit = broker.config.explicit
-    defaults = {**BROKER_DEFAULTS, **{k: render(key.default) for k, key in TOPIC_DEFAULTS.items()}}
-    values = {**defaults, **broker.config.props}
+    own_id = {} if "broker.id" in explicit else {"broker.id": str(broker.node_id)}  # not -1
+    defaults = {**BROKER_DEFAULTS, **{k: render(key.default) for k, key in TOPIC_DEFAULTS.items()},
+                **own_id}
+    values = {**defaults, **broker.config.props, **own_id}
 
     def value(k: str, raw: str | None) -> str | None:
         return None if is_sensitive(k) else raw

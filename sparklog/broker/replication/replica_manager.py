@@ -35,7 +35,8 @@ Invariants:
   coordinators serve the groups and transactional ids of the partitions this broker leads
   (loaded on becoming leader, the leader epoch being the transaction coordinator's epoch,
   unloaded on losing it), FindCoordinator names the leader of the key's partition, and a
-  coordinator's write is answered once the ISR has it.
+  coordinator's write is answered once the ISR has it. Loads that come together are logged
+  as one line (``coordinator_loads``).
 - Transaction markers are appended by the partition's leader as acks=all appends
   (``append_marker``): min.insync.replicas applies, and the call returns once the high
   watermark passed the marker.
@@ -73,6 +74,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
+from sparklog.broker.replication.coordinator_loads import CoordinatorLoads
 from sparklog.broker.replication.delayed_fetch import FetchWaiters
 from sparklog.broker.replication.departures import Departures
 from sparklog.broker.replication.inter_broker import InterBrokerSecurity
@@ -167,6 +169,9 @@ class ReplicaManager:
         self._writes: set[asyncio.Future[None]] = set()
         self.markers = MarkerChannel(self)  # the transaction coordinator's markers
         self.txn_verification = TxnVerifier(self)  # a leader's questions to coordinators
+        self._loads = CoordinatorLoads(lambda: (
+            f"{len(broker.coordinator.groups)} groups, "
+            f"{len(broker.txn_coordinator.transactions)} transactional ids"))
 
     @property
     def has_peers(self) -> bool:
@@ -423,6 +428,9 @@ class ReplicaManager:
             self.broker.coordinator.load(partition.partition)
         elif partition.topic == TRANSACTION_TOPIC:
             self.broker.txn_coordinator.load(partition.partition, partition.leader_epoch)
+        else:
+            return
+        self._loads.loaded(partition.topic)
 
     def _become_follower(self, partition: Partition) -> None:
         partition.make_follower()
