@@ -6,6 +6,9 @@ Invariants:
 - ``-v``/``--verbose`` and ``--log-level LEVEL`` are accepted anywhere on the line, before or
   after the subcommand (Kafka's tools take their flags in any order); the last one given
   wins. ``--version`` prints ``sparklog <version>``.
+- librdkafka's log lines (``sparklog.client.rdkafka_log``) are printed as the tools' own
+  lines, ``sparklog <command>: warning: OFFSET: ...``, on stderr: warnings and errors
+  always, the rest (routed at DEBUG) with ``-v``.
 - A flag the subcommand does not know is a usage error naming it as typed and the nearest
   flag the subcommand has (``unrecognized arguments: --intervall (did you mean
   '--interval'?)``).
@@ -27,7 +30,8 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from sparklog import __version__
-from sparklog.commands._client import nearest
+from sparklog.client.rdkafka_log import LOGGER as CLIENT_LOGGER
+from sparklog.commands._client import complain, nearest
 
 # Modules registered in this order; each provides add_parser(subparsers).
 COMMAND_MODULES = ("broker", "dump_log", "topics", "configs", "produce", "consume", "groups",
@@ -165,6 +169,18 @@ def _refuse_unknown(parser: argparse.ArgumentParser, command: str, unknown: list
         for item in unknown))
 
 
+class _ToolLines(logging.Handler):
+    """Client log lines in the tools' format, on the stderr of the moment."""
+
+    command = "sparklog"
+
+    def emit(self, record: logging.LogRecord) -> None:
+        complain(self.command, f"{record.levelname.lower()}: {record.getMessage()}")
+
+
+_TOOL_LINES = _ToolLines()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -174,12 +190,19 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    _TOOL_LINES.command = args.command
+    before = CLIENT_LOGGER.handlers, CLIENT_LOGGER.propagate, CLIENT_LOGGER.level
+    CLIENT_LOGGER.handlers, CLIENT_LOGGER.propagate = [_TOOL_LINES], False
+    CLIENT_LOGGER.setLevel(args.log_level)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    finally:  # called in-process (tests, the demo): leave logging as it was
+        CLIENT_LOGGER.handlers, CLIENT_LOGGER.propagate = before[:2]
+        CLIENT_LOGGER.setLevel(before[2])
 
 
 if __name__ == "__main__":

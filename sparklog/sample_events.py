@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from sparklog.client.rdkafka_log import routed
+
 SCHEMA = "id BIGINT NOT NULL, user STRING, kind STRING, amount DOUBLE, ts TIMESTAMP"
 KINDS = ("click", "view", "cart", "buy")
 EPOCH_S = 1_700_000_000
@@ -54,9 +56,9 @@ class Produced:
 def produce_events(bootstrap: str, topic: str, count: int, *, bad_every: int = 50,
                    start: int = 0) -> Produced:
     """Produce records ``start .. start+count-1``; keys are the user, values ``record(i)``."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "linger.ms": 20, "batch.size": 512 * 1024,
-                         "compression.type": "lz4"})
+    producer = Producer(routed({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                "linger.ms": 20, "batch.size": 512 * 1024,
+                                "compression.type": "lz4"}))
     errors: list[str] = []
 
     def delivered(error: object, message: object) -> None:
@@ -80,8 +82,8 @@ def produce_events(bootstrap: str, topic: str, count: int, *, bad_every: int = 5
 
 def read_topic(bootstrap: str, topic: str, timeout: float = 60) -> list[tuple]:
     """Every record of ``topic`` now: ``(partition, offset, key, value, headers)`` tuples."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sparklog-read-topic",
-                         "enable.auto.commit": False})
+    consumer = Consumer(routed({"bootstrap.servers": bootstrap,
+                                "group.id": "sparklog-read-topic", "enable.auto.commit": False}))
     try:
         metadata = consumer.list_topics(topic, timeout=30).topics.get(topic)
         if metadata is None or metadata.error is not None:

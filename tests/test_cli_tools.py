@@ -9,6 +9,7 @@ needs a process of its own to send SIGTERM to.
 from __future__ import annotations
 
 import io
+import logging
 import re
 import signal
 import subprocess
@@ -18,11 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.cli import main
+from sparklog.client.rdkafka_log import routed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -304,3 +306,42 @@ def test_a_broker_start_logs_its_coordinator_loads_as_one_line(broker: BrokerPro
         "0 groups, 0 transactional ids"]
     assert not [line for line in log.splitlines() if " INFO " in line and (
         "replayed" in line or "__consumer_offsets-" in line or "__transaction_state-" in line)]
+
+
+def test_librdkafka_lines_are_the_tools_own(tools: Tools, broker: BrokerProcess) -> None:
+    """An offset past the log end: librdkafka's OFFSET warning is one line in the tool's
+    format, its informational lines only with -v, and no raw ``%4|...|OFFSET|`` line."""
+    tools.ok("topics", "create", "--topic", "routed", "--partitions", "1")
+    tools.ok("produce", "--topic", "routed", "--value", "one")
+    argv = [sys.executable, "-m", "sparklog.cli", "consume", "--bootstrap", broker.bootstrap,
+            "--topic", "routed", "--partition", "0", "--offset", "99", "--timeout-ms", "1500"]
+    quiet = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    lines = quiet.stderr.splitlines()
+    assert [line.split(" [0]: ")[0] for line in lines] == [
+        "sparklog consume: warning: OFFSET: routed", "Processed a total of 0 messages"], lines
+    verbose = subprocess.run([*argv, "-v"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60).stderr
+    assert "sparklog consume: debug: " in verbose and "sparklog consume: warning: OFFSET: " \
+        in verbose
+    assert not re.search(r"^%\d\|", verbose, re.MULTILINE), verbose
+
+
+def test_routed_clients_log_through_python_logging(tools: Tools, broker: BrokerProcess,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """What the jobs and the data source get (``routed``): warnings at their level, the rest
+    at DEBUG, librdkafka's prefix dropped."""
+    tools.ok("topics", "create", "--topic", "routed-py", "--partitions", "1")
+    consumer = Consumer(routed({"bootstrap.servers": broker.bootstrap, "group.id": "routed"}))
+    with caplog.at_level(logging.DEBUG, "sparklog.librdkafka"):
+        try:
+            consumer.assign([TopicPartition("routed-py", 0, 99)])
+            deadline = time.monotonic() + 20
+            while not [r for r in caplog.records if r.levelno == logging.WARNING]:
+                assert time.monotonic() < deadline, caplog.text
+                consumer.poll(0.1)
+        finally:
+            consumer.close()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records
+             if r.name == "sparklog.librdkafka"]
+    assert {level for level, _ in lines} <= {"DEBUG", "WARNING", "ERROR"}
+    assert not [text for _, text in lines if text.startswith(("%", "[thrd:"))], lines

@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sparklog.client.rdkafka_log import routed
 from sparklog.client.watch import connected_admin
 
 REQUEST_TIMEOUT_S = 30.0
@@ -61,7 +62,7 @@ def topic_partitions(admin: AdminClient, topic: str) -> list[int]:
 def partition_count(bootstrap: str, topic: str,
                     client_config: Mapping[str, str] | None = None) -> int:
     """The number of partitions of ``topic``; ``client_config`` adds settings (security)."""
-    admin = connected_admin({"bootstrap.servers": bootstrap, **(client_config or {})})
+    admin = connected_admin(routed({"bootstrap.servers": bootstrap, **(client_config or {})}))
     try:
         return len(topic_partitions(admin, topic))
     except KafkaException as exc:
@@ -73,7 +74,7 @@ def partition_count(bootstrap: str, topic: str,
 def ensure_topics(bootstrap: str, topics: Mapping[str, int],
                   client_config: Mapping[str, str] | None = None) -> None:
     """Create the topics that do not exist yet (``{name: partitions}``)."""
-    admin = connected_admin({"bootstrap.servers": bootstrap, **(client_config or {})})
+    admin = connected_admin(routed({"bootstrap.servers": bootstrap, **(client_config or {})}))
     futures = admin.create_topics([NewTopic(name, partitions) for name, partitions in
                                    topics.items()], operation_timeout=REQUEST_TIMEOUT_S)
     for name, future in futures.items():

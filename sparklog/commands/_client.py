@@ -36,6 +36,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from sparklog.client.admin import MISSING_TOPIC, TOPIC_EXISTS, kafka_error
 from sparklog.client.errors import KafkaClientError
 from sparklog.client.kafka import KafkaClient
+from sparklog.client.rdkafka_log import routed
 from sparklog.client.settings import (
     SECURITY_KEYS,
     ClientConfig,
@@ -171,8 +172,8 @@ def client_config(args: argparse.Namespace,
     ``client.properties`` with ``sasl.jaas.config`` or a PEM ``ssl.truststore.location``
     works) and given to librdkafka in its own (``ClientSecurity``).
 
-    librdkafka's informational logs (reconnects, queue purges) are left out by default
-    (``log_level`` 4 keeps warnings and errors) so they do not mix with the tools' output.
+    librdkafka's log lines go through Python logging (``sparklog.client.rdkafka_log``): the
+    CLI prints warnings and errors in the tools' format, the rest only with ``-v``.
     """
     from_file: dict[str, str] = {}
     if args.command_config is not None:
@@ -186,13 +187,13 @@ def client_config(args: argparse.Namespace,
     except SettingsError as exc:
         raise ToolError(str(exc), USAGE) from None
     plain = {k: v for k, v in given.items() if k.lower() not in SECURITY_KEYS}
-    return {"bootstrap.servers": args.bootstrap, "log_level": 4, **(defaults or {}),
-            **plain, **security.librdkafka()}
+    return routed({"bootstrap.servers": args.bootstrap, **(defaults or {}), **plain,
+                   **security.librdkafka()})
 
 
 PROTOCOL_RETRY = RetryPolicy(timeout_s=30.0, backoff_s=0.1)
 _PROTOCOL_SETTINGS = frozenset({"bootstrap.servers", "client.id", "request.timeout.ms",
-                                "log_level"})
+                                "log_level", "logger"})
 
 
 def protocol_client(args: argparse.Namespace, name: str) -> KafkaClient:

@@ -131,6 +131,13 @@ class Deliveries:
     delivered: int = 0
     failed: int = 0
     first_error: str | None = None
+    sent: int = 0
+
+    @property
+    def unreported(self) -> int:
+        """Records sent without a report yet (not ``len(producer)``: librdkafka's log events,
+        routed through Python logging, wait in that queue too)."""
+        return self.sent - self.delivered - self.failed
 
     def __call__(self, error: KafkaError | None, message: Message | None) -> None:
         if error is None:
@@ -173,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
             producer.flush()
         else:
             stop.wait(producer.flush)
-    if queued := len(producer):
+    if queued := deliveries.unreported:
         deliveries.fail(KafkaError(KafkaError._FAIL, "stopped before delivery"), queued)
     print(f"Sent {deliveries.delivered} records to {args.topic}", file=sys.stderr)
     if deliveries.failed:
@@ -197,6 +204,7 @@ def _send(producer: Producer, args: argparse.Namespace, record: Record,
           deliveries: Deliveries) -> None:
     key, value, headers = record
     partition = {} if args.partition is None else {"partition": args.partition}
+    deliveries.sent += 1
     try:
         send(producer, args.topic, value, key, headers=headers, on_delivery=deliveries,
              **partition)

@@ -138,7 +138,8 @@ def _produce(args: argparse.Namespace) -> int:
     seconds = max(time.perf_counter() - started, 1e-9)
     emit("tool_data", sent=counts["sent"], acked=counts["acked"],
          target_throughput=args.throughput, avg_throughput=counts["acked"] / seconds)
-    return FAILED if counts["failed"] or len(producer) else 0
+    # failed or never reported; not len(producer), where librdkafka's log events wait too
+    return FAILED if counts["sent"] != counts["acked"] else 0
 
 
 # -- consumer -------------------------------------------------------------------------------------

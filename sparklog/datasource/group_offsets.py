@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from sparklog.client.errors import KafkaClientError
 from sparklog.client.kafka import KafkaClient
+from sparklog.client.rdkafka_log import routed
 from sparklog.datasource.read.offsets import PartitionOffsets
 from sparklog.datasource.read.read_options import ReadOptions
 from sparklog.offsets.committer import CommitFailedError, OffsetCommitter
@@ -95,7 +96,7 @@ class GroupTarget:
 
     def _committer_of(self) -> OffsetCommitter:
         if self._committer is None:
-            self._consumer = Consumer(self._consumer_config())
+            self._consumer = Consumer(routed(self._consumer_config()))
             self._committer = OffsetCommitter(self._consumer)
         return self._committer
 

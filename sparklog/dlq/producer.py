@@ -32,6 +32,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
+from sparklog.client.rdkafka_log import routed
 from sparklog.dlq.headers import (
     BATCH_ID,
     WRITER_ID,
@@ -66,7 +67,7 @@ class DeadLetterProducer:
         self.writer_id = writer_id
         self.state_dir = Path(state_dir)
         self.destinations = list(destinations)
-        self._client = {"bootstrap.servers": bootstrap, **(client_config or {})}
+        self._client = routed({"bootstrap.servers": bootstrap, **(client_config or {})})
         self._producer: Producer | None = None
         self._errors: list[str] = []
 

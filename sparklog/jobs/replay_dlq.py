@@ -41,6 +41,7 @@ from confluent_kafka import (
 from deltalake import Transaction
 
 from sparklog.client.admin import ensure_topics, partition_count
+from sparklog.client.rdkafka_log import routed
 from sparklog.client.watch import WatchedConsumer
 from sparklog.datasource.schema import source_schema
 from sparklog.delta.sink import DeltaSink
@@ -98,10 +99,10 @@ class Replay:
                                       state_dir=dlq_state_dir(self.sink),
                                       destinations=[self.topic, self.parking],
                                       client_config=settings.client_security())
-        self.consumer = WatchedConsumer({
+        self.consumer = WatchedConsumer(routed({
             "bootstrap.servers": args.bootstrap, "group.id": self.group,
             "enable.auto.commit": False, "enable.partition.eof": True,
-            "auto.offset.reset": "earliest", **settings.client_security()})
+            "auto.offset.reset": "earliest", **settings.client_security()}))
         self.committer = OffsetCommitter(self.consumer)
 
     def destination(self, letter: DeadLetter) -> str:

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pyspark.sql.datasource import WriterCommitMessage
 
+from sparklog.client.rdkafka_log import routed
 from sparklog.datasource.options import OptionError
 from sparklog.datasource.write.commit_intents import SinkTransaction
 from sparklog.datasource.write.producer_cache import PRODUCERS
@@ -124,7 +125,8 @@ class TaskProducer:
         config = {**spec.producer_config, "delivery.report.only.error": True}
         if transactional_id is not None:
             config["transactional.id"] = transactional_id
-        self._lease = PRODUCERS.lease(config, self._failures, cached=transactional_id is None,
+        self._lease = PRODUCERS.lease(routed(config), self._failures,
+                                      cached=transactional_id is None,
                                       timeout_s=spec.producer_cache_timeout_s)
         self._producer = self._lease.producer
         self._checked_topics = self._lease.checked_topics

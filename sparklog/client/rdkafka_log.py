@@ -1,0 +1,41 @@
+"""librdkafka's log lines through Python logging, for every confluent-kafka client sparklog
+opens (the tools, the jobs, the data source's producers and consumers).
+
+Invariants:
+- ``routed(config)`` is the config with confluent-kafka's ``logger`` set: librdkafka then
+  prints nothing itself (no ``%4|1700000000.123|OFFSET|rdkafka#consumer-1| [thrd:main]:``
+  lines on stderr); each line goes to the Python logger ``sparklog.librdkafka`` as
+  ``FACILITY: message`` (librdkafka's prefix and thread tag dropped), a warning or worse at
+  its own level, anything less (notice, info, debug) at DEBUG.
+- A config that names its own ``logger`` keeps it.
+- The router is stateless and pickles (a config may travel to Spark's executors); on an
+  executor the lines go to that Python worker's logging.
+- confluent-kafka hands a client's lines to the logger while the client is polled (``poll``,
+  ``consume``, ``flush``), on the thread that polls.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+LOGGER = logging.getLogger("sparklog.librdkafka")
+_THREAD = re.compile(r"^\[thrd:[^\]]*\]: ")
+
+
+class _Router:
+    """What confluent-kafka calls: ``log(level, "%s [%s] %s", facility, name, message)``."""
+
+    def log(self, level: int, _format: str, facility: str, _name: str, message: str) -> None:
+        LOGGER.log(level if level >= logging.WARNING else logging.DEBUG, "%s: %s",
+                   facility, _THREAD.sub("", message))
+
+
+_ROUTER = _Router()
+
+
+def routed(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with librdkafka's log lines routed through Python logging."""
+    return {"logger": _ROUTER, **config}
