@@ -8,7 +8,9 @@ needs a process of its own to send SIGTERM to.
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import logging
 import re
 import signal
@@ -19,12 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition, Uuid
 from confluent_kafka.admin import AdminClient
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.cli import main
 from sparklog.client.rdkafka_log import routed
+from sparklog.commands.topics import kafka_uuid
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +78,7 @@ def partition_line(topic: str, partition: int, start: int, end: int) -> str:
 def split_topic_id(line: str) -> tuple[str, str]:
     """A describe header line without its ``TopicId: <id>`` field, and the id (Kafka's
     base64 of the topic's UUID, printed when the broker has one)."""
-    found = re.search(r"\tTopicId: ([A-Za-z0-9+/]{22})", line)
+    found = re.search(r"\tTopicId: ([A-Za-z0-9_-]{22})", line)  # URL-safe, as Kafka's
     assert found is not None, line
     return line.replace(found.group(0), ""), found.group(1)
 
@@ -88,6 +91,8 @@ def test_topic_admin_round_trip(tools: Tools) -> None:
     assert "admin" in tools.ok("topics", "list").splitlines()
     header, *partitions = describe(tools, "admin")
     header, topic_id = split_topic_id(header)
+    stored = json.loads((tools.broker.data_dir / "topics.json").read_text())["topics"]["admin"]
+    assert topic_id == base64.urlsafe_b64encode(bytes.fromhex(stored["id"])).decode().rstrip("=")
     assert header == ("Topic: admin\tPartitionCount: 2\tReplicationFactor: 1"
                       "\tConfigs: cleanup.policy=compact,delete,retention.ms=60000")
     assert partitions == [partition_line("admin", 0, 0, 0), partition_line("admin", 1, 0, 0)]
@@ -279,6 +284,10 @@ def test_elect_leaders_on_a_single_node(tools: Tools, tmp_path: Path) -> None:
     assert tools.ok("elect-leaders", "--election-type", "preferred", "--path-to-json-file",
                     str(plan)) == "Valid replica already elected for partitions elected-0, " \
                                   "elected-1\n"
+    everything = tools.ok("elect-leaders", "--election-type", "preferred",
+                          "--all-topic-partitions")  # the controller answers none of them
+    assert everything.startswith("Valid replica already elected for partitions ")
+    assert "elected-0, elected-1" in everything and "__consumer_offsets-49" in everything
     code, out, _ = tools("elect-leaders", "--election-type", "unclean", "--topic", "nowhere",
                          "--partition", "0")
     assert code == 1 and out.startswith("Error completing leader election (UNCLEAN) for "
@@ -345,3 +354,9 @@ def test_routed_clients_log_through_python_logging(tools: Tools, broker: BrokerP
              if r.name == "sparklog.librdkafka"]
     assert {level for level, _ in lines} <= {"DEBUG", "WARNING", "ERROR"}
     assert not [text for _, text in lines if text.startswith(("%", "[thrd:"))], lines
+
+
+def test_topic_ids_print_as_kafkas_url_safe_base64() -> None:
+    """Kafka's Uuid.toString (confluent-kafka's str uses '+' and '/')."""
+    assert kafka_uuid(Uuid(-1, -2)) == "_____________________g"
+    assert kafka_uuid(Uuid(0x0123456789ABCDEF, 0x7EDCBA9876543210)) == "ASNFZ4mrze9-3LqYdlQyEA"

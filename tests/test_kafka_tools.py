@@ -439,8 +439,17 @@ def test_get_offsets_and_delete_records(run: Run, filled: str, tmp_path: Path) -
     by_time = run.ok("get-offsets", "--topic", filled, "--partitions", "1",
                      "--time", str(int(time.time() * 1000) - 3 * HOUR_MS - HOUR_MS // 2))
     assert by_time == f"{filled}:1:7\n"
-    code, _, err = run("get-offsets", "--topic", filled, "--time", "-3")
-    assert code == 2 and "-3 needs ListOffsets v7" in err
+    # Kafka's names for the times, and the newest record (ListOffsets v7, max-timestamp).
+    assert run.ok("get-offsets", "--topic", filled, "--partitions", "1",
+                  "--time", "max-timestamp") == f"{filled}:1:9\n"
+    assert run.ok("get-offsets", "--topic", filled, "--time", "-3") == (
+        f"{filled}:0:9\n{filled}:1:9\n")
+    assert run.ok("get-offsets", "--topic-partitions", f"{filled}:0", "--time", "earliest") == (
+        f"{filled}:0:4\n")
+    assert run.ok("get-offsets", "--topic-partitions", f"{filled}:0", "--time", "LATEST") == (
+        f"{filled}:0:10\n")
+    code, _, err = run("get-offsets", "--topic", filled, "--time", "soon")
+    assert code == 2 and "not latest, earliest, max-timestamp or a time" in err
     spec.write_text('{"partitions": [{"topic": "t"}]}')
     code, _, err = run("delete-records", "--offset-json-file", str(spec))
     assert code == 2 and "expected" in err
@@ -553,3 +562,16 @@ def test_verifiable_producer_and_consumer_agree(run: Run, topic: str) -> None:
     assert last == ends
     assert committed(run.broker.bootstrap, group, topic) == [ends.get(0, -1001),
                                                              ends.get(1, -1001)]
+
+
+def test_console_producer_flags_of_kafka(run: Run, topic: str) -> None:
+    """``--compression-codec`` (gzip without a value), ``--request-required-acks`` and the old
+    ``--broker-list``."""
+    value = "compressible " * 100  # librdkafka sends a batch as is if it would not shrink
+    run.ok("produce", "--topic", topic, "--partition", "0", "--compression-codec", "lz4",
+           "--request-required-acks", "all", "--value", value)
+    assert batch_codecs(run.broker, topic) == {CODEC_LZ4}
+    other = create_topic(run.broker.bootstrap, unique_topic("gzip"))
+    run.ok("produce", "--topic", other, "--compression-codec", "--request-required-acks", "0",
+           "--broker-list", run.broker.bootstrap, "--value", value, bootstrap=False)
+    wait_until(lambda: batch_codecs(run.broker, other) == {CODEC_GZIP}, message="a gzip batch")

@@ -97,13 +97,15 @@ def boolean(text: str) -> bool:
     return text.strip().lower() == "true"
 
 
-def client_parent(client_flag: str | None = None, required: bool = True
-                  ) -> argparse.ArgumentParser:
+def client_parent(client_flag: str | None = None, required: bool = True,
+                  broker_list: bool = False) -> argparse.ArgumentParser:
     """A parent parser with the connection options every tool takes; ``client_flag`` adds
     Kafka's ``--producer-property`` or ``--consumer-property`` beside ``-X``; with
-    ``required=False`` the tool has another way than a broker to do its work."""
+    ``required=False`` the tool has another way than a broker to do its work; with
+    ``broker_list`` Kafka's old producer name ``--broker-list`` is the bootstrap too."""
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=required,
+    names = ("--bootstrap-server", "--bootstrap", *(("--broker-list",) if broker_list else ()))
+    parent.add_argument(*names, dest="bootstrap", required=required,
                         metavar="HOST:PORT", help="the broker(s) to connect to")
     parent.add_argument("--command-config", type=Path, metavar="FILE",
                         help="a properties file of client settings")

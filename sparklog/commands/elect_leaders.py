@@ -15,7 +15,10 @@ Invariants:
   partitions t-0, t-1``, ``Valid replica already elected for partitions ...``, and per
   failed partition ``Error completing leader election (PREFERRED) for partition: t-0:
   <error>``; any failed partition makes the exit code 1 with ``N replica(s) could not be
-  elected`` on stderr, as Kafka's tool.
+  elected`` on stderr, as Kafka's tool. With ``--all-topic-partitions`` the controller
+  answers only the partitions it elected or failed to (Kafka's rule): every other partition
+  of the cluster's metadata is printed as ``Valid replica already elected``, so a run where
+  nothing moves says so rather than nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 from confluent_kafka import ElectionType, KafkaError, TopicPartition
 
-from sparklog.client.admin import kafka_error
+from sparklog.client.admin import REQUEST_TIMEOUT_S, kafka_error
 from sparklog.client.watch import connected_admin
 from sparklog.commands._client import (
     FAILED,
@@ -111,6 +114,12 @@ def _elect(args: argparse.Namespace) -> int:
     # confluent-kafka 2.16 fails on either timeout argument (a SystemError in its binding):
     # its defaults (socket.timeout.ms, 60 s) bound the request and the broker's wait
     results = admin.elect_leaders(election, partitions).result()
+    if partitions is None:
+        answered = {(tp.topic, tp.partition) for tp in results}
+        results.update({TopicPartition(name, p): KafkaError(KafkaError.ELECTION_NOT_NEEDED)
+                        for name, topic in admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+                        .topics.items() for p in topic.partitions
+                        if (name, p) not in answered})
     succeeded, noop, failed = [], [], []
     for tp, error in sorted(results.items(), key=lambda item: (item[0].topic,
                                                                item[0].partition)):

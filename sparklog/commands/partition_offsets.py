@@ -2,15 +2,16 @@
 ``kafka-delete-records.sh``.
 
     sparklog get-offsets --bootstrap-server B [--topic REGEX] [--partitions 0,1]
-        [--topic-partitions t1:0,t2] [--time -1|-2|EPOCH_MS] [--exclude-internal-topics]
+        [--topic-partitions t1:0,t2] [--time latest|earliest|max-timestamp|EPOCH_MS]
+        [--exclude-internal-topics]
     sparklog delete-records --bootstrap-server B --offset-json-file FILE
 
 Invariants:
 - ``get-offsets`` prints ``topic:partition:offset`` per partition, sorted, as Kafka's tool:
-  ``--time -1`` (default) the log end, ``-2`` the log start, a time in epoch milliseconds
-  the first offset at or after it (a partition without one prints nothing, as Kafka's).
-  Kafka's ``-3`` (largest timestamp) needs ListOffsets v7, which sparklog does not serve:
-  it is refused by name rather than answered wrongly. ``--topic`` is a regular expression
+  ``--time latest`` or ``-1`` (default) the log end, ``earliest`` or ``-2`` the log start,
+  ``max-timestamp`` or ``-3`` the offset of the record with the largest timestamp
+  (ListOffsets v7), a time in epoch milliseconds the first offset at or after it (a
+  partition without one prints nothing, as Kafka's). ``--topic`` is a regular expression
   matched against the whole name.
 - ``delete-records`` reads Kafka's JSON, ``{"partitions": [{"topic": "t", "partition": 0,
   "offset": 3}], "version": 1}`` (offset -1: the high watermark), sends one DeleteRecords
@@ -45,7 +46,8 @@ from sparklog.commands._client import (
 
 # Kafka's Topic.isInternal: the topics its tools leave out with --exclude-internal-topics.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-_SPECS = {-1: OffsetSpec.latest, -2: OffsetSpec.earliest}
+_SPECS = {-1: OffsetSpec.latest, -2: OffsetSpec.earliest, -3: OffsetSpec.max_timestamp}
+_TIME_NAMES = {"latest": -1, "earliest": -2, "max-timestamp": -3}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -59,8 +61,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     get.add_argument("--topic-partitions", metavar="T[:P,P...],...",
                      help="topics (regular expressions) with optional partitions; "
                           "excludes --topic and --partitions")
-    get.add_argument("--time", type=int, default=-1, metavar="-1|-2|EPOCH_MS",
-                     help="-1 log end (default), -2 log start, or epoch milliseconds")
+    get.add_argument("--time", type=_time, default=-1,
+                     metavar="latest|earliest|max-timestamp|EPOCH_MS",
+                     help="latest or -1: the log end (default); earliest or -2: the log "
+                          "start; max-timestamp or -3: the record with the largest "
+                          "timestamp; or a time in epoch milliseconds")
     get.add_argument("--exclude-internal-topics", action="store_true")
     get.set_defaults(func=tool("get-offsets", _get_offsets))
 
@@ -75,6 +80,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 _partition_list = id_list("partitions")
+
+
+def _time(text: str) -> int:
+    """An argparse type: Kafka's ``--time``, a name or a number."""
+    try:
+        return _TIME_NAMES.get(text.lower()) or int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not latest, earliest, max-timestamp or a time in epoch milliseconds"
+        ) from None
 
 
 # -- get-offsets --------------------------------------------------------------------------------
@@ -105,8 +120,8 @@ def _get_offsets(args: argparse.Namespace) -> int:
     spec = _SPECS[args.time]() if args.time in _SPECS else (
         OffsetSpec.for_timestamp(args.time) if args.time >= 0 else None)
     if spec is None:
-        raise ToolError(f"--time {args.time}: expected -1, -2 or a time in epoch milliseconds"
-                        + (" (-3 needs ListOffsets v7)" if args.time == -3 else ""), USAGE)
+        raise ToolError(f"--time {args.time}: expected latest (-1), earliest (-2), "
+                        "max-timestamp (-3) or a time in epoch milliseconds", USAGE)
     admin = connected_admin(client_config(args))
     metadata = admin.list_topics(timeout=REQUEST_TIMEOUT_S)
     wanted = []

@@ -14,7 +14,10 @@ Each input line (stdin, or each ``--value``) is one record, read as
 - Kafka's reader properties work too: ``--property parse.key=true key.separator=:``,
   ``parse.headers``, ``headers.delimiter``, ``headers.separator``, ``headers.key.separator``
   (``parse.key=true`` without a separator splits at a tab, as Kafka's).
-- Client settings: ``--producer-property KEY=VALUE`` (or ``-X``), ``--command-config FILE``.
+- Client settings: ``--producer-property KEY=VALUE`` (or ``-X``), ``--command-config FILE``;
+  Kafka's ``--compression-codec [none|gzip|snappy|lz4|zstd]`` (gzip without a value) and
+  ``--request-required-acks -1|0|1|all`` set ``compression.type`` and ``acks`` (a ``-X``
+  setting of the same name wins); ``--broker-list`` is ``--bootstrap-server``.
 
 Invariants:
 - Every delivery report is checked: the producer is flushed at the end, a summary
@@ -72,7 +75,7 @@ READER_PROPERTIES: dict[str, Property] = {
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "produce", parents=[client_parent("producer-property")],
+        "produce", parents=[client_parent("producer-property", broker_list=True)],
         help="send lines of stdin as records",
         description=__doc__.split("Invariants:")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -90,6 +93,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_property_argument(parser, "line reader (parse.key, key.separator, parse.headers...)")
     parser.add_argument("--value", action="append", metavar="LINE",
                         help="an input line given here instead of on stdin (repeatable)")
+    parser.add_argument("--compression-codec", nargs="?", const="gzip",
+                        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+                        help="compress batches (without a value: gzip)")
+    parser.add_argument("--request-required-acks", choices=("-1", "0", "1", "all"),
+                        metavar="-1|0|1|all", help="the producer's acks")
     parser.add_argument("--num-records", type=non_negative, metavar="N",
                         help="send N records: stop after N lines of stdin, or repeat the "
                              "--value lines until N are sent")
@@ -162,7 +170,9 @@ def line_format(args: argparse.Namespace) -> LineFormat:
 
 def run(args: argparse.Namespace) -> int:
     reader = line_format(args)
-    producer = WatchedProducer(client_config(args))
+    flags = {"compression.type": args.compression_codec, "acks": args.request_required_acks}
+    producer = WatchedProducer(client_config(args, {k: v for k, v in flags.items()
+                                                    if v is not None}))
     deliveries = Deliveries()
     bad_line = None
     with stop_on_signals() as stop:

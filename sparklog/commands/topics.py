@@ -6,7 +6,8 @@ confluent-kafka's AdminClient.
 Invariants:
 - Nothing is cached between runs: every action asks the broker.
 - stdout is for results only: ``list`` prints one name per line; ``describe`` prints Kafka's
-  layout (a topic line with the topic's own config overrides, then one tab-indented line per
+  layout (a topic line with the TopicId as Kafka prints it, URL-safe base64, and the topic's
+  own config overrides, then one tab-indented line per
   partition) plus ``Offsets: <log start>..<log end>`` per partition, or with
   ``--under-replicated-partitions`` / ``--unavailable-partitions`` only the partition lines
   of partitions with fewer in-sync replicas than replicas / without a leader; the other actions
@@ -21,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import base64
 from concurrent.futures import Future
 
 from confluent_kafka import (
@@ -29,6 +31,7 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
     TopicPartitionInfo,
+    Uuid,
 )
 from confluent_kafka.admin import (
     AdminClient,
@@ -61,6 +64,8 @@ from sparklog.commands._client import (
     topic_error,
 )
 from sparklog.storage.config import DEPRECATED
+
+_LONG = (1 << 64) - 1
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -265,13 +270,22 @@ def _offsets(admin: AdminClient,
     return {tp: (earliest[tp], latest[tp]) for tp in earliest}
 
 
+def kafka_uuid(uuid: Uuid) -> str:
+    """A Uuid as Kafka prints it (``Uuid.toString``): the 16 bytes in URL-safe base64
+    without padding (confluent-kafka's ``str`` uses the standard alphabet, ``+`` and ``/``)."""
+    bits = ((uuid.get_most_significant_bits() & _LONG) << 64
+            | uuid.get_least_significant_bits() & _LONG)
+    return base64.urlsafe_b64encode(bits.to_bytes(16, "big")).decode().rstrip("=")
+
+
 def _topic_line(description: TopicDescription, overrides: dict[str, str]) -> str:
     """Kafka's topic line; the TopicId only when the broker reports one (Metadata v10+)."""
     topic_id = description.topic_id
     known_id = topic_id.get_most_significant_bits() or topic_id.get_least_significant_bits()
     replication = len(description.partitions[0].replicas) if description.partitions else 0
     configs = ",".join(f"{name}={value}" for name, value in sorted(overrides.items()))
-    return (f"Topic: {description.name}" + (f"\tTopicId: {topic_id}" if known_id else "")
+    return (f"Topic: {description.name}"
+            + (f"\tTopicId: {kafka_uuid(topic_id)}" if known_id else "")
             + f"\tPartitionCount: {len(description.partitions)}"
             + f"\tReplicationFactor: {replication}\tConfigs: {configs}")
 
