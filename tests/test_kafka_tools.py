@@ -34,7 +34,7 @@ from broker_fixtures import (
     wait_until,
     watermarks,
 )
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sparklog import __version__
 from sparklog.broker.process import BrokerProcess
@@ -575,3 +575,43 @@ def test_console_producer_flags_of_kafka(run: Run, topic: str) -> None:
     run.ok("produce", "--topic", other, "--compression-codec", "--request-required-acks", "0",
            "--broker-list", run.broker.bootstrap, "--value", value, bootstrap=False)
     wait_until(lambda: batch_codecs(run.broker, other) == {CODEC_GZIP}, message="a gzip batch")
+
+
+def test_console_consumer_flags_of_kafka(run: Run, topic: str) -> None:
+    """``--include``, ``--isolation-level``, ``--formatter`` (Kafka's class names) and
+    ``--skip-message-on-error``."""
+    other = create_topic(run.broker.bootstrap, f"{topic}-other")
+    producer = Producer({"bootstrap.servers": run.broker.bootstrap,
+                         "transactional.id": f"{topic}-txn"})
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    producer.produce(topic, b"aborted", partition=0)
+    producer.flush(TIMEOUT)  # sent, then aborted (an abort drops what is still queued)
+    producer.abort_transaction(TIMEOUT)
+    del producer
+    run.ok("produce", "--topic", other, "--value", "kept")
+    read = ("consume", "--include", f"{topic}(-other)?", "--from-beginning", "--timeout-ms",
+            "1500")
+    assert run.ok(*read).splitlines() == ["kept"]
+    assert sorted(run.ok(*read, "--isolation-level", "read_uncommitted").splitlines()) == [
+        "aborted", "kept"]
+    assert run.ok(*read, "--formatter", "kafka.tools.NoOpMessageFormatter") == ""
+
+    commit(run.broker.bootstrap, f"{topic}-group", topic, [3, 5])
+    offsets = ("consume", "--topic", "__consumer_offsets", "--from-beginning", "--timeout-ms",
+               "1500", "--formatter")
+    lines = [json.loads(line) for line in run.ok(
+        *offsets, "org.apache.kafka.tools.consumer.OffsetsMessageFormatter").splitlines()]
+    mine = [line for line in lines if line["key"]["data"]["group"] == f"{topic}-group"]
+    assert [(line["key"]["data"]["partition"], line["value"]["data"]["offset"])
+            for line in mine] == [(0, 3), (1, 5)]
+    assert all(line["key"]["type"] in ("0", "1") for line in lines)
+
+    plain = ("consume", "--topic", other, "--from-beginning", "--timeout-ms", "1500",
+             "--formatter", "OffsetsMessageFormatter")
+    code, _, err = run(*plain)
+    assert code == 1 and f"{other}-0 offset 0: not a record of __consumer_offsets" in err
+    code, out, err = run(*plain, "--skip-message-on-error")
+    assert (code, out) == (0, "") and f"skipped {other}-0 offset 0: " in err
+    code, _, err = run("consume", "--topic", other, "--formatter", "DefaultFormatter")
+    assert code == 2 and "(did you mean 'DefaultMessageFormatter'?)" in err

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -140,6 +141,14 @@ def apply_properties(args: argparse.Namespace, known: Mapping[str, Property]) ->
             setattr(args, attribute, convert(value))
         except (ToolError, argparse.ArgumentTypeError) as exc:
             raise ToolError(f"--property {key}: {exc}", USAGE) from None
+
+
+def regex(text: str) -> re.Pattern[str]:
+    """``text`` compiled; a usage error naming it when it is not a regular expression."""
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ToolError(f"{text!r} is not a regular expression: {exc}", USAGE) from None
 
 
 def nearest(name: str, known: Iterable[str]) -> str:

@@ -12,12 +12,25 @@ print.headers=true print.value=false key.separator=: line.separator=... null.lit
 headers.separator=, headers.key.separator=:``. Client settings: ``--consumer-property
 KEY=VALUE`` (or ``-X``), ``--command-config FILE``.
 
+Kafka's other flags: ``--include REGEX`` reads every topic whose whole name matches instead
+of one ``--topic``; ``--isolation-level read_committed|read_uncommitted`` (default
+read_committed, librdkafka's; Kafka's console consumer reads uncommitted by default);
+``--formatter CLASS`` picks Kafka's formatter by its class name (or the name's last part):
+DefaultMessageFormatter (the layout above), LoggingMessageFormatter (that, and each record
+logged at INFO), NoOpMessageFormatter (nothing), OffsetsMessageFormatter and
+GroupMetadataMessageFormatter (the offset commits, or the group metadata, of
+``__consumer_offsets`` as JSON ``{"key": ..., "value": ...}``, the other records left out);
+``--skip-message-on-error`` prints a record the formatter cannot read as one stderr line and
+goes on, where without it the tool stops there with exit code 1.
+
 Invariants:
 - Without ``--group`` the partitions (all, or ``--partition``) are assigned directly at an
   explicit start offset: no group coordinator is needed and nothing is committed
-  (librdkafka wants a ``group.id`` anyway; it gets a placeholder that is never used).
+  (librdkafka wants a ``group.id`` anyway; it gets a placeholder that is never used); with
+  ``--include`` the topics matching when it starts are read.
 - With ``--group`` the topic is subscribed to through the group, committing as librdkafka
-  does by default; ``--partition`` and ``--offset`` are then refused.
+  does by default (``--include``: a pattern subscription, librdkafka's regular expression);
+  ``--partition`` and ``--offset`` are then refused.
 - Reading starts at the log end (new records only) unless ``--from-beginning`` or
   ``--offset``; an offset out of range falls back to that same start.
 - It stops after ``--max-messages``, after ``--timeout-ms`` without a record, or at the first
@@ -28,9 +41,12 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -57,13 +73,18 @@ from sparklog.commands._client import (
     client_parent,
     complain,
     format_headers,
+    nearest,
     non_negative,
+    regex,
     separator,
     show,
     tool,
     topic_error,
 )
+from sparklog.commands.record_decoders import offsets_decoder
 from sparklog.signals import Stop, stop_on_signals
+
+log = logging.getLogger(__name__)
 
 PLACEHOLDER_GROUP = "sparklog-console-consumer"
 MAX_BATCH = 500  # records already fetched are written (and stdout flushed) this many at once
@@ -100,7 +121,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.split("Invariants:")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--topic", required=True)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic")
+    which.add_argument("--include", metavar="REGEX",
+                       help="every topic whose whole name matches (Kafka's --include)")
     parser.add_argument("--partition", type=int, help="only this partition (default: all)")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true",
@@ -121,6 +145,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="between the printed fields (default: tab)")
     add_header_arguments(parser)
     add_property_argument(parser, "formatter (print.key, print.timestamp, key.separator...)")
+    parser.add_argument("--isolation-level", choices=("read_committed", "read_uncommitted"),
+                        help="read_committed (default) leaves out aborted transactions' "
+                             "records; read_uncommitted reads every record")
+    parser.add_argument("--formatter", type=_formatter, default=_format, metavar="CLASS",
+                        help="Kafka's formatter class: DefaultMessageFormatter (default), "
+                             "LoggingMessageFormatter, NoOpMessageFormatter, "
+                             "OffsetsMessageFormatter, GroupMetadataMessageFormatter")
+    parser.add_argument("--skip-message-on-error", action="store_true",
+                        help="a record the formatter cannot read is reported and skipped, "
+                             "not the end of the run")
     parser.set_defaults(func=tool("consume", run), print_value=True, line_separator="\n",
                         null_literal="null")
 
@@ -130,25 +164,44 @@ def run(args: argparse.Namespace) -> int:
     if args.group and (args.partition is not None or args.offset is not None):
         raise ToolError("--partition and --offset assign partitions directly; they cannot be "
                         "used with --group", USAGE)
+    if args.include is not None and args.partition is not None:
+        raise ToolError("--partition is a partition of one --topic, not of --include", USAGE)
+    include = None if args.include is None else regex(args.include)
+    isolation = {} if args.isolation_level is None else {"isolation.level": args.isolation_level}
     consumer = WatchedConsumer(client_config(args, {
         "group.id": args.group or PLACEHOLDER_GROUP,
         "auto.offset.reset": "earliest" if args.from_beginning else "latest",
-        "enable.auto.commit": bool(args.group),
+        "enable.auto.commit": bool(args.group), **isolation,
     }))
     printed = 0
     try:
         with stop_on_signals() as stop:
             if args.group:
-                consumer.subscribe([args.topic])
+                consumer.subscribe([args.topic] if include is None else
+                                   [f"^({include.pattern})$"])
             else:
-                consumer.assign(assignment(consumer, args.topic, args.partition,
-                                           _start_offset(args)))
+                consumer.assign([tp for name in _topics(consumer, args.topic, include)
+                                 for tp in assignment(consumer, name, args.partition,
+                                                      _start_offset(args))])
             for count in _print_records(consumer, args, stop):
                 printed = count
     finally:
         consumer.close()
         print(f"Processed a total of {printed} messages", file=sys.stderr)
     return 0
+
+
+def _topics(consumer: Consumer, topic: str | None, include: re.Pattern[str] | None
+            ) -> list[str]:
+    """``[topic]``, or the topics whose whole name ``include`` matches."""
+    if include is None:
+        assert topic is not None
+        return [topic]
+    names = sorted(name for name in consumer.list_topics(timeout=REQUEST_TIMEOUT_S).topics
+                   if include.fullmatch(name))
+    if not names:
+        raise ToolError(f"no topic matches --include {include.pattern!r}")
+    return names
 
 
 def _start_offset(args: argparse.Namespace) -> int:
@@ -187,22 +240,22 @@ def _print_records(consumer: Consumer, args: argparse.Namespace, stop: Stop) -> 
             continue
         wanted = MAX_BATCH if args.max_messages is None else args.max_messages - count
         batch = [first] + (consumer.consume(wanted - 1, 0) if wanted > 1 else [])
-        lines = [_format(m, args) for m in batch if _is_record(m, args.topic)]
-        if lines:
-            sys.stdout.write("".join(lines))
+        records = [m for m in batch if _is_record(m, args.topic)]
+        if records:
+            sys.stdout.write("".join(_written(m, args) for m in records))
             sys.stdout.flush()
-            count += len(lines)
+            count += len(records)
             yield count
             deadline = None if idle_s is None else time.monotonic() + idle_s
 
 
-def _is_record(message: Message, topic: str) -> bool:
+def _is_record(message: Message, topic: str | None) -> bool:
     """True for a record; a consumer error is raised if fatal, else printed and skipped."""
     error = message.error()
     if error is None:
         return True
     if error.fatal() or error.code() in _FATAL:
-        raise topic_error(topic, error)
+        raise topic_error(message.topic() or topic or "", error)
     complain("consume", error.str())
     return False
 
@@ -229,3 +282,78 @@ def _format(message: Message, args: argparse.Namespace) -> str:
 
 def _show_data(data: bytes | None, null_literal: str) -> str:
     return null_literal if data is None else show(data)
+
+
+# -- Kafka's formatters -----------------------------------------------------------------------
+
+
+class FormatError(Exception):
+    """The formatter cannot read a record; the message says which and why."""
+
+
+Formatter = Callable[[Message, argparse.Namespace], str]
+"""A record as the text to write (``""``: nothing), or a ``FormatError``."""
+
+
+def _written(message: Message, args: argparse.Namespace) -> str:
+    """What ``--formatter`` makes of a record; with ``--skip-message-on-error`` a record it
+    cannot read is one stderr line, else the end of the run."""
+    try:
+        return args.formatter(message, args)
+    except FormatError as exc:
+        where = f"{message.topic()}-{message.partition()} offset {message.offset()}"
+        if not args.skip_message_on_error:
+            raise ToolError(f"{where}: {exc} (--skip-message-on-error skips such records)"
+                            ) from None
+        complain("consume", f"skipped {where}: {exc}")
+        return ""
+
+
+def _logged(message: Message, args: argparse.Namespace) -> str:
+    """Kafka's LoggingMessageFormatter: the default layout, and the record logged."""
+    kind, timestamp = message.timestamp()
+    log.info("%s:%d, Partition:%d, Offset:%d, key:%s, value:%s",
+             _TIMESTAMP_TYPES.get(kind, "NoTimestampType"), timestamp, message.partition(),
+             message.offset(), _show_data(message.key(), "null"),
+             _show_data(message.value(), "null"))
+    return _format(message, args)
+
+
+def _coordinator_records(offsets: bool) -> Formatter:
+    """Kafka's OffsetsMessageFormatter (``offsets``) or GroupMetadataMessageFormatter: the
+    records of ``__consumer_offsets`` of that kind as ``{"key": ..., "value": ...}``."""
+
+    def formatted(message: Message, args: argparse.Namespace) -> str:
+        key, value = offsets_decoder(message.key(), message.value())
+        for text in (key, value):
+            if text.startswith("unknown"):
+                reason = text.removeprefix("unknown (").removesuffix(")")
+                raise FormatError(f"not a record of __consumer_offsets: {reason}")
+        parsed_key = json.loads(key)
+        if (parsed_key["type"] in ("0", "1")) != offsets:
+            return ""
+        parsed_value = None if message.value() is None else json.loads(value)
+        return json.dumps({"key": parsed_key, "value": parsed_value},
+                          separators=(",", ":")) + args.line_separator
+
+    return formatted
+
+
+FORMATTERS: dict[str, Formatter] = {
+    "DefaultMessageFormatter": _format,
+    "LoggingMessageFormatter": _logged,
+    "NoOpMessageFormatter": lambda message, args: "",
+    "OffsetsMessageFormatter": _coordinator_records(offsets=True),
+    "GroupMetadataMessageFormatter": _coordinator_records(offsets=False),
+}
+"""Kafka's formatters by the last part of their class names (``kafka.tools.X``,
+``org.apache.kafka.tools.consumer.X``, ``kafka.coordinator.group.GroupMetadataManager$X``)."""
+
+
+def _formatter(text: str) -> Formatter:
+    """An argparse type: a formatter by Kafka's class name, or its last part."""
+    name = re.split(r"[.$]", text)[-1]
+    if name not in FORMATTERS:
+        raise argparse.ArgumentTypeError(f"unknown formatter {text!r}{nearest(name, FORMATTERS)}"
+                                         "; known: " + ", ".join(FORMATTERS))
+    return FORMATTERS[name]

@@ -41,6 +41,7 @@ from sparklog.commands._client import (
     client_parent,
     complain,
     id_list,
+    regex,
     tool,
 )
 
@@ -103,16 +104,9 @@ def _selectors(args: argparse.Namespace) -> list[tuple[re.Pattern[str], list[int
         pairs = []
         for item in re.split(r",(?![0-9])", args.topic_partitions):
             name, sep, listed = item.partition(":")
-            pairs.append((_regex(name), _partition_list(listed) if sep else None))
+            pairs.append((regex(name), _partition_list(listed) if sep else None))
         return pairs
-    return [(_regex(args.topic or ".*"), args.partitions)]
-
-
-def _regex(text: str) -> re.Pattern[str]:
-    try:
-        return re.compile(text)
-    except re.error as exc:
-        raise ToolError(f"{text!r} is not a regular expression: {exc}", USAGE) from None
+    return [(regex(args.topic or ".*"), args.partitions)]
 
 
 def _get_offsets(args: argparse.Namespace) -> int:
