@@ -2,7 +2,10 @@
 
 How a block runs is chosen by a marker it contains (``PLANS``; each block matches exactly
 one, so a new block cannot go untested): shell blocks run with ``bash -euo pipefail`` from
-the repository root with the development venv first on ``PATH``; the broker block is
+the repository root in a shell where only what the README says has been done: ``PATH``
+without the virtualenv (and no ``VIRTUAL_ENV`` or ``PYSPARK_PYTHON``), then the README's
+``. .venv/bin/activate`` (``SETUP``, which the README must say before its first command
+line); the broker block is
 started in the background, must listen, and must stop with exit 0 on SIGTERM; Python blocks
 run in a child process; Spark blocks run in the session's local SparkSession (``spark`` is
 defined, as in ``pyspark``); a block that runs until stopped gets SIGTERM once it has
@@ -24,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -50,6 +54,9 @@ BROKER_ADDRESS = "127.0.0.1:9092"
 OTHER_PORTS = ("9093", "9404", "9095", "9096")
 """The metered broker's listener and metrics listener, the secured broker's two listeners."""
 DATA_ROOT = "/tmp/sparklog"
+SETUP = ". .venv/bin/activate"
+"""What the README tells a reader to run once in a shell before its command lines."""
+COMMAND_LINE = re.compile(r"^(\S*/)?(sparklog|python) ", re.MULTILINE)
 RUN_TIMEOUT_S = 600
 
 
@@ -129,6 +136,15 @@ BLOCKS = readme_blocks()
 BROKER_BLOCK = next(b for b in BLOCKS if plan_of(b).how == "broker")
 
 
+def test_the_readme_says_how_to_put_the_tools_on_path() -> None:
+    """Before its first command line the README says how to put ``sparklog`` on ``PATH``,
+    and the blocks' shell has it nowhere else."""
+    first = min(b.line for b in BLOCKS if COMMAND_LINE.search(b.code))
+    before = "\n".join(README.read_text().splitlines()[:first])
+    assert f"`{SETUP}`" in before
+    assert shutil.which("sparklog", path=Place(0, ROOT).env["PATH"]) is None
+
+
 def test_every_block_and_every_plan_are_matched() -> None:
     for block in BLOCKS:
         plan_of(block)
@@ -164,9 +180,18 @@ class Place:
 
     @property
     def env(self) -> dict[str, str]:
-        venv_bin = str(Path(sys.executable).parent)
-        return {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}",
-                "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+        """A fresh shell's: the virtualenv is not on ``PATH`` until a block runs ``SETUP``."""
+        venvs = {str(Path(sys.executable).parent), str(ROOT / ".venv" / "bin"),
+                 os.environ.get("VIRTUAL_ENV", "-") + "/bin"}
+        path = ":".join(d for d in os.environ["PATH"].split(":") if d.rstrip("/") not in venvs)
+        unset = {"VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"}
+        return {**{k: v for k, v in os.environ.items() if k not in unset}, "PATH": path,
+                "PYTHONUNBUFFERED": "1"}
+
+    def shell(self, block: Block, exec_: bool = False) -> list[str]:
+        """``bash`` running the block after ``SETUP`` (``exec_``: as the shell's process)."""
+        return ["bash", "-euo", "pipefail", "-c",
+                f"{SETUP}\n{'exec ' if exec_ else ''}{self.code(block)}"]
 
 
     @property
@@ -230,14 +255,14 @@ def _wait_for_output(proc: subprocess.Popen[str], wanted: str, timeout: float) -
 
 
 def _run_shell(place: Place, block: Block) -> None:
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", place.code(block)], cwd=ROOT,
+    result = subprocess.run(place.shell(block), cwd=ROOT,
                             env=place.env, capture_output=True, text=True,
                             timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, f"{block.name}:\n{result.stdout}\n{result.stderr}"
 
 
 def _start_broker(place: Place, block: Block) -> None:
-    place.broker = subprocess.Popen(["bash", "-euo", "pipefail", "-c", place.code(block)],
+    place.broker = subprocess.Popen(place.shell(block),
                                     cwd=ROOT, env=place.env, stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, text=True,
                                     start_new_session=True)
@@ -246,7 +271,7 @@ def _start_broker(place: Place, block: Block) -> None:
 
 def _run_metered_broker(place: Place, block: Block) -> None:
     """The block's broker serves Prometheus metrics under Kafka's names, and stops cleanly."""
-    proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", f"exec {place.code(block)}"],
+    proc = subprocess.Popen(place.shell(block, exec_=True),
                             cwd=ROOT, env=place.env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     try:
