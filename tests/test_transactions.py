@@ -354,3 +354,35 @@ def test_the_tool_aborts_a_hanging_transaction_with_a_marker(
     code, lines = run_tool(capsys, "abort", "--bootstrap-server", broker.bootstrap,
                            "--topic", topic)
     assert code == 2 and "give --transactional-id" in lines[-1]
+
+
+def test_the_tool_finds_hanging_transactions(broker: EmbeddedBroker, topic: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """kafka-transactions.sh find-hanging: an open transaction older than the timeout that no
+    coordinator knows of is listed; a live transaction, and one younger than the timeout,
+    are not."""
+    written = int(time.time() * 1000) - 20 * 60_000
+    with RawConnection(broker.bootstrap) as conn:
+        batch = build_batch([(None, b"hanging", (), written)], producer_id=888_888,
+                            producer_epoch=2, base_sequence=0, transactional=True)
+        assert raw_produce(conn, topic, 0, batch).error_code == 0
+    live = open_transaction(broker.bootstrap, f"live-{topic}", topic, b"live")
+    server = ["--bootstrap-server", broker.bootstrap]
+    wanted = [["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+               "StartOffset", "LastTimestamp", "Duration(min)"],
+              [topic, "0", "888888", "2", "-1", "0", str(written), "20"]]
+    for scope in (["--topic", topic], ["--topic", topic, "--partition", "0"],
+                  ["--broker-id", "0"]):
+        code, lines = run_tool(capsys, "find-hanging", *server, *scope)
+        assert code == 0, lines
+        assert [line.split() for line in lines if "888888" in line or "Topic" in line] == wanted
+        assert len(lines) == 2, lines  # the live transaction is not hanging
+    code, lines = run_tool(capsys, "find-hanging", *server, "--topic", topic,
+                           "--max-transaction-timeout", "30")
+    assert (code, lines) == (0, [" ".join(wanted[0])])
+    code, lines = run_tool(capsys, "find-hanging", *server, "--partition", "1")
+    assert code == 2 and "requires either --topic or --broker-id" in lines[-1]
+    code, lines = run_tool(capsys, "find-hanging", *server, "--broker-id", "0", "--partition",
+                           "1")
+    assert code == 2 and "The --partition argument requires --topic" in lines[-1]
+    live.abort_transaction(TIMEOUT)

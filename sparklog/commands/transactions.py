@@ -1,4 +1,4 @@
-"""``sparklog transactions``: list, describe and abort transactions, like
+"""``sparklog transactions``: list, describe, abort and find hanging transactions, like
 ``kafka-transactions.sh``.
 
 - ``list [--state S ...] [--producer-id N ...]`` prints every transactional id the brokers'
@@ -15,7 +15,17 @@
   writes an ABORT marker into that partition (WriteTxnMarkers to its leader), as Kafka's tool
   does for a hanging transaction; ``abort --transactional-id ID`` (a sparklog addition)
   asks the id's coordinator to abort its open transaction, which fences its producer, the
-  way a new producer of the id would (InitProducerId).
+  way a new producer of the id would (InitProducerId);
+- ``find-hanging (--broker-id B | --topic T [--partition P]) [--max-transaction-timeout
+  MIN]`` does what Kafka's does: the partitions searched are the topic's (or every topic's,
+  internal ones included) with broker B among their replicas; their active producers
+  (DescribeProducers, at broker B when given, else at each leader) with an open
+  transaction whose last write is older than the timeout (15 minutes by default) are
+  candidates; a candidate is hanging when no coordinator lists a transactional id for its
+  producer id (ListTransactions), the id is not found (DescribeTransactions), or the id's
+  transaction does not include that partition. It prints Kafka's columns (Topic Partition
+  ProducerId ProducerEpoch CoordinatorEpoch StartOffset LastTimestamp Duration(min)); an
+  ``abort --topic ... --producer-id ...`` with those values ends one.
 
 Invariants:
 - These requests have no confluent-kafka API; they go through
@@ -28,23 +38,40 @@ from __future__ import annotations
 import argparse
 import time
 
+from confluent_kafka.admin import AdminClient
+
+from sparklog.client.admin import REQUEST_TIMEOUT_S
 from sparklog.client.cluster import TopicPartition
+from sparklog.client.kafka import KafkaClient
 from sparklog.client.transactions import (
+    ProducerListing,
+    TransactionError,
     abort_by_id,
     describe_producers,
     describe_transaction,
     list_transactions,
     write_abort_marker,
 )
-from sparklog.commands._client import ToolError, client_parent, protocol_client, tool
+from sparklog.commands._client import (
+    USAGE,
+    ToolError,
+    client_config,
+    client_parent,
+    protocol_client,
+    tool,
+)
 from sparklog.commands._table import print_table
+from sparklog.errors import ErrorCode
 
 NAME = "transactions"
+MINUTE_MS = 60_000
+OpenTransaction = tuple[TopicPartition, ProducerListing]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parent = client_parent()
-    command = subparsers.add_parser(NAME, help="list, describe and abort transactions",
+    command = subparsers.add_parser(NAME, help="list, describe, abort and find hanging "
+                                               "transactions",
                                     description=__doc__.split("\n\n")[0])
     actions = command.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -76,6 +103,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     abort.add_argument("--producer-epoch", type=int)
     abort.add_argument("--coordinator-epoch", type=int)
     abort.set_defaults(func=tool(NAME, _abort))
+
+    hanging = actions.add_parser("find-hanging", parents=[parent],
+                                 help="open transactions no coordinator will end")
+    hanging.add_argument("--broker-id", type=int, help="search this broker's partitions")
+    hanging.add_argument("--topic", help="search this topic's partitions")
+    hanging.add_argument("--partition", type=int, help="only this partition (with --topic)")
+    hanging.add_argument("--max-transaction-timeout", type=int, default=15, metavar="MINUTES",
+                         help="only transactions whose last write is older (default 15)")
+    hanging.set_defaults(func=tool(NAME, _find_hanging))
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -135,3 +171,55 @@ def _abort(args: argparse.Namespace) -> int:
             print(f"wrote an ABORT marker for producer {producer_id} epoch {epoch} to "
                   f"{topic}-{partition}")
     return 0
+
+
+def _find_hanging(args: argparse.Namespace) -> int:
+    if args.topic is None and args.broker_id is None:
+        raise ToolError("The `find-hanging` command requires either --topic or --broker-id to "
+                        "limit the scope of the search", USAGE)
+    if args.partition is not None and args.topic is None:
+        raise ToolError("The --partition argument requires --topic to be provided", USAGE)
+    partitions = _partitions_to_search(args)
+    now = int(time.time() * 1000)
+    with protocol_client(args, NAME) as client:
+        candidates = [(tp, producer) for tp in partitions
+                      for producer in describe_producers(client, tp, args.broker_id)
+                      if producer.current_txn_start_offset >= 0
+                      and now - producer.last_timestamp > args.max_transaction_timeout * MINUTE_MS]
+        hanging = _hanging(client, candidates) if candidates else []
+    print_table(("Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+                 "StartOffset", "LastTimestamp", "Duration(min)"),
+                [(tp.topic, tp.partition, p.producer_id, p.producer_epoch, p.coordinator_epoch,
+                  p.current_txn_start_offset, p.last_timestamp,
+                  (now - p.last_timestamp) // MINUTE_MS) for tp, p in hanging])
+    return 0
+
+
+def _partitions_to_search(args: argparse.Namespace) -> list[TopicPartition]:
+    """The topic's partitions (or every topic's), those with ``--broker-id`` among their
+    replicas; only ``--partition`` when it is given, as Kafka's tool."""
+    if args.partition is not None:
+        return [TopicPartition(args.topic, args.partition)]
+    admin = AdminClient(client_config(args))
+    topics = admin.list_topics(args.topic, timeout=REQUEST_TIMEOUT_S).topics
+    if args.topic is not None and topics[args.topic].error is not None:
+        raise ToolError(f"topic {args.topic!r}: {topics[args.topic].error.str()}")
+    return [TopicPartition(name, p) for name, topic in sorted(topics.items())
+            for p, partition in sorted(topic.partitions.items())
+            if args.broker_id is None or args.broker_id in partition.replicas]
+
+
+def _hanging(client: KafkaClient, candidates: list[OpenTransaction]) -> list[OpenTransaction]:
+    """The candidates whose transaction no coordinator will end (Kafka's rules)."""
+    producer_ids = {producer.producer_id for _, producer in candidates}
+    ids = {t.producer_id: t.transactional_id
+           for t in list_transactions(client, producer_ids=producer_ids)}
+    partitions_of: dict[str, frozenset[TopicPartition]] = {}
+    for tid in set(ids.values()):
+        try:
+            partitions_of[tid] = frozenset(describe_transaction(client, tid).partitions)
+        except TransactionError as exc:
+            if exc.code != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+                raise
+    return [(tp, producer) for tp, producer in candidates
+            if tp not in partitions_of.get(ids.get(producer.producer_id, ""), frozenset())]
