@@ -32,9 +32,16 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection
 
-from sparklog.client.admin import MISSING_TOPIC, TOPIC_EXISTS, kafka_error
+from sparklog.client.admin import (
+    MISSING_TOPIC,
+    REQUEST_TIMEOUT_S,
+    TOPIC_EXISTS,
+    admin_result,
+    kafka_error,
+)
+from sparklog.client.cluster import TopicPartition
 from sparklog.client.errors import KafkaClientError
 from sparklog.client.kafka import KafkaClient
 from sparklog.client.rdkafka_log import routed
@@ -46,6 +53,7 @@ from sparklog.client.settings import (
     SettingsError,
     parse_bootstrap,
 )
+from sparklog.client.watch import connected_admin
 from sparklog.properties import PropertiesError, read_properties
 from sparklog.signals import Stop
 
@@ -250,6 +258,24 @@ def throttle(rate: int, started: float) -> Callable[[int, Stop], None]:
                 stop.wait(time.sleep, ahead)
 
     return pace
+
+
+def replicas_of(args: argparse.Namespace, topics: Iterable[str]
+                ) -> dict[TopicPartition, tuple[int, ...]]:
+    """Every partition of ``topics`` with its replicas as Metadata lists them; a topic that
+    does not exist is a ``ToolError`` naming it."""
+    admin = connected_admin(client_config(args))
+    names = sorted(set(topics))
+    futures = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
+    current = {}
+    for name, future in futures.items():
+        try:
+            admin_result(future)
+        except KafkaException as exc:
+            raise topic_error(name, kafka_error(exc)) from None
+        for partition in future.result().partitions:
+            current[TopicPartition(name, partition.id)] = tuple(n.id for n in partition.replicas)
+    return current
 
 
 # -- errors -----------------------------------------------------------------------------------

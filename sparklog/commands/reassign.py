@@ -31,9 +31,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicCollection
-
-from sparklog.client.admin import REQUEST_TIMEOUT_S, admin_result, kafka_error
+from sparklog.client.admin import REQUEST_TIMEOUT_S
 from sparklog.client.cluster import TopicPartition
 from sparklog.client.reassignments import alter_reassignments, list_reassignments
 from sparklog.client.watch import connected_admin
@@ -44,8 +42,8 @@ from sparklog.commands._client import (
     client_config,
     client_parent,
     protocol_client,
+    replicas_of,
     tool,
-    topic_error,
 )
 from sparklog.errors import KafkaError
 
@@ -145,22 +143,6 @@ def plan_json(plan: Mapping[TopicPartition, Iterable[int]]) -> str:
 # -- what the cluster has --------------------------------------------------------------------
 
 
-def _current(args: argparse.Namespace, topics: Iterable[str]) -> Plan:
-    """Every partition of ``topics`` with its replicas as Metadata lists them."""
-    admin = connected_admin(client_config(args))
-    names = sorted(set(topics))
-    futures = admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
-    current: Plan = {}
-    for name, future in futures.items():
-        try:
-            admin_result(future)
-        except KafkaException as exc:
-            raise topic_error(name, kafka_error(exc)) from None
-        for partition in future.result().partitions:
-            current[TopicPartition(name, partition.id)] = tuple(n.id for n in partition.replicas)
-    return current
-
-
 # -- actions ---------------------------------------------------------------------------------
 
 
@@ -183,7 +165,7 @@ def _generate(args: argparse.Namespace) -> int:
     if unknown:
         raise ToolError(f"--broker-list names brokers that are not in the cluster: {unknown}")
     racks = {b: None if args.disable_rack_aware else nodes[b] for b in brokers}
-    current = _current(args, topics)
+    current = replicas_of(args, topics)
     proposal: Plan = {}
     for topic in dict.fromkeys(topics):
         partitions = sorted(tp.partition for tp in current if tp.topic == topic)
@@ -202,7 +184,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _execute(args: argparse.Namespace, plan: Plan) -> int:
-    current = _current(args, {tp.topic for tp in plan})
+    current = replicas_of(args, {tp.topic for tp in plan})
     missing = sorted(tp for tp in plan if tp not in current)
     if missing:
         raise ToolError(f"partitions not found: {', '.join(map(str, missing))}")
@@ -234,7 +216,7 @@ def _fail_on(errors: Mapping[TopicPartition, str | None], what: str) -> None:
 def _verify(args: argparse.Namespace, plan: Plan) -> int:
     with protocol_client(args, NAME) as client:
         ongoing = list_reassignments(client, plan)
-    current = _current(args, {tp.topic for tp in plan})
+    current = replicas_of(args, {tp.topic for tp in plan})
     print("Status of partition reassignment:")
     for tp, replicas in sorted(plan.items()):
         if tp in ongoing:

@@ -38,9 +38,6 @@ from __future__ import annotations
 import argparse
 import time
 
-from confluent_kafka.admin import AdminClient
-
-from sparklog.client.admin import REQUEST_TIMEOUT_S
 from sparklog.client.cluster import TopicPartition
 from sparklog.client.kafka import KafkaClient
 from sparklog.client.transactions import (
@@ -55,9 +52,9 @@ from sparklog.client.transactions import (
 from sparklog.commands._client import (
     USAGE,
     ToolError,
-    client_config,
     client_parent,
     protocol_client,
+    replicas_of,
     tool,
 )
 from sparklog.commands._table import print_table
@@ -179,9 +176,9 @@ def _find_hanging(args: argparse.Namespace) -> int:
                         "limit the scope of the search", USAGE)
     if args.partition is not None and args.topic is None:
         raise ToolError("The --partition argument requires --topic to be provided", USAGE)
-    partitions = _partitions_to_search(args)
     now = int(time.time() * 1000)
     with protocol_client(args, NAME) as client:
+        partitions = _partitions_to_search(args, client)
         candidates = [(tp, producer) for tp in partitions
                       for producer in describe_producers(client, tp, args.broker_id)
                       if producer.current_txn_start_offset >= 0
@@ -195,18 +192,15 @@ def _find_hanging(args: argparse.Namespace) -> int:
     return 0
 
 
-def _partitions_to_search(args: argparse.Namespace) -> list[TopicPartition]:
+def _partitions_to_search(args: argparse.Namespace, client: KafkaClient
+                          ) -> list[TopicPartition]:
     """The topic's partitions (or every topic's), those with ``--broker-id`` among their
     replicas; only ``--partition`` when it is given, as Kafka's tool."""
     if args.partition is not None:
         return [TopicPartition(args.topic, args.partition)]
-    admin = AdminClient(client_config(args))
-    topics = admin.list_topics(args.topic, timeout=REQUEST_TIMEOUT_S).topics
-    if args.topic is not None and topics[args.topic].error is not None:
-        raise ToolError(f"topic {args.topic!r}: {topics[args.topic].error.str()}")
-    return [TopicPartition(name, p) for name, topic in sorted(topics.items())
-            for p, partition in sorted(topic.partitions.items())
-            if args.broker_id is None or args.broker_id in partition.replicas]
+    topics = [args.topic] if args.topic is not None else list(client.metadata(None).topics)
+    return [tp for tp, replicas in sorted(replicas_of(args, topics).items())
+            if args.broker_id is None or args.broker_id in replicas]
 
 
 def _hanging(client: KafkaClient, candidates: list[OpenTransaction]) -> list[OpenTransaction]:
