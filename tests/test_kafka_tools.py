@@ -402,6 +402,19 @@ def test_configs_of_the_broker(run: Run) -> None:
     assert entries["broker.id"].startswith("  broker.id=0 ")  # not its unset default, -1
     code, _, err = run("configs", "--broker", "7", "--describe")
     assert code == 1 and "broker 7 does not exist (brokers: 0)" in err
+    # The brokers' cluster-wide default (Kafka's --entity-default, the resource named "").
+    default = ("configs", "--entity-type", "brokers", "--entity-default")
+    assert run.ok(*default, "--describe") == "Default configs for brokers in the cluster are:\n"
+    lines = run.ok(*default, "--describe", "--all").splitlines()
+    assert lines[0] == "Default configs for brokers in the cluster are:"
+    assert ("  log.segment.bytes=1048576 sensitive=false synonyms={STATIC_BROKER_CONFIG:"
+            "log.segment.bytes=1048576, DEFAULT_CONFIG:log.segment.bytes=1073741824}") in lines
+    assert run.ok("configs", "--entity-type", "brokers", "--describe") == (
+        "Dynamic configs for broker 0 are:\nDefault configs for brokers in the cluster are:\n")
+    code, _, err = run(*default, "--alter", "--add-config", "log.retention.ms=1000")
+    assert code == 1 and "broker configs are static" in err
+    code, _, err = run("configs", "--entity-type", "topics", "--entity-default", "--describe")
+    assert code == 2 and "--entity-default is for brokers, users and clients" in err
     code, _, err = run("configs", "--broker", "0", "--alter", "--add-config", "num.partitions=3")
     assert code == 1 and "broker configs are static" in err
 

@@ -3,6 +3,8 @@
 
     sparklog configs --bootstrap-server B --entity-type topics|brokers [--entity-name N]
         --describe [--all]
+    sparklog configs --bootstrap-server B --entity-type brokers --entity-default
+        --describe [--all] | --alter ...
     sparklog configs --bootstrap-server B --entity-type users|clients [--entity-name N |
         --entity-default] [--entity-type clients ...] --describe | --alter
         [--add-config producer_byte_rate=1024,consumer_byte_rate=2048] [--delete-config K]
@@ -18,7 +20,12 @@ Invariants:
   configs ...`` with ``--all``), then one line per config, ``  key=value sensitive=false
   synonyms={SOURCE:key=value, ...}``. Without ``--all`` only dynamic configs (a topic's
   overrides) are listed; a broker has none here. Without ``--entity-name`` every topic (or
-  this broker) is described.
+  every broker, then the brokers' cluster-wide default, as Kafka's) is described.
+- ``--entity-type brokers --entity-default`` is the cluster-wide default of the brokers (the
+  broker resource named "", which confluent-kafka cannot name: it goes through
+  ``sparklog.client.configs``): ``Default configs for brokers in the cluster are:`` then its
+  dynamic configs (every config with ``--all``); ``--alter`` sends SET and DELETE and prints
+  ``Completed updating default config for brokers in the cluster.``
 - ``--alter`` sends one IncrementalAlterConfigs request: ``--add-config`` is SET,
   ``--delete-config`` DELETE, ``--append-config`` / ``--subtract-config`` APPEND / SUBTRACT
   on list configs such as ``cleanup.policy``. Values are Kafka's ``k=v`` lists separated by
@@ -42,6 +49,7 @@ from confluent_kafka.admin import (
 )
 
 from sparklog.client.admin import REQUEST_TIMEOUT_S
+from sparklog.client.configs import BROKER, alter_configs, describe_configs
 from sparklog.client.watch import connected_admin
 from sparklog.commands import _quotas
 from sparklog.commands._client import (
@@ -50,11 +58,14 @@ from sparklog.commands._client import (
     client_config,
     client_parent,
     complain,
+    protocol_client,
     tool,
 )
 from sparklog.storage.config import DEPRECATED
 
 NAME = "configs"
+CLUSTER_DEFAULT = ""
+"""The broker resource name of the brokers' cluster-wide default (Kafka's <default>)."""
 ENTITY_TYPES = {"topics": ConfigResource.Type.TOPIC, "brokers": ConfigResource.Type.BROKER}
 _DYNAMIC = frozenset({ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
                       ConfigSource.DYNAMIC_BROKER_CONFIG.value,
@@ -75,7 +86,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--entity-name", action="append", dest="entity_names",
                         help="the topic name, broker id, user or client id (default: all)")
     parser.add_argument("--entity-default", action="append_const", const=None,
-                        dest="entity_names", help="the default user or client id")
+                        dest="entity_names",
+                        help="the default user or client id, or the brokers' cluster-wide "
+                             "default")
     parser.add_argument("--topic", help="same as --entity-type topics --entity-name TOPIC")
     parser.add_argument("--broker", help="same as --entity-type brokers --entity-name ID")
     action = parser.add_mutually_exclusive_group(required=True)
@@ -96,9 +109,14 @@ def run(args: argparse.Namespace) -> int:
     if set(args.entity_type or ()) & _quotas.ENTITY_TYPES.keys():
         return _quotas.run(args, NAME, split_configs(args.add_config or "", "--add-config"))
     kind, name = _entity(args)
+    if name == CLUSTER_DEFAULT:
+        return _broker_default(args)
     admin = connected_admin(client_config(args))
     if args.describe:
-        return _describe(admin, kind, name, args.all)
+        _describe(admin, kind, name, args.all)
+        if kind == "brokers" and name is None:  # every broker, then their default (Kafka's)
+            _broker_default(args)
+        return 0
     if name is None:
         raise ToolError("--alter needs --entity-name (or --topic / --broker)", USAGE)
     return _alter(admin, kind, name, args)
@@ -116,8 +134,12 @@ def _entity(args: argparse.Namespace) -> tuple[str, str | None]:
     if not args.entity_type:
         raise ToolError("--entity-type (topics, brokers, users or clients) is required", USAGE)
     names = args.entity_names or [None]
-    if len(args.entity_type) > 1 or len(names) > 1 or (None in names and args.entity_names):
+    if len(args.entity_type) > 1 or len(names) > 1:
         raise ToolError("topics and brokers take one --entity-type and --entity-name", USAGE)
+    if args.entity_names == [None]:  # --entity-default
+        if args.entity_type != ["brokers"]:
+            raise ToolError("--entity-default is for brokers, users and clients", USAGE)
+        return "brokers", CLUSTER_DEFAULT
     return args.entity_type[0], names[0]
 
 
@@ -135,10 +157,10 @@ def _resources(admin: AdminClient, kind: str, name: str | None) -> list[ConfigRe
     return [ConfigResource(ENTITY_TYPES[kind], t) for t in sorted(topics)]
 
 
-def _describe(admin: AdminClient, kind: str, name: str | None, everything: bool) -> int:
+def _describe(admin: AdminClient, kind: str, name: str | None, everything: bool) -> None:
     resources = _resources(admin, kind, name)
     if not resources:
-        return 0
+        return
     futures = admin.describe_configs(resources, request_timeout=REQUEST_TIMEOUT_S)
     singular = kind.removesuffix("s")
     for resource in resources:
@@ -148,7 +170,39 @@ def _describe(admin: AdminClient, kind: str, name: str | None, everything: bool)
             entry = entries[key]
             if everything or entry.source in _DYNAMIC:
                 print(f"  {_entry_text(entry)}")
+
+
+def _broker_default(args: argparse.Namespace) -> int:
+    """Describe or alter the brokers' cluster-wide default (the broker resource "")."""
+    what = "the default broker configs"
+    with protocol_client(args, NAME) as client:
+        if args.describe:
+            print("Default configs for brokers in the cluster are:")
+            for value in sorted(describe_configs(client, BROKER, CLUSTER_DEFAULT, what,
+                                                 synonyms=True), key=lambda v: v.name):
+                if args.all or value.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value:
+                    print("  " + _line(value.name, value.value, value.sensitive,
+                                       list(value.synonyms)))
+            return 0
+        if args.append_config or args.subtract_config:
+            raise ToolError("--append-config and --subtract-config are for topics", USAGE)
+        changes: dict[str, str | None] = dict(split_configs(args.add_config or "",
+                                                            "--add-config"))
+        changes.update({key: None for key in _deleted(args)})
+        if not changes:
+            raise ToolError("nothing to alter: give --add-config or --delete-config", USAGE)
+        alter_configs(client, BROKER, CLUSTER_DEFAULT, what, changes)
+    print("Completed updating default config for brokers in the cluster.")
     return 0
+
+
+def _line(name: str, value: str | None, sensitive: bool,
+          synonyms: list[tuple[int, str, str | None]]) -> str:
+    """Kafka's describe line; ``synonyms`` are (source, name, value), most specific first."""
+    listed = ", ".join(f"{ConfigSource(source).name}:{key}={_value(text)}"
+                       for source, key, text in synonyms)
+    return (f"{name}={_value(value)} sensitive={'true' if sensitive else 'false'} "
+            f"synonyms={{{listed}}}")
 
 
 def _entry_text(entry: ConfigEntry) -> str:
@@ -160,10 +214,8 @@ def _entry_text(entry: ConfigEntry) -> str:
         own_name = entry.name if entry.source in _DYNAMIC or not entry.synonyms else next(
             iter(entry.synonyms))
         synonyms[entry.source] = (own_name, entry.value)
-    listed = ", ".join(f"{ConfigSource(source).name}:{name}={_value(value)}"
-                       for source, (name, value) in sorted(synonyms.items()))
-    sensitive = "true" if entry.is_sensitive else "false"
-    return f"{entry.name}={_value(entry.value)} sensitive={sensitive} synonyms={{{listed}}}"
+    return _line(entry.name, entry.value, entry.is_sensitive,
+                 [(source, name, value) for source, (name, value) in sorted(synonyms.items())])
 
 
 def _value(value: str | None) -> str:
@@ -191,6 +243,11 @@ def split_configs(text: str, flag: str) -> dict[str, str]:
     return configs
 
 
+def _deleted(args: argparse.Namespace) -> list[str]:
+    """The keys of ``--delete-config k1,k2``."""
+    return [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+
+
 def _alter(admin: AdminClient, kind: str, name: str, args: argparse.Namespace) -> int:
     entries = []
     for attribute, operation in _OPERATIONS:
@@ -198,7 +255,7 @@ def _alter(admin: AdminClient, kind: str, name: str, args: argparse.Namespace) -
         text = getattr(args, attribute)
         for key, value in (split_configs(text, flag) if text else {}).items():
             entries.append(ConfigEntry(key, value, incremental_operation=operation))
-    for key in (k.strip() for k in (args.delete_config or "").split(",") if k.strip()):
+    for key in _deleted(args):
         entries.append(ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE))
     if not entries:
         raise ToolError("nothing to alter: give --add-config, --delete-config, "
