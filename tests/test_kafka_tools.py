@@ -29,6 +29,7 @@ from broker_fixtures import (
     create_topic,
     module_broker,
     produce_confluent,
+    start_broker,
     stored_batches,
     unique_topic,
     wait_until,
@@ -411,12 +412,12 @@ def test_configs_of_the_broker(run: Run) -> None:
             "log.segment.bytes=1048576, DEFAULT_CONFIG:log.segment.bytes=1073741824}") in lines
     assert run.ok("configs", "--entity-type", "brokers", "--describe") == (
         "Dynamic configs for broker 0 are:\nDefault configs for brokers in the cluster are:\n")
-    code, _, err = run(*default, "--alter", "--add-config", "log.retention.ms=1000")
-    assert code == 1 and "broker configs are static" in err
+    code, _, err = run(*default, "--alter", "--add-config", "broker.rack=a")
+    assert code == 1 and "Cannot update these configs dynamically: broker.rack" in err
     code, _, err = run("configs", "--entity-type", "topics", "--entity-default", "--describe")
     assert code == 2 and "--entity-default is for brokers, users and clients" in err
     code, _, err = run("configs", "--broker", "0", "--alter", "--add-config", "num.partitions=3")
-    assert code == 1 and "broker configs are static" in err
+    assert code == 1 and "Cannot update these configs dynamically: num.partitions" in err
 
 
 def test_the_deprecated_message_format_version_is_accepted_with_a_warning(run: Run,
@@ -628,3 +629,48 @@ def test_console_consumer_flags_of_kafka(run: Run, topic: str) -> None:
     assert (code, out) == (0, "") and f"skipped {other}-0 offset 0: " in err
     code, _, err = run("consume", "--topic", other, "--formatter", "DefaultFormatter")
     assert code == 2 and "(did you mean 'DefaultMessageFormatter'?)" in err
+
+
+def test_dynamic_broker_configs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """``configs --entity-type brokers --alter``: the cluster-wide default and one broker's
+    own, only the configs Kafka changes at run time, applied to the topics at once, kept in
+    the data directory over a restart."""
+    broker = start_broker(tmp_path, {"log.segment.bytes": "1048576"})
+    try:
+        run = Run(broker, capsys, monkeypatch)
+        create_topic(broker.bootstrap, "dyn")
+        default = ("configs", "--entity-type", "brokers", "--entity-default")
+        assert run.ok(*default, "--alter", "--add-config", "log.retention.ms=7200000") == (
+            "Completed updating default config for brokers in the cluster.\n")
+        assert run.ok("configs", "--broker", "0", "--alter", "--add-config",
+                      "log.segment.bytes=2097152") == "Completed updating config for broker 0.\n"
+        own = ("  log.segment.bytes=2097152 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:"
+               "log.segment.bytes=2097152, STATIC_BROKER_CONFIG:log.segment.bytes=1048576, "
+               "DEFAULT_CONFIG:log.segment.bytes=1073741824}")
+        shared = ("  log.retention.ms=7200000 sensitive=false synonyms={"
+                  "DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=7200000, "
+                  "DEFAULT_CONFIG:log.retention.ms=604800000}")
+        expected = ["Dynamic configs for broker 0 are:", own,
+                    "Default configs for brokers in the cluster are:", shared]
+        assert run.ok("configs", "--entity-type", "brokers", "--describe").splitlines() == \
+            expected
+        topic = run.ok("configs", "--topic", "dyn", "--describe", "--all").splitlines()
+        assert ("  retention.ms=7200000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:"
+                "log.retention.ms=7200000, DEFAULT_CONFIG:log.retention.ms=604800000}") in topic
+        assert any(line.startswith("  segment.bytes=2097152 ") for line in topic)
+
+        code, _, err = run(*default, "--alter", "--add-config", "num.io.threads=4")
+        assert code == 1 and "Cannot update these configs dynamically: num.io.threads" in err
+        code, _, err = run(*default, "--alter", "--add-config", "log.retention.ms=soon")
+        assert code == 1 and "INVALID_CONFIG" in err and "retention.ms" in err
+
+        broker.restart()
+        assert run.ok("configs", "--entity-type", "brokers", "--describe").splitlines() == \
+            expected
+        run.ok(*default, "--alter", "--delete-config", "log.retention.ms")
+        assert run.ok(*default, "--describe") == "Default configs for brokers in the cluster are:\n"
+        assert any(line.startswith("  retention.ms=604800000 ") for line in run.ok(
+            "configs", "--topic", "dyn", "--describe", "--all").splitlines())
+    finally:
+        broker.stop()

@@ -67,8 +67,6 @@ every snapshot. All of it runs on the broker's event loop thread.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import math
 import re
@@ -77,12 +75,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
 
 import crc32c
 
+from sparklog.broker.entity_store import LocalEntityConfigs, StoredEntityConfigs
 from sparklog.broker.monitoring.status import TelemetryClient, TelemetryMetric
-from sparklog.cluster.entity_configs import EntityConfigs
 from sparklog.errors import (
     CorruptRecordError,
     ErrorCode,
@@ -92,7 +89,6 @@ from sparklog.errors import (
 )
 from sparklog.protocol.otlp_metrics import DataPoint, MalformedMetricsError, decode_metrics
 from sparklog.record.compression import CODECS, GZIP, LZ4, SNAPPY, ZSTD, decompress_bounded
-from sparklog.storage.checkpoint import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -263,34 +259,14 @@ def decode_push(compression: int, payload: bytes, max_bytes: int) -> list[DataPo
     return decode_metrics(data, MAX_SERIES)
 
 
-class SubscriptionStore(Protocol):
-    """Where configured subscriptions are kept: ``write`` replaces one (``{}``: deletes it),
-    blocking (it runs in a worker thread)."""
+class ClientMetricsManager(StoredEntityConfigs):
+    entity_type = ENTITY_TYPE
+    what = "client metrics subscriptions"
 
-    def write(self, name: str, config: dict[str, str]) -> None: ...
-
-
-class LocalSubscriptions:
-    """A single node's configured subscriptions: ``client-metrics.json`` in the data
-    directory, ``{name: {setting: value}}``, replaced atomically on every change."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / STORE_FILE
-        self.configs: dict[str, dict[str, str]] = json.loads(self.path.read_text()) \
-            if self.path.exists() else {}
-
-    def write(self, name: str, config: dict[str, str]) -> None:
-        if config:
-            self.configs[name] = config
-        elif self.configs.pop(name, None) is None:
-            return
-        write_atomically(self.path, json.dumps(self.configs, indent=1, sort_keys=True).encode())
-
-
-class ClientMetricsManager:
     def __init__(self, max_bytes: int, clock_ms: Callable[[], int],
                  subscriptions: Mapping[str, Subscription] | None = None,
-                 store: LocalSubscriptions | None = None) -> None:
+                 store: LocalEntityConfigs | None = None) -> None:
+        super().__init__(store)
         self.max_bytes = max_bytes
         self._clock_ms = clock_ms
         self._preset = dict(subscriptions or {})
@@ -299,17 +275,13 @@ class ClientMetricsManager:
         """The configured subscriptions (CLIENT_METRICS resources), as the store holds them."""
         self.version = 0
         self._instances: OrderedDict[uuid.UUID, ClientInstance] = OrderedDict()
-        self._store: SubscriptionStore | None = store
-        self._cluster: EntityConfigs | None = None
-        self._writing = asyncio.Lock()  # one store write at a time, applied in that order
-        for name, config in (store.configs if store is not None else {}).items():
-            self.apply(name, config)
+        self.load()
 
     @classmethod
     def from_props(cls, props: Mapping[str, str], clock_ms: Callable[[], int],
                    data_dir: Path | None = None) -> ClientMetricsManager:
         return cls(int(props["telemetry.max.bytes"]), clock_ms, preset_subscriptions(props),
-                   LocalSubscriptions(data_dir) if data_dir is not None else None)
+                   LocalEntityConfigs(data_dir / STORE_FILE) if data_dir is not None else None)
 
     def update_subscription(self, name: str, settings: Mapping[str, str]) -> None:
         """Add or replace subscription ``name``; no settings remove it."""
@@ -327,16 +299,6 @@ class ClientMetricsManager:
             raise InvalidRequestError("Subscription name can't be empty")
         if config:
             Subscription.parse(name, config)
-
-    async def alter(self, name: str, config: dict[str, str]) -> None:
-        """Make ``config`` subscription ``name``'s (``{}``: delete it) in the store, then
-        here (the other brokers apply it when the store's notification reaches them)."""
-        self.validate(name, config)
-        async with self._writing:
-            if self._store is not None:
-                await asyncio.get_running_loop().run_in_executor(None, self._store.write,
-                                                                 name, config)
-            self.apply(name, config)
 
     def apply(self, name: str, config: dict[str, str]) -> None:
         """What the store holds for ``name`` (``{}``: nothing; the preset comes back); the
@@ -359,25 +321,8 @@ class ClientMetricsManager:
         else:
             self.configs.pop(name, None)
 
-    async def join_cluster(self, zk: Any) -> None:
-        """Serve the cluster's subscriptions (ZooKeeper's, over the session's started
-        ``KazooClient``) instead of the data directory's, loaded before this returns."""
-        loop = asyncio.get_running_loop()
-        if isinstance(self._store, LocalSubscriptions) and self._store.configs:
-            log.warning("%s is a single node's and is not read in a cluster, whose client "
-                        "metrics subscriptions are ZooKeeper's", self._store.path)
-        for name in list(self.configs):
-            self.apply(name, {})
-        self._cluster = EntityConfigs(
-            zk, ENTITY_TYPE, lambda name, config: loop.call_soon_threadsafe(
-                self.apply, name, config))
-        self._store = self._cluster
-        # the loaded subscriptions reach the loop (call_soon_threadsafe) before this resumes
-        await loop.run_in_executor(None, self._cluster.start)
-
-    def leave_cluster(self) -> None:
-        if self._cluster is not None:
-            self._cluster.close()
+    def names(self) -> list[str]:
+        return list(self.configs)
 
     # -- requests --------------------------------------------------------------------------
     def get_subscriptions(self, instance_id: uuid.UUID | None,

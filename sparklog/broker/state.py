@@ -26,6 +26,9 @@ Invariants:
   the configured subscriptions are the store's (the data directory's, or ZooKeeper's once
   the replica manager joined a cluster) and outlive a restart; the clients and what they
   pushed are in memory only.
+- ``dynamic_configs`` keeps the dynamic broker configs (this broker's and the cluster-wide
+  default), the data directory's or ZooKeeper's, and hands the topic defaults they make to
+  the log manager.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from pathlib import Path
 
 from sparklog.broker.client_metrics import ClientMetricsManager
 from sparklog.broker.config import BrokerConfig
+from sparklog.broker.dynamic_config import DynamicBrokerConfigs
 from sparklog.broker.fault_hooks import Faults
 from sparklog.broker.internal_topics import LogTopic
 from sparklog.broker.quotas import QuotaManager
@@ -99,6 +103,8 @@ class Broker:
         self.faults = Faults(self.topic_named)
         self.client_metrics = ClientMetricsManager.from_props(config.props, self.now_ms,
                                                                  data_dir)
+        self.dynamic_configs = DynamicBrokerConfigs(
+            self.node_id, config.props, config.explicit, self.logs.set_topic_defaults, data_dir)
         self.security = BrokerSecurity(config.props, data_dir, current_session)
         self.quotas = QuotaManager(self.security, config.props)
         offsets_topic = LogTopic(

@@ -1,7 +1,9 @@
 """Configs of named entities of one type in ZooKeeper, as Kafka's ZooKeeper-era brokers keep
-them (client-metrics subscriptions, Kafka 3.7's ``client-metrics``).
+them (client-metrics subscriptions, Kafka 3.7's ``client-metrics``; dynamic broker configs,
+``brokers``, named by broker id or ``<default>``, which Kafka writes as they are).
 
-Layout: ``/config/<type>/<name, URL-encoded>`` = ``{"version":1,"config":{...}}``; each
+Layout: ``/config/<type>/<name, URL-encoded unless the type's encode says otherwise>`` =
+``{"version":1,"config":{...}}``; each
 change adds ``/config/changes/config_change_<seq>`` = ``{"version":2,"entity_path":
 "<type>/<name>"}``, the notification topic configs (``session``) and SCRAM users
 (``security_store``) share.
@@ -36,8 +38,10 @@ class EntityConfigs:
     """The configs of the entities of ``entity_type`` (``client-metrics``) over ``zk``."""
 
     def __init__(self, zk: KazooClient, entity_type: str,
-                 on_change: Callable[[str, dict[str, str]], None]) -> None:
+                 on_change: Callable[[str, dict[str, str]], None],
+                 encode: Callable[[str], str] = sanitize) -> None:
         self.zk = zk
+        self.encode = encode
         self.entity_type = entity_type
         self.root = f"/config/{entity_type}"
         self.on_change = on_change
@@ -45,7 +49,7 @@ class EntityConfigs:
         self._closed = False
 
     def path(self, name: str) -> str:
-        return f"{self.root}/{sanitize(name)}"
+        return f"{self.root}/{self.encode(name)}"
 
     def start(self) -> None:
         """Load every entity and watch for changes (blocking: a worker thread)."""
@@ -101,7 +105,7 @@ class EntityConfigs:
         (blocking: a worker thread)."""
         path = self.path(name)
         notification = json.dumps({"version": 2,
-                                   "entity_path": f"{self.entity_type}/{sanitize(name)}"},
+                                   "entity_path": f"{self.entity_type}/{self.encode(name)}"},
                                   separators=(",", ":")).encode()
         data = json.dumps({"version": 1, "config": config}, separators=(",", ":")).encode()
         self.zk.ensure_path(self.root)

@@ -11,6 +11,8 @@
     sparklog configs --bootstrap-server B --entity-type topics --entity-name T --alter
         [--add-config k1=v1,k2=[a,b]] [--delete-config k1,k2]
         [--append-config k=[a,b]] [--subtract-config k=[a,b]]
+    sparklog configs --bootstrap-server B --entity-type brokers (--entity-name ID |
+        --entity-default) --alter --add-config log.retention.ms=3600000 [--delete-config K]
 
 ``--topic T`` and ``--broker ID`` are short for ``--entity-type ... --entity-name ...``.
 Quotas of users and client ids are ``commands/_quotas.py``'s.
@@ -18,14 +20,17 @@ Quotas of users and client ids are ``commands/_quotas.py``'s.
 Invariants:
 - ``--describe`` prints Kafka's layout: ``Dynamic configs for topic T are:`` (or ``All
   configs ...`` with ``--all``), then one line per config, ``  key=value sensitive=false
-  synonyms={SOURCE:key=value, ...}``. Without ``--all`` only dynamic configs (a topic's
-  overrides) are listed; a broker has none here. Without ``--entity-name`` every topic (or
-  every broker, then the brokers' cluster-wide default, as Kafka's) is described.
+  synonyms={SOURCE:key=value, ...}``. Without ``--all`` only dynamic configs are listed (a
+  topic's overrides, a broker's own dynamic configs). Without ``--entity-name`` every topic
+  (or every broker, then the brokers' cluster-wide default, as Kafka's) is described.
+- Brokers are described over the protocol client (``sparklog.client.configs``), whose
+  answers keep every synonym (confluent-kafka keeps one per name).
 - ``--entity-type brokers --entity-default`` is the cluster-wide default of the brokers (the
-  broker resource named "", which confluent-kafka cannot name: it goes through
-  ``sparklog.client.configs``): ``Default configs for brokers in the cluster are:`` then its
-  dynamic configs (every config with ``--all``); ``--alter`` sends SET and DELETE and prints
-  ``Completed updating default config for brokers in the cluster.``
+  broker resource named "", which confluent-kafka cannot name): ``Default configs for
+  brokers in the cluster are:`` then its dynamic configs (every config with ``--all``);
+  ``--alter`` sends SET and DELETE and prints ``Completed updating default config for
+  brokers in the cluster.`` The broker accepts only the configs Kafka changes at run time
+  (``sparklog.broker.dynamic_config``).
 - ``--alter`` sends one IncrementalAlterConfigs request: ``--add-config`` is SET,
   ``--delete-config`` DELETE, ``--append-config`` / ``--subtract-config`` APPEND / SUBTRACT
   on list configs such as ``cleanup.policy``. Values are Kafka's ``k=v`` lists separated by
@@ -50,6 +55,7 @@ from confluent_kafka.admin import (
 
 from sparklog.client.admin import REQUEST_TIMEOUT_S
 from sparklog.client.configs import BROKER, alter_configs, describe_configs
+from sparklog.client.kafka import KafkaClient
 from sparklog.client.watch import connected_admin
 from sparklog.commands import _quotas
 from sparklog.commands._client import (
@@ -67,9 +73,6 @@ NAME = "configs"
 CLUSTER_DEFAULT = ""
 """The broker resource name of the brokers' cluster-wide default (Kafka's <default>)."""
 ENTITY_TYPES = {"topics": ConfigResource.Type.TOPIC, "brokers": ConfigResource.Type.BROKER}
-_DYNAMIC = frozenset({ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
-                      ConfigSource.DYNAMIC_BROKER_CONFIG.value,
-                      ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value})
 _OPERATIONS = (("add_config", AlterConfigOpType.SET), ("append_config", AlterConfigOpType.APPEND),
                ("subtract_config", AlterConfigOpType.SUBTRACT))
 
@@ -109,13 +112,11 @@ def run(args: argparse.Namespace) -> int:
     if set(args.entity_type or ()) & _quotas.ENTITY_TYPES.keys():
         return _quotas.run(args, NAME, split_configs(args.add_config or "", "--add-config"))
     kind, name = _entity(args)
-    if name == CLUSTER_DEFAULT:
-        return _broker_default(args)
+    if kind == "brokers" and (args.describe or name == CLUSTER_DEFAULT):
+        return _brokers(args, name)
     admin = connected_admin(client_config(args))
     if args.describe:
-        _describe(admin, kind, name, args.all)
-        if kind == "brokers" and name is None:  # every broker, then their default (Kafka's)
-            _broker_default(args)
+        _describe_topics(admin, name, args.all)
         return 0
     if name is None:
         raise ToolError("--alter needs --entity-name (or --topic / --broker)", USAGE)
@@ -143,55 +144,65 @@ def _entity(args: argparse.Namespace) -> tuple[str, str | None]:
     return args.entity_type[0], names[0]
 
 
-def _resources(admin: AdminClient, kind: str, name: str | None) -> list[ConfigResource]:
-    """The resources to describe; a broker id the cluster does not have is refused here
-    (the client would wait for that broker until its timeout)."""
-    if kind == "brokers":
-        brokers = sorted(str(b) for b in admin.list_topics(timeout=REQUEST_TIMEOUT_S).brokers)
-        if name is not None and name not in brokers:
-            raise ToolError(f"broker {name} does not exist (brokers: {', '.join(brokers)})")
-        return [ConfigResource(ENTITY_TYPES[kind], b) for b in brokers if name in (None, b)]
-    if name is not None:
-        return [ConfigResource(ENTITY_TYPES[kind], name)]
-    topics = admin.list_topics(timeout=REQUEST_TIMEOUT_S).topics
-    return [ConfigResource(ENTITY_TYPES[kind], t) for t in sorted(topics)]
+def _topics(admin: AdminClient, name: str | None) -> list[ConfigResource]:
+    """The topic named, or every topic."""
+    names = [name] if name is not None else sorted(
+        admin.list_topics(timeout=REQUEST_TIMEOUT_S).topics)
+    return [ConfigResource(ConfigResource.Type.TOPIC, n) for n in names]
 
 
-def _describe(admin: AdminClient, kind: str, name: str | None, everything: bool) -> None:
-    resources = _resources(admin, kind, name)
+def _describe_topics(admin: AdminClient, name: str | None, everything: bool) -> None:
+    resources = _topics(admin, name)
     if not resources:
         return
     futures = admin.describe_configs(resources, request_timeout=REQUEST_TIMEOUT_S)
-    singular = kind.removesuffix("s")
     for resource in resources:
         entries = next(f for r, f in futures.items() if r.name == resource.name).result()
-        print(f"{'All' if everything else 'Dynamic'} configs for {singular} {resource.name} are:")
+        print(f"{'All' if everything else 'Dynamic'} configs for topic {resource.name} are:")
         for key in sorted(entries):
             entry = entries[key]
-            if everything or entry.source in _DYNAMIC:
+            if everything or entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value:
                 print(f"  {_entry_text(entry)}")
 
 
-def _broker_default(args: argparse.Namespace) -> int:
-    """Describe or alter the brokers' cluster-wide default (the broker resource "")."""
-    what = "the default broker configs"
+def _brokers(args: argparse.Namespace, name: str | None) -> int:
+    """Describe brokers (one, or each then their cluster-wide default, as Kafka's), or alter
+    the default (the broker resource "", which confluent-kafka cannot name), over the
+    protocol client, whose answers keep every synonym."""
     with protocol_client(args, NAME) as client:
-        if args.describe:
-            print("Default configs for brokers in the cluster are:")
-            for value in sorted(describe_configs(client, BROKER, CLUSTER_DEFAULT, what,
+        if not args.describe:
+            return _alter_default(args, client)
+        brokers = sorted(str(b) for b in client.metadata([]).brokers)
+        if name not in (None, CLUSTER_DEFAULT, *brokers):
+            raise ToolError(f"broker {name} does not exist (brokers: {', '.join(brokers)})")
+        for each in [*brokers, CLUSTER_DEFAULT] if name is None else [name]:
+            if each == CLUSTER_DEFAULT:
+                print("Default configs for brokers in the cluster are:")
+                dynamic = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+            else:
+                print(f"{'All' if args.all else 'Dynamic'} configs for broker {each} are:")
+                dynamic = ConfigSource.DYNAMIC_BROKER_CONFIG.value
+            for value in sorted(describe_configs(client, BROKER, each, _broker_name(each),
                                                  synonyms=True), key=lambda v: v.name):
-                if args.all or value.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value:
+                if args.all or value.source == dynamic:
                     print("  " + _line(value.name, value.value, value.sensitive,
                                        list(value.synonyms)))
-            return 0
-        if args.append_config or args.subtract_config:
-            raise ToolError("--append-config and --subtract-config are for topics", USAGE)
-        changes: dict[str, str | None] = dict(split_configs(args.add_config or "",
-                                                            "--add-config"))
-        changes.update({key: None for key in _deleted(args)})
-        if not changes:
-            raise ToolError("nothing to alter: give --add-config or --delete-config", USAGE)
-        alter_configs(client, BROKER, CLUSTER_DEFAULT, what, changes)
+    return 0
+
+
+def _broker_name(name: str) -> str:
+    return f"broker {name}" if name else "the default broker configs"
+
+
+def _alter_default(args: argparse.Namespace, client: KafkaClient) -> int:
+    """Set and delete configs of the brokers' cluster-wide default."""
+    if args.append_config or args.subtract_config:
+        raise ToolError("--append-config and --subtract-config are for topics", USAGE)
+    changes: dict[str, str | None] = dict(split_configs(args.add_config or "", "--add-config"))
+    changes.update({key: None for key in _deleted(args)})
+    if not changes:
+        raise ToolError("nothing to alter: give --add-config or --delete-config", USAGE)
+    alter_configs(client, BROKER, CLUSTER_DEFAULT, _broker_name(CLUSTER_DEFAULT), changes)
     print("Completed updating default config for brokers in the cluster.")
     return 0
 
@@ -211,8 +222,9 @@ def _entry_text(entry: ConfigEntry) -> str:
     back from the entry's own source; synonyms are listed most specific first."""
     synonyms = {s.source: (s.name, s.value) for s in entry.synonyms.values()}
     if entry.source not in synonyms:
-        own_name = entry.name if entry.source in _DYNAMIC or not entry.synonyms else next(
-            iter(entry.synonyms))
+        own_name = entry.name if (entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+                                  or not entry.synonyms or entry.name in entry.synonyms
+                                  ) else next(iter(entry.synonyms))
         synonyms[entry.source] = (own_name, entry.value)
     return _line(entry.name, entry.value, entry.is_sensitive,
                  [(source, name, value) for source, (name, value) in sorted(synonyms.items())])

@@ -369,6 +369,17 @@ class LogManager:
             self.logs[(name, partition)] = self._open_log(topic, partition, 0, 0)
         log.info("topic %s now has %d partitions", name, total)
 
+    def set_topic_defaults(self, defaults: dict[str, Any]) -> None:
+        """New topic defaults (dynamic broker configs): every topic's config is its overrides
+        over them again, applied to its live logs."""
+        self.topic_defaults = defaults
+        for name, topic in self.topics.items():
+            config = LogConfig.of(topic.overrides_raw, defaults)
+            if config != topic.config:
+                topic.config = config
+                for partition in topic.local:
+                    self.logs[(name, partition)].update_config(config)
+
     def set_topic_config(self, name: str, overrides: Mapping[str, Any], *,
                          validate_only: bool = False) -> LogConfig:
         """Replace the topic's overrides (AlterConfigs semantics)."""

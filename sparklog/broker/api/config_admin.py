@@ -18,8 +18,12 @@ Behaviour:
   not its unset default -1. Synonyms (v1+, when asked for) are the static value, then the
   default; the type (v3) is known for boolean, numeric, password and topic-default keys
   (UNKNOWN for the rest), documentation only for the topic defaults (their topic
-  config's). This broker has no dynamic broker configs: altering one is
-  INVALID_REQUEST with a message saying so; another node id is INVALID_REQUEST too.
+  config's). Dynamic broker configs (``broker.dynamic_config``) come first:
+  DYNAMIC_BROKER_CONFIG (this broker's), DYNAMIC_DEFAULT_BROKER_CONFIG (the cluster-wide
+  default, the resource named ""), each listed among the synonyms; the configs that may
+  change are not read-only. AlterConfigs and IncrementalAlterConfigs (SET, DELETE) change
+  this broker's or the default's dynamic configs (APPEND and SUBTRACT are INVALID_CONFIG);
+  another node id, or a config Kafka cannot change at run time, is INVALID_REQUEST.
   Secrets (passwords, JAAS lines) are answered sensitive, without their value.
 - Client-metrics resources (type 16, KIP-714, named by the subscription): the settings
   set (``metrics``, ``interval.ms``, ``match``), each with source CLIENT_METRICS_CONFIG,
@@ -53,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.client_metrics import SETTINGS as CLIENT_METRICS_SETTINGS
 from sparklog.broker.config import BROKER_DEFAULTS, TOPIC_DEFAULTS, config_type
+from sparklog.broker.dynamic_config import DEFAULT, DYNAMIC
 from sparklog.broker.registry import handles
 from sparklog.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 from sparklog.broker.security.settings import is_sensitive
@@ -126,23 +131,38 @@ def _topic_entries(build: Build, broker: Broker, name: str, synonyms: bool,
     config = broker.logs.get_topic(name).config
     return [
         build("DescribeConfigsResourceResult", name=key.name, value=render(config.get(key.name)),
-              read_only=False, config_source=TOPIC_CONFIG_SOURCES[config.source_of(key.name)],
+              read_only=False, config_source=(
+                  _broker_layers(broker, config, key.name)[0][0]
+                  if config.source_of(key.name) == "broker"
+                  else TOPIC_CONFIG_SOURCES[config.source_of(key.name)]),
               is_default=config.source_of(key.name) == "default", is_sensitive=False,
-              synonyms=tuple(_synonyms(build, config, key.name)) if synonyms else (),
+              synonyms=tuple(_synonyms(build, broker, config, key.name)) if synonyms else (),
               config_type=_TYPES.get(key.type, 0), documentation=key.doc if docs else None)
         for key in CONFIG_KEYS.values()
     ]
 
 
-def _synonyms(build: Build, config: LogConfig, name: str) -> list[Any]:
+def _broker_layers(broker: Broker, config: LogConfig, name: str
+                   ) -> list[tuple[ConfigSource, str]]:
+    """The broker layers setting topic config ``name``'s default, most specific first: the
+    dynamic ones (``dynamic_config``), else the static value (perhaps set by an alias,
+    ``log.retention.hours``)."""
+    synonym = CONFIG_KEYS[name].broker_synonym
+    if not synonym or name not in config.broker:
+        return []
+    return broker.dynamic_configs.layers(synonym) or [(SOURCE_STATIC_BROKER,
+                                                       render(config.broker[name]))]
+
+
+def _synonyms(build: Build, broker: Broker, config: LogConfig, name: str) -> list[Any]:
     key = CONFIG_KEYS[name]
     out = []
     if name in config.overrides:
         out.append(build("DescribeConfigsSynonym", name=name,
                          value=render(config.overrides[name]), source=SOURCE_TOPIC))
-    if key.broker_synonym and name in config.broker:
-        out.append(build("DescribeConfigsSynonym", name=key.broker_synonym,
-                         value=render(config.broker[name]), source=SOURCE_STATIC_BROKER))
+    for source, value in _broker_layers(broker, config, name):
+        out.append(build("DescribeConfigsSynonym", name=key.broker_synonym, value=value,
+                         source=source))
     out.append(build("DescribeConfigsSynonym", name=key.broker_synonym or name,
                      value=render(key.default), source=SOURCE_DEFAULT))
     return out
@@ -157,23 +177,26 @@ def _broker_entries(build: Build, broker: Broker, name: str, synonyms: bool,
     own_id = {} if "broker.id" in explicit else {"broker.id": str(broker.node_id)}  # not -1
     defaults = {**BROKER_DEFAULTS, **{k: render(key.default) for k, key in TOPIC_DEFAULTS.items()},
                 **own_id}
-    values = {**defaults, **broker.config.props, **own_id}
+    dynamic = broker.dynamic_configs
+    level = DEFAULT if name == "" else None  # "": the cluster-wide default, not this broker
+    values = {**defaults, **dynamic.effective(level), **own_id}
 
     def value(k: str, raw: str | None) -> str | None:
         return None if is_sensitive(k) else raw
 
+    def layers(k: str) -> list[tuple[ConfigSource, str]]:
+        return dynamic.layers(k, level) + ([(SOURCE_DEFAULT, defaults[k])] if k in defaults
+                                           else [])
+
     def synonyms_of(k: str) -> tuple[Any, ...]:
-        found = [(values[k], SOURCE_STATIC_BROKER)] if k in explicit else []
-        if k in defaults:
-            found.append((defaults[k], SOURCE_DEFAULT))
         return tuple(build("DescribeConfigsSynonym", name=k, value=value(k, v), source=source)
-                     for v, source in found)
+                     for source, v in layers(k))
 
     return [
         build("DescribeConfigsResourceResult", name=k, value=value(k, values[k]),
-              read_only=True,
-              config_source=SOURCE_STATIC_BROKER if k in explicit else SOURCE_DEFAULT,
-              is_default=k not in explicit, is_sensitive=is_sensitive(k),
+              read_only=k not in DYNAMIC,
+              config_source=(layers(k) or [(SOURCE_DEFAULT, "")])[0][0],
+              is_default=not dynamic.layers(k, level), is_sensitive=is_sensitive(k),
               synonyms=synonyms_of(k) if synonyms else (),
               config_type=_TYPES["password"] if is_sensitive(k) else _TYPES.get(
                   config_type(k) or "", 0),
@@ -214,10 +237,11 @@ async def alter_configs(broker: Broker, header: RequestHeader,
                                             request.validate_only)
             elif resource.resource_type == TOPIC:
                 await _alter_topic(broker, resource, incremental, request.validate_only)
+            elif resource.resource_type == BROKER:
+                await _alter_broker(broker, resource, incremental, request.validate_only)
             else:
-                raise KafkaError("only topic and client metrics configs can be altered; "
-                                 "broker configs are static (edit server.properties and "
-                                 "restart)", ErrorCode.INVALID_REQUEST)
+                raise KafkaError(f"resource type {resource.resource_type} cannot be altered",
+                                 ErrorCode.INVALID_REQUEST)
         except KafkaError as exc:
             code, message = exc.code, str(exc)
         responses.append(build("AlterConfigsResourceResponse", error_code=code,
@@ -239,6 +263,32 @@ async def _alter_topic(broker: Broker, resource: Any, incremental: bool,
     if not validate_only:
         await broker.replicas.set_topic_config(
             topic.name, {k: render(v) for k, v in config.overrides.items()})
+
+
+async def _alter_broker(broker: Broker, resource: Any, incremental: bool,
+                        validate_only: bool) -> None:
+    """A broker's (or, named "", every broker's) dynamic configs, validated, then kept in
+    the store whence every broker applies them (``dynamic_config``)."""
+    name = resource.resource_name
+    if name not in ("", str(broker.node_id)):
+        raise KafkaError(f"broker {name} is not this broker (node id {broker.node_id}): ask "
+                         f"broker {name}, or alter the default (\"\")",
+                         ErrorCode.INVALID_REQUEST)
+    dynamic = broker.dynamic_configs
+    store_name = dynamic.store_name(name)
+    config = dict(dynamic.configs.get(store_name, {})) if incremental else {}
+    for change in resource.configs:
+        op = getattr(change, "config_operation", SET)
+        if op == SET and change.value is not None:
+            config[change.name] = change.value
+        elif op in (SET, DELETE):
+            config.pop(change.name, None)
+        else:
+            raise InvalidConfigError(f"APPEND and SUBTRACT apply to topic configs; got "
+                                     f"{change.name}")
+    dynamic.validate(store_name, config)
+    if not validate_only:
+        await dynamic.alter(store_name, config)
 
 
 async def _alter_client_metrics(broker: Broker, resource: Any, incremental: bool,

@@ -42,7 +42,8 @@ Invariants:
   watermark passed the marker.
 - In a cluster, SCRAM credentials and ACLs are ZooKeeper's (``BrokerSecurity.join_cluster``,
   loaded before the broker registers as started), not the data directory's; so are
-  client-metrics subscriptions (``client_metrics.join_cluster``).
+  client-metrics subscriptions (``client_metrics.join_cluster``) and dynamic broker configs
+  (``dynamic_configs.join_cluster``: ``/config/brokers/<id>`` and ``<default>``).
 - A topic's config is the store's (ZooKeeper's ``/config/topics/<t>``): ``set_topic_config``
   writes it there (with Kafka's change notification), and every broker applies what the
   store holds to its local logs when a notification names the topic and whenever the
@@ -122,7 +123,8 @@ class Settings(Protocol):
 
 
 class ZooKeeperView(Protocol):
-    """Broker state that is ZooKeeper's in a cluster (``client_metrics``)."""
+    """Broker state that is ZooKeeper's in a cluster (``client_metrics``,
+    ``dynamic_configs``)."""
 
     async def join_cluster(self, zk: Any) -> None: ...  # the session's KazooClient
     def leave_cluster(self) -> None: ...
@@ -136,6 +138,7 @@ class BrokerCore(Protocol):
     logs: LogManager
     security: BrokerSecurity
     client_metrics: ZooKeeperView
+    dynamic_configs: ZooKeeperView
     coordinator: GroupCoordinator
     txn_coordinator: TransactionCoordinator
 
@@ -208,6 +211,7 @@ class ReplicaManager:
             await self._loop.run_in_executor(None, session.start)
             await self.broker.security.join_cluster(session.zk)
             await self.broker.client_metrics.join_cluster(session.zk)
+            await self.broker.dynamic_configs.join_cluster(session.zk)
             log.info("broker %d joined the cluster at %s", self.broker_id, connect)
         self._isr_task = asyncio.create_task(self._shrink_isr_forever())
 
@@ -230,6 +234,7 @@ class ReplicaManager:
             partition.make_follower()
         self.broker.security.leave_cluster()
         self.broker.client_metrics.leave_cluster()
+        self.broker.dynamic_configs.leave_cluster()
         self.markers.close()
         self.txn_verification.close()
         if store is not None:
