@@ -21,10 +21,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from broker_fixtures import (
     TIMEOUT,
+    Cluster,
     Rec,
     create_topic,
     module_broker,
@@ -34,6 +36,8 @@ from broker_fixtures import (
     unique_topic,
     wait_until,
     watermarks,
+    zk_client,
+    zookeeper,
 )
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -48,7 +52,7 @@ pytestmark = pytest.mark.timeout(120)
 
 broker = module_broker({"group.initial.rebalance.delay.ms": "0",
                         "offsets.topic.num.partitions": "1", "log.segment.bytes": "1048576"})
-__all__ = ["broker"]
+__all__ = ["broker", "zookeeper"]
 
 CODEC_LZ4, CODEC_GZIP = 3, 1
 
@@ -674,3 +678,40 @@ def test_dynamic_broker_configs(tmp_path: Path, capsys: pytest.CaptureFixture[st
             "configs", "--topic", "dyn", "--describe", "--all").splitlines())
     finally:
         broker.stop()
+
+
+def test_dynamic_broker_configs_on_a_cluster(zookeeper: Any, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept as Kafka keeps them in ZooKeeper (``/config/brokers/<default>`` and ``/<id>``,
+    change notifications): a default altered through one broker reaches the other; a
+    broker's own config is that broker's only; a restart reads them back."""
+    cluster = Cluster(zookeeper, tmp_path, "dynamic-configs", size=2)
+    try:
+        first, second = cluster.start().brokers
+        on_first, on_second = (Run(b, capsys, monkeypatch) for b in (first, second))
+        default = ("configs", "--entity-type", "brokers", "--entity-default")
+        on_first.ok(*default, "--alter", "--add-config", "log.retention.ms=7200000")
+        on_second.ok("configs", "--broker", "1", "--alter", "--add-config",
+                     "log.segment.bytes=2097152")
+        shared = ("  log.retention.ms=7200000 sensitive=false synonyms={"
+                  "DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=7200000, "
+                  "DEFAULT_CONFIG:log.retention.ms=604800000}")
+        wait_until(lambda: on_second.ok(*default, "--describe").splitlines()[1:] == [shared],
+                   message="the second broker to apply the default")
+        assert on_first.ok("configs", "--broker", "0", "--describe") == (
+            "Dynamic configs for broker 0 are:\n")
+        assert on_second.ok("configs", "--broker", "1", "--describe").splitlines()[1].startswith(
+            "  log.segment.bytes=2097152 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:")
+        with zk_client(cluster) as zk:
+            assert json.loads(zk.get("/config/brokers/<default>")[0]) == {
+                "version": 1, "config": {"log.retention.ms": "7200000"}}
+            assert json.loads(zk.get("/config/brokers/1")[0]) == {
+                "version": 1, "config": {"log.segment.bytes": "2097152"}}
+            changes = [json.loads(zk.get(f"/config/changes/{c}")[0])
+                       for c in zk.get_children("/config/changes")]
+            assert {"version": 2, "entity_path": "brokers/<default>"} in changes
+        second.restart()
+        assert on_second.ok(*default, "--describe").splitlines()[1:] == [shared]
+    finally:
+        cluster.stop()

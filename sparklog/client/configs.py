@@ -3,8 +3,10 @@ resource with an empty name (a broker resource named "" is the cluster-wide defa
 Kafka's ``--entity-default``) or a type it lacks (CLIENT_METRICS, KIP-714).
 
 Invariants:
-- Every call goes to one broker (``KafkaClient.admin_request``): any broker answers for the
-  cluster's defaults and subscriptions.
+- A broker resource named by an id goes to that broker (as Kafka's admin client sends it:
+  each broker answers for its own configs); any other to one broker
+  (``KafkaClient.admin_request``), which answers for the cluster's defaults and
+  subscriptions.
 - ``describe_configs`` is one DescribeConfigs with synonyms when asked for; ``alter_configs``
   one IncrementalAlterConfigs of SET (a value) and DELETE (None) operations.
 - An error in the answer raises ``KafkaClientError`` naming the resource, the Kafka error and
@@ -13,7 +15,9 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sparklog.client.errors import KafkaClientError
 from sparklog.client.kafka import KafkaClient
@@ -42,10 +46,19 @@ def check(code: int, message: str | None, what: str) -> None:
         raise KafkaClientError.of(what, code, message)
 
 
+def _request(client: KafkaClient, resource_type: int, name: str, api_key: ApiKey,
+             body: Mapping[str, Any]) -> Any:
+    if resource_type == BROKER and name.isdigit():
+        brokers = client.metadata([]).brokers
+        if int(name) in brokers:
+            return client.broker_request(brokers[int(name)], api_key, body)
+    return client.admin_request(api_key, body)
+
+
 def describe_configs(client: KafkaClient, resource_type: int, name: str, what: str,
                      synonyms: bool = False) -> list[ConfigValue]:
     """The configs of resource (``resource_type``, ``name``); ``what`` names it in errors."""
-    answer = client.admin_request(ApiKey.DESCRIBE_CONFIGS, {
+    answer = _request(client, resource_type, name, ApiKey.DESCRIBE_CONFIGS, {
         "resources": ({"resource_type": resource_type, "resource_name": name,
                        "configuration_keys": None},),
         "include_synonyms": synonyms, "include_documentation": False})
@@ -59,7 +72,7 @@ def describe_configs(client: KafkaClient, resource_type: int, name: str, what: s
 def alter_configs(client: KafkaClient, resource_type: int, name: str, what: str,
                   changes: dict[str, str | None]) -> None:
     """Set each config given a value, delete each given None."""
-    answer = client.admin_request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+    answer = _request(client, resource_type, name, ApiKey.INCREMENTAL_ALTER_CONFIGS, {
         "resources": ({"resource_type": resource_type, "resource_name": name, "configs": tuple(
             {"name": key, "config_operation": SET if value is not None else DELETE,
              "value": value} for key, value in changes.items())},),
