@@ -21,12 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition, Uuid
+from confluent_kafka import Consumer, KafkaException, TopicPartition, Uuid
 from confluent_kafka.admin import AdminClient
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.cli import main
+from sparklog.client.admin import admin_client
 from sparklog.client.rdkafka_log import routed
+from sparklog.cluster.zookeeper_server import free_port
 from sparklog.commands.topics import kafka_uuid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -360,3 +362,18 @@ def test_topic_ids_print_as_kafkas_url_safe_base64() -> None:
     """Kafka's Uuid.toString (confluent-kafka's str uses '+' and '/')."""
     assert kafka_uuid(Uuid(-1, -2)) == "_____________________g"
     assert kafka_uuid(Uuid(0x0123456789ABCDEF, 0x7EDCBA9876543210)) == "ASNFZ4mrze9-3LqYdlQyEA"
+
+
+def test_an_admin_clients_lines_reach_logging(caplog: pytest.LogCaptureFixture) -> None:
+    """confluent-kafka hands an admin client's log lines over only in poll(), which the tools
+    never call: admin_client serves them, so a refused connection is logged, not lost."""
+    nowhere = f"127.0.0.1:{free_port()}"
+    with caplog.at_level(logging.DEBUG, "sparklog.librdkafka"):
+        admin = admin_client({"bootstrap.servers": nowhere})
+        with pytest.raises(KafkaException):
+            admin.list_topics(timeout=2)
+        deadline = time.monotonic() + 10
+        while not [r for r in caplog.records if r.levelno == logging.ERROR
+                   and r.getMessage().startswith(f"FAIL: {nowhere}/bootstrap: Connect to")]:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.1)

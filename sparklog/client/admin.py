@@ -13,6 +13,8 @@ Invariants:
   (``watch.connected_admin``).
 - An ``AdminClient`` outlives the futures of its requests (once collected, they fail with
   "Handle is terminating").
+- Every ``AdminClient`` sparklog opens is ``watch.connected_admin``'s (its log lines served
+  by ``rdkafka_log.admin_client``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from concurrent.futures import Future
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sparklog.client.rdkafka_log import routed
 from sparklog.client.watch import connected_admin
 
 REQUEST_TIMEOUT_S = 30.0
@@ -62,7 +63,7 @@ def topic_partitions(admin: AdminClient, topic: str) -> list[int]:
 def partition_count(bootstrap: str, topic: str,
                     client_config: Mapping[str, str] | None = None) -> int:
     """The number of partitions of ``topic``; ``client_config`` adds settings (security)."""
-    admin = connected_admin(routed({"bootstrap.servers": bootstrap, **(client_config or {})}))
+    admin = connected_admin({"bootstrap.servers": bootstrap, **(client_config or {})})
     try:
         return len(topic_partitions(admin, topic))
     except KafkaException as exc:
@@ -74,7 +75,7 @@ def partition_count(bootstrap: str, topic: str,
 def ensure_topics(bootstrap: str, topics: Mapping[str, int],
                   client_config: Mapping[str, str] | None = None) -> None:
     """Create the topics that do not exist yet (``{name: partitions}``)."""
-    admin = connected_admin(routed({"bootstrap.servers": bootstrap, **(client_config or {})}))
+    admin = connected_admin({"bootstrap.servers": bootstrap, **(client_config or {})})
     futures = admin.create_topics([NewTopic(name, partitions) for name, partitions in
                                    topics.items()], operation_timeout=REQUEST_TIMEOUT_S)
     for name, future in futures.items():

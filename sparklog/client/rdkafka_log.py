@@ -11,18 +11,25 @@ Invariants:
 - The router is stateless and pickles (a config may travel to Spark's executors); on an
   executor the lines go to that Python worker's logging.
 - confluent-kafka hands a client's lines to the logger while the client is polled (``poll``,
-  ``consume``, ``flush``), on the thread that polls.
+  ``consume``, ``flush``), on the thread that polls. An admin client's user never polls, so
+  ``admin_client`` opens one whose lines a daemon thread serves while the client lives (it
+  ends within ``LOG_POLL_S`` of the client being collected).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
+
 LOGGER = logging.getLogger("sparklog.librdkafka")
 _THREAD = re.compile(r"^\[thrd:[^\]]*\]: ")
+LOG_POLL_S = 0.2
 
 
 class _Router:
@@ -39,3 +46,17 @@ _ROUTER = _Router()
 def routed(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` with librdkafka's log lines routed through Python logging."""
     return {"logger": _ROUTER, **config}
+
+
+def admin_client(config: Mapping[str, Any]) -> AdminClient:
+    """An ``AdminClient`` whose log lines reach Python logging (see the invariants)."""
+    admin = AdminClient(routed(config))
+    ref = weakref.ref(admin)
+
+    def serve_logs() -> None:
+        while (client := ref()) is not None:
+            client.poll(LOG_POLL_S)
+            del client
+
+    threading.Thread(target=serve_logs, name="librdkafka-admin-log", daemon=True).start()
+    return admin
