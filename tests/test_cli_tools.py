@@ -26,8 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.cli import main
-from sparklog.client.admin import admin_client
-from sparklog.client.rdkafka_log import routed
+from sparklog.client.rdkafka_log import admin_client, routed
 from sparklog.cluster.zookeeper_server import free_port
 from sparklog.commands.topics import kafka_uuid
 
