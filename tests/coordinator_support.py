@@ -4,11 +4,13 @@
 ``MemoryTopic`` keeps each partition's batches as appended (each validated whole, as a log
 validates a produced batch) and replays them; it outlives coordinator instances, so a test
 restarts a coordinator on the same records as a broker restart would. ``data_topics`` is the
-partition count of each data topic the coordinator looks up.
+partition count of each data topic the coordinator looks up (with a stable id from its name,
+which makes it the consumer groups' ``TopicCatalog`` too).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 from sparklog.errors import UnknownTopicOrPartitionError
@@ -40,3 +42,10 @@ class MemoryTopic:
 
     def partition_count(self, topic: str) -> int:
         return self.data_topics.get(topic, 0)
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """A stable id per data topic (the coordinator's ``TopicCatalog``)."""
+        return uuid.uuid5(uuid.NAMESPACE_URL, topic) if topic in self.data_topics else None
+
+    def topic_names(self) -> Iterator[str]:
+        return iter(list(self.data_topics))

@@ -54,8 +54,6 @@ NOT_SERVED = {
     ApiKey.EXPIRE_DELEGATION_TOKEN: "delegation tokens",
     ApiKey.DESCRIBE_DELEGATION_TOKEN: "delegation tokens",
     ApiKey.UPDATE_FEATURES: "the levels are the code's (broker/features.py), not an admin's",
-    ApiKey.CONSUMER_GROUP_HEARTBEAT: "KIP-848: issue 29",
-    ApiKey.CONSUMER_GROUP_DESCRIBE: "KIP-848: issue 29",
     ApiKey.SHARE_GROUP_HEARTBEAT: "share groups (KIP-932): no issue asks for them",
     ApiKey.SHARE_GROUP_DESCRIBE: "share groups",
     ApiKey.SHARE_FETCH: "share groups",

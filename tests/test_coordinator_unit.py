@@ -195,8 +195,8 @@ async def coordinator(log: MemoryTopic, clock: Clock | None = None,
     """A coordinator on ``log`` (a restart: a new one on the same log)."""
     settings = GroupConfig.from_props({**BASE_CONFIG, **config})
     now = clock or time.time
-    coord = GroupCoordinator(settings, OffsetsStore(log, settings.load_buffer_bytes),
-                             log.partition_count, lambda: int(now() * 1000))
+    coord = GroupCoordinator(settings, OffsetsStore(log, settings.load_buffer_bytes), log,
+                             lambda: int(now() * 1000))
     coord.start()
     for partition in range(coord.store.partitions):
         coord.load(partition)  # as the leader of every partition

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 SUPPORTED: dict[str, tuple[int, int]] = {
     "transaction.version": (0, 2),
-    "group.version": (0, 0),
+    "group.version": (0, 1),
 }
 FINALIZED: dict[str, int] = {name: high for name, (_, high) in SUPPORTED.items() if high > 0}
 FINALIZED_EPOCH = 0

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from sparklog.broker.client_metrics import ClientMetricsManager
@@ -51,6 +51,7 @@ from sparklog.broker.replication.replica_manager import ReplicaManager
 from sparklog.broker.request_context import current, current_session
 from sparklog.broker.security.broker_security import BrokerSecurity
 from sparklog.cluster.layout import Endpoint
+from sparklog.coordinator.consumer_group_coordinator import ConsumerGroupConfig
 from sparklog.coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.coordinator.offsets_store import OffsetsStore
@@ -114,7 +115,7 @@ class Broker:
         group_config = GroupConfig.from_props(config.props)
         self.coordinator = GroupCoordinator(
             group_config, OffsetsStore(offsets_topic, group_config.load_buffer_bytes),
-            self.partition_count, self.now_ms)
+            self, self.now_ms, ConsumerGroupConfig.from_props(config.props))
         self.txn_coordinator = TransactionCoordinator(
             TxnConfig.from_props(config.props),
             LogTopic(self.logs, TRANSACTION_TOPIC,
@@ -139,6 +140,9 @@ class Broker:
         """Partitions of ``topic``; 0 when it does not exist."""
         found = self.logs.topics.get(topic)
         return 0 if found is None else found.partitions
+
+    def topic_names(self) -> Iterable[str]:
+        return self.logs.topics.keys()
 
     def topic_id(self, topic: str) -> uuid.UUID | None:
         """The topic's id (stable for its life, in ZooKeeper's topic znode or the data

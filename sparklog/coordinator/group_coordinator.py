@@ -45,6 +45,17 @@ Invariants:
   coordinator up again. ``start`` loads every partition on a single node (which leads them
   all; in a cluster none: they are loaded as this broker comes to lead them); ``stop``
   unloads them; afterwards every API answers COORDINATOR_NOT_AVAILABLE.
+- A group id is a classic group or a KIP-848 consumer group (``consumer``, a
+  ``ConsumerGroupCoordinator`` on the same store, loaded and unloaded with it), never both:
+  a classic JoinGroup for a consumer group with members is INCONSISTENT_GROUP_PROTOCOL (an
+  empty one is deleted first), a consumer-protocol member joining a classic group with
+  members is GROUP_ID_NOT_FOUND (an empty one is taken over); online migration between the
+  two is not done. Offsets of both kinds live in ``groups`` (for a consumer group an entry
+  holding only offsets, which ListGroups, DescribeGroups and expiration pass over while
+  the consumer group has members); commits and fetches of a consumer group are checked
+  against its members' epochs.
+- ``rebalances`` counts rebalances per group type (a classic generation, a consumer group's
+  target assignment).
 """
 
 from __future__ import annotations
@@ -56,6 +67,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sparklog.coordinator.consumer_group_coordinator import (
+    CONSUMER_GROUP_TYPE,
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+    TopicCatalog,
+)
 from sparklog.coordinator.consumer_protocol import PROTOCOL_TYPE, subscribed_topics
 from sparklog.coordinator.group import (
     Group,
@@ -84,6 +101,7 @@ log = logging.getLogger(__name__)
 
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000  # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs
 NO_GENERATION = -1
+CLASSIC_GROUP_TYPE = "classic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +167,17 @@ class GroupConfig:
 
 
 class GroupCoordinator:
-    def __init__(self, config: GroupConfig, store: OffsetsStore,
-                 partition_count: Callable[[str], int], clock: Callable[[], int]) -> None:
+    def __init__(self, config: GroupConfig, store: OffsetsStore, topics: TopicCatalog,
+                 clock: Callable[[], int],
+                 consumer_config: ConsumerGroupConfig | None = None) -> None:
         self.config = config
         self.store = store
-        self._partition_count = partition_count
+        self._partition_count = topics.partition_count
         self._now_ms = clock
+        self.rebalances = {CLASSIC_GROUP_TYPE: 0, CONSUMER_GROUP_TYPE: 0}
+        self.consumer = ConsumerGroupCoordinator(
+            consumer_config or ConsumerGroupConfig(), store, topics, self, clock,
+            lambda: self._count_rebalance(CONSUMER_GROUP_TYPE))
         self.groups: dict[str, Group] = {}
         self.loaded: set[int] = set()
         self.active = False
@@ -167,6 +190,7 @@ class GroupCoordinator:
         ``load``). Needs the running loop."""
         self._loop = asyncio.get_running_loop()
         self.active = True
+        self.consumer.start(self._loop)
         self._expiration = self._loop.call_later(self.config.retention_check_ms / 1000,
                                                  self._expire_periodically)
 
@@ -194,6 +218,7 @@ class GroupCoordinator:
                                          for pid, by_group in loaded.pending.items()
                                          if group_id in by_group}
             self.groups[group_id] = group
+        self.consumer.load(partition, loaded.consumer_groups)
         self.loaded.add(partition)
         log.debug("group coordinator loaded %s-%d: %d groups", OFFSETS_TOPIC, partition,
                  len(group_ids))
@@ -202,6 +227,7 @@ class GroupCoordinator:
         """Stop coordinating the groups of ``partition``; their parked requests are answered
         NOT_COORDINATOR."""
         self.loaded.discard(partition)
+        self.consumer.unload(partition)
         for group in [g for g in self.groups.values()
                       if self.store.partition_for(g.group_id) == partition]:
             if group.join_timer is not None:
@@ -223,6 +249,28 @@ class GroupCoordinator:
     def _call_later(self, delay_ms: float, callback: Callable[..., None],
                     *args: Any) -> asyncio.TimerHandle:
         return self.loop.call_later(max(delay_ms, 0) / 1000, callback, *args)
+
+    def _count_rebalance(self, group_type: str) -> None:
+        self.rebalances[group_type] += 1
+
+    def check_group(self, group_id: str) -> ErrorCode | None:
+        return self._check(group_id)
+
+    def take_over(self, group_id: str) -> None:
+        """A consumer group starts with this id (see ``ClassicGroups.take_over``)."""
+        group = self.groups.get(group_id)
+        if group is None or group.protocol_type is None:
+            return
+        if group.state is not GroupState.EMPTY or group.pending_members:
+            raise KafkaError(f"Group {group_id} is not a consumer group.",
+                             ErrorCode.GROUP_ID_NOT_FOUND)
+        if group.generation > 0:
+            self.store.append(group_id, [(group_key(group_id), None)], self._now_ms())
+        group.generation, group.protocol_type, group.protocol = 0, None, None
+        log.info("group %s: the empty classic group becomes a consumer group", group_id)
+
+    def _is_consumer_group(self, group_id: str) -> bool:
+        return group_id in self.consumer.groups
 
     def _check(self, group_id: str, *, allow_empty_id: bool = False) -> ErrorCode | None:
         """Kafka's validateGroupStatus: a usable group id, an active coordinator, and one
@@ -248,6 +296,11 @@ class GroupCoordinator:
         if error is None and not (
                 self.config.min_session_ms <= session_timeout_ms <= self.config.max_session_ms):
             error = ErrorCode.INVALID_SESSION_TIMEOUT
+        if error is None and self._is_consumer_group(group_id):
+            deleted = self.consumer.delete(group_id)  # a classic group replaces an empty one
+            if deleted != ErrorCode.NONE:
+                error = (ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+                         if deleted == ErrorCode.NON_EMPTY_GROUP else deleted)
         if error is not None:
             return JoinResult(error, member_id)
         member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
@@ -434,6 +487,7 @@ class GroupCoordinator:
             return
         now = self._now_ms()
         group.init_next_generation(now)
+        self._count_rebalance(CLASSIC_GROUP_TYPE)
         if group.state is GroupState.EMPTY:
             log.info("group %s: generation %d is empty", group.group_id, group.generation)
             try:
@@ -645,10 +699,17 @@ class GroupCoordinator:
                offsets: Mapping[TopicPartition, OffsetCommit], *,
                unknown_group_not_found: bool = False) -> dict[TopicPartition, ErrorCode]:
         """An OffsetCommit. A member's commit (generation >= 0) to an unknown group is
-        ILLEGAL_GENERATION, or GROUP_ID_NOT_FOUND with ``unknown_group_not_found`` (v9+)."""
+        ILLEGAL_GENERATION, or GROUP_ID_NOT_FOUND with ``unknown_group_not_found`` (v9+,
+        KIP-848's version: only it may commit for a consumer group's member, whose
+        ``generation`` is its member epoch)."""
         error = self._check(group_id, allow_empty_id=True)
         group = self.groups.get(group_id)
-        if error is None:
+        if error is None and self._is_consumer_group(group_id):
+            error = self.consumer.validate_commit(group_id, member_id, generation,
+                                                  version=9 if unknown_group_not_found else 8)
+            if error is None:
+                return self._store_offsets(self._offsets_holder(group_id), offsets)
+        elif error is None:
             error = self._commit_error(group, member_id, instance_id, generation)
             if group is None and error is not None and unknown_group_not_found:
                 error = ErrorCode.GROUP_ID_NOT_FOUND
@@ -693,14 +754,23 @@ class GroupCoordinator:
         member the request names (v3+, KIP-447) is checked as OffsetCommit checks it."""
         error = self._check(group_id)
         group = self.groups.get(group_id)
-        if error is None:
+        if error is None and self._is_consumer_group(group_id):
+            error = self.consumer.validate_commit(group_id, member_id, generation,
+                                                  transactional=True)
+        elif error is None:
             error = self._commit_error(group, member_id, instance_id, generation,
                                        transactional=True)
         if error is not None:
             return dict.fromkeys(offsets, error)
+        return self._store_offsets(self._offsets_holder(group_id), offsets,
+                                   (producer_id, producer_epoch))
+
+    def _offsets_holder(self, group_id: str) -> Group:
+        """The group's entry in ``groups`` (created Empty for a group that has none)."""
+        group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = Group(group_id, self._now_ms())
-        return self._store_offsets(group, offsets, (producer_id, producer_epoch))
+        return group
 
     def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
         """A marker of ``producer_id``'s transaction was written to ``__consumer_offsets``
@@ -740,10 +810,14 @@ class GroupCoordinator:
                 group.pending_txn_offsets.setdefault(producer[0], {}).update(accepted)
         return result | dict.fromkeys(accepted, ErrorCode.NONE)
 
-    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None
+    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None,
+                      member_id: str | None = None, member_epoch: int = -1
                       ) -> tuple[ErrorCode, dict[TopicPartition, OffsetAndMetadata | None]]:
-        """Committed offsets (all of the group's when ``partitions`` is None)."""
+        """Committed offsets (all of the group's when ``partitions`` is None); the member
+        (OffsetFetch v9+) is checked for a consumer group."""
         error = self._check(group_id, allow_empty_id=True)
+        if error is None and self._is_consumer_group(group_id):
+            error = self.consumer.validate_fetch(group_id, member_id, member_epoch)
         if error is not None:
             return error, {}
         group = self.groups.get(group_id)
@@ -761,19 +835,26 @@ class GroupCoordinator:
         return {tp for pending in group.pending_txn_offsets.values() for tp in pending}
 
     # -- ListGroups, DescribeGroups, DeleteGroups -----------------------------------------
-    def list_groups(self) -> tuple[ErrorCode, list[tuple[str, str, GroupState]]]:
-        """(error, [(group id, protocol type, state)])."""
+    def list_groups(self) -> tuple[ErrorCode, list[tuple[str, str, str]]]:
+        """(error, [(group id, protocol type, state)]) of both group types."""
         if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
-        return ErrorCode.NONE, [(g.group_id, g.protocol_type or "", g.state)
-                                for g in self.groups.values()]
+        consumer = self.consumer.groups
+        return ErrorCode.NONE, [
+            *((g.group_id, g.protocol_type or "", g.state)
+              for g in self.groups.values() if g.group_id not in consumer),
+            *((g.group_id, PROTOCOL_TYPE, g.state) for g in consumer.values())]
+
+    def group_type(self, group_id: str) -> str:
+        """ListGroups' group type (v5+): ``consumer`` (KIP-848) or ``classic``."""
+        return CONSUMER_GROUP_TYPE if self._is_consumer_group(group_id) else CLASSIC_GROUP_TYPE
 
     def describe(self, group_id: str) -> tuple[ErrorCode, GroupSummary]:
         error = self._check(group_id, allow_empty_id=True)
         if error is not None:
             return error, GroupSummary("", "", "", ())
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or self._is_consumer_group(group_id):  # not a classic group
             return ErrorCode.NONE, DEAD_GROUP
         protocol = group.protocol if group.state is GroupState.STABLE else None
         members = tuple(
@@ -788,6 +869,10 @@ class GroupCoordinator:
         error = self._check(group_id, allow_empty_id=True)
         if error is not None:
             return error
+        if self._is_consumer_group(group_id):
+            error = self.consumer.delete(group_id)
+            if error != ErrorCode.NONE or group_id not in self.groups:
+                return error
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.GROUP_ID_NOT_FOUND
@@ -834,6 +919,8 @@ class GroupCoordinator:
     def _subscribed_topics(self, group: Group) -> set[str] | None:
         """The topics the members subscribe to (consumer protocol); None when a member's
         subscription cannot be read (Kafka then takes every topic to be subscribed)."""
+        if self._is_consumer_group(group.group_id):
+            return self.consumer.subscribed_topics(group.group_id)
         if group.protocol_type != PROTOCOL_TYPE or not group.members:
             return set()
         if group.protocol is None:
@@ -859,7 +946,9 @@ class GroupCoordinator:
         """Drop expired offsets of Empty groups, and Empty groups left without offsets."""
         now = self._now_ms()
         for group in list(self.groups.values()):
-            if group.state is not GroupState.EMPTY or group.pending_members:
+            if group.state is not GroupState.EMPTY or group.pending_members or (
+                    self._is_consumer_group(group.group_id)
+                    and self.consumer.groups[group.group_id].members):
                 continue
             if group.protocol_type is not None:  # had members: expire from becoming Empty
                 expired = (list(group.offsets)

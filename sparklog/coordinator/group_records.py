@@ -12,7 +12,17 @@ with an int16 version):
   client id, client host, rebalance timeout, session timeout, subscription, assignment]
   (v0-v2 are read too: v0 lacks the rebalance timeout, v0-v1 the state timestamp, v0-v2
   the instance id);
-- a null value (tombstone) deletes its key.
+- KIP-848's consumer group records (Kafka's ``ConsumerGroup*`` schemas): non-flexible keys
+  whose version is the record type, flexible v0 values: group epoch (key 3: group; value:
+  epoch), subscription metadata (4: group; topics [id, name, partitions, partition racks
+  (written empty, as Kafka 4 does)]), member subscription (5: group, member; instance id,
+  rack, client id and host, subscribed topic names and regex, rebalance timeout, server
+  assignor), target assignment epoch (6: group; epoch), a member's target assignment (7:
+  group, member; [topic id, partitions]), a member's current assignment (8: group, member;
+  member epoch, previous member epoch, state, assigned partitions and those pending
+  revocation);
+- a null value (tombstone) deletes its key; a tombstone of a consumer group's epoch (key 3)
+  deletes what is left of the group (Kafka writes it last).
 
 Invariants:
 - A group's records all live in partition ``abs(hashCode(group)) % partitions`` (Java's
@@ -22,7 +32,10 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 from sparklog.protocol.data_records import DataSchema, Field, decode, encode
@@ -30,6 +43,8 @@ from sparklog.protocol.data_records import DataSchema, Field, decode, encode
 OFFSETS_TOPIC = "__consumer_offsets"
 
 TopicPartition = tuple[str, int]
+TopicAssignment = Mapping[uuid.UUID, frozenset[int]]
+"""Partitions by topic id (KIP-848's records and assignors name topics by id)."""
 
 _OFFSET_KEY = DataSchema("OffsetCommitKey", (
     Field("group", "string"), Field("topic", "string"), Field("partition", "int32"),
@@ -109,6 +124,110 @@ class GroupKey:
     group: str
 
 
+class ConsumerRecordType(IntEnum):
+    """The key versions of KIP-848's consumer group records."""
+
+    GROUP_EPOCH = 3
+    SUBSCRIPTION_METADATA = 4
+    MEMBER_SUBSCRIPTION = 5
+    TARGET_ASSIGNMENT_EPOCH = 6
+    TARGET_ASSIGNMENT_MEMBER = 7
+    CURRENT_ASSIGNMENT = 8
+
+
+_PER_MEMBER = (ConsumerRecordType.MEMBER_SUBSCRIPTION, ConsumerRecordType.TARGET_ASSIGNMENT_MEMBER,
+               ConsumerRecordType.CURRENT_ASSIGNMENT)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupKey:
+    """A consumer group record's key; ``member_id`` is "" for the group-level ones."""
+
+    group: str
+    record_type: ConsumerRecordType
+    member_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMemberRecord:
+    """A member's subscription (ConsumerGroupMemberMetadataValue)."""
+
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAssignmentRecord:
+    """A member's reconciled state (ConsumerGroupCurrentMemberAssignmentValue)."""
+
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: TopicAssignment
+    pending_revocation: TopicAssignment
+
+
+@dataclass
+class ConsumerGroupRecords:
+    """What replaying a consumer group's records leaves: the latest value of each."""
+
+    epoch: int = 0
+    subscription_metadata: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
+    """Topic name -> (id, partition count) of every subscribed topic that exists."""
+    members: dict[str, ConsumerMemberRecord] = field(default_factory=dict)
+    assignment_epoch: int = 0
+    targets: dict[str, TopicAssignment] = field(default_factory=dict)
+    current: dict[str, CurrentAssignmentRecord] = field(default_factory=dict)
+
+
+_CONSUMER_KEYS = {
+    record_type: DataSchema(f"ConsumerGroupKey{record_type}", (
+        Field("group", "string", first=record_type),
+        *((Field("member_id", "string", first=record_type),) if record_type in _PER_MEMBER else ()),
+    ), newest=record_type)
+    for record_type in ConsumerRecordType}
+_TOPIC_PARTITIONS = DataSchema("TopicPartitions", (
+    Field("topic_id", "uuid"), Field("partitions", "[]int32")), flexible_from=0)
+_EPOCH_VALUE = DataSchema("ConsumerGroupMetadataValue", (Field("epoch", "int32"),),
+                          flexible_from=0)
+_PARTITION_METADATA_VALUE = DataSchema("ConsumerGroupPartitionMetadataValue", (
+    Field("topics", struct=DataSchema("TopicMetadata", (
+        Field("topic_id", "uuid"), Field("topic_name", "string"),
+        Field("num_partitions", "int32"),
+        Field("partition_metadata", struct=DataSchema("PartitionMetadata", (
+            Field("partition", "int32"), Field("racks", "[]string")), flexible_from=0)),
+    ), flexible_from=0)),
+), flexible_from=0)
+_MEMBER_VALUE = DataSchema("ConsumerGroupMemberMetadataValue", (
+    Field("instance_id", "string", nullable_from=0),
+    Field("rack_id", "string", nullable_from=0),
+    Field("client_id", "string"),
+    Field("client_host", "string"),
+    Field("subscribed_topic_names", "[]string"),
+    Field("subscribed_topic_regex", "string", nullable_from=0),
+    Field("rebalance_timeout_ms", "int32"),
+    Field("server_assignor", "string", nullable_from=0),
+), flexible_from=0)
+_TARGET_EPOCH_VALUE = DataSchema("ConsumerGroupTargetAssignmentMetadataValue", (
+    Field("assignment_epoch", "int32"),), flexible_from=0)
+_TARGET_MEMBER_VALUE = DataSchema("ConsumerGroupTargetAssignmentMemberValue", (
+    Field("topic_partitions", struct=_TOPIC_PARTITIONS),), flexible_from=0)
+_CURRENT_VALUE = DataSchema("ConsumerGroupCurrentMemberAssignmentValue", (
+    Field("member_epoch", "int32"),
+    Field("previous_member_epoch", "int32"),
+    Field("state", "int8"),
+    Field("assigned_partitions", struct=_TOPIC_PARTITIONS),
+    Field("partitions_pending_revocation", struct=_TOPIC_PARTITIONS),
+), flexible_from=0)
+CONSUMER_VALUE_VERSION = 0
+
+
 # -- Java's String.hashCode and the partition of a group ----------------------------------------
 
 
@@ -139,8 +258,17 @@ def group_key(group: str) -> bytes:
     return encode(_GROUP_KEY, GROUP_KEY_VERSION, {"group": group})
 
 
-def decode_key(data: bytes) -> OffsetKey | GroupKey:
+def consumer_key(record_type: ConsumerRecordType, group: str, member_id: str = "") -> bytes:
+    return encode(_CONSUMER_KEYS[record_type], record_type,
+                  {"group": group, "member_id": member_id})
+
+
+def decode_key(data: bytes) -> OffsetKey | GroupKey | ConsumerGroupKey:
     version = int.from_bytes(data[:2], "big", signed=True) if len(data) >= 2 else -1
+    if version in _CONSUMER_KEYS:
+        _, key = decode(_CONSUMER_KEYS[version], data)
+        return ConsumerGroupKey(key.group, ConsumerRecordType(version),
+                                getattr(key, "member_id", ""))
     if version == GROUP_KEY_VERSION:
         _, key = decode(_GROUP_KEY, data)
         return GroupKey(key.group)
@@ -188,3 +316,95 @@ def _member(m: Any) -> MemberRecord:
     return MemberRecord(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
                         m.client_host, getattr(m, "rebalance_timeout", m.session_timeout),
                         m.session_timeout, m.subscription, m.assignment)
+
+
+# -- consumer group values (KIP-848) ---------------------------------------------------------
+
+
+def group_epoch_value(epoch: int) -> bytes:
+    return encode(_EPOCH_VALUE, CONSUMER_VALUE_VERSION, {"epoch": epoch})
+
+
+def subscription_metadata_value(topics: Mapping[str, tuple[uuid.UUID, int]]) -> bytes:
+    return encode(_PARTITION_METADATA_VALUE, CONSUMER_VALUE_VERSION, {"topics": [
+        {"topic_id": topic_id, "topic_name": name, "num_partitions": count,
+         "partition_metadata": ()}
+        for name, (topic_id, count) in sorted(topics.items())]})
+
+
+def member_subscription_value(member: ConsumerMemberRecord) -> bytes:
+    return encode(_MEMBER_VALUE, CONSUMER_VALUE_VERSION, {
+        "instance_id": member.instance_id, "rack_id": member.rack_id,
+        "client_id": member.client_id, "client_host": member.client_host,
+        "subscribed_topic_names": member.subscribed_topic_names,
+        "subscribed_topic_regex": member.subscribed_topic_regex,
+        "rebalance_timeout_ms": member.rebalance_timeout_ms,
+        "server_assignor": member.server_assignor})
+
+
+def target_epoch_value(epoch: int) -> bytes:
+    return encode(_TARGET_EPOCH_VALUE, CONSUMER_VALUE_VERSION, {"assignment_epoch": epoch})
+
+
+def target_member_value(assignment: TopicAssignment) -> bytes:
+    return encode(_TARGET_MEMBER_VALUE, CONSUMER_VALUE_VERSION,
+                  {"topic_partitions": _topic_partitions(assignment)})
+
+
+def current_assignment_value(current: CurrentAssignmentRecord) -> bytes:
+    return encode(_CURRENT_VALUE, CONSUMER_VALUE_VERSION, {
+        "member_epoch": current.member_epoch,
+        "previous_member_epoch": current.previous_member_epoch, "state": current.state,
+        "assigned_partitions": _topic_partitions(current.assigned),
+        "partitions_pending_revocation": _topic_partitions(current.pending_revocation)})
+
+
+def _topic_partitions(assignment: TopicAssignment) -> list[dict[str, Any]]:
+    return [{"topic_id": topic_id, "partitions": tuple(sorted(partitions))}
+            for topic_id, partitions in sorted(assignment.items()) if partitions]
+
+
+def _assignment(topic_partitions: Any) -> dict[uuid.UUID, frozenset[int]]:
+    return {tp.topic_id: frozenset(tp.partitions) for tp in topic_partitions if tp.partitions}
+
+
+def apply_consumer_record(groups: dict[str, ConsumerGroupRecords], key: ConsumerGroupKey,
+                          value: bytes | None) -> None:
+    """Replay one consumer group record into ``groups`` (``ValueError`` if it does not
+    decode; see the module docstring for tombstones)."""
+    kind, member = key.record_type, key.member_id
+    if value is None:
+        group = groups.get(key.group)
+        if kind is ConsumerRecordType.GROUP_EPOCH:
+            groups.pop(key.group, None)
+        elif group is not None:
+            {ConsumerRecordType.SUBSCRIPTION_METADATA: lambda: group.subscription_metadata.clear(),
+             ConsumerRecordType.MEMBER_SUBSCRIPTION: lambda: group.members.pop(member, None),
+             ConsumerRecordType.TARGET_ASSIGNMENT_EPOCH: lambda: None,
+             ConsumerRecordType.TARGET_ASSIGNMENT_MEMBER: lambda: group.targets.pop(member, None),
+             ConsumerRecordType.CURRENT_ASSIGNMENT: lambda: group.current.pop(member, None),
+             }[kind]()
+        return
+    group = groups.setdefault(key.group, ConsumerGroupRecords())
+    if kind is ConsumerRecordType.GROUP_EPOCH:
+        group.epoch = decode(_EPOCH_VALUE, value)[1].epoch
+    elif kind is ConsumerRecordType.SUBSCRIPTION_METADATA:
+        topics = decode(_PARTITION_METADATA_VALUE, value)[1].topics
+        group.subscription_metadata = {t.topic_name: (t.topic_id, t.num_partitions)
+                                       for t in topics}
+    elif kind is ConsumerRecordType.MEMBER_SUBSCRIPTION:
+        m = decode(_MEMBER_VALUE, value)[1]
+        group.members[member] = ConsumerMemberRecord(
+            m.instance_id, m.rack_id, m.client_id, m.client_host,
+            tuple(m.subscribed_topic_names), m.subscribed_topic_regex, m.rebalance_timeout_ms,
+            m.server_assignor)
+    elif kind is ConsumerRecordType.TARGET_ASSIGNMENT_EPOCH:
+        group.assignment_epoch = decode(_TARGET_EPOCH_VALUE, value)[1].assignment_epoch
+    elif kind is ConsumerRecordType.TARGET_ASSIGNMENT_MEMBER:
+        group.targets[member] = _assignment(
+            decode(_TARGET_MEMBER_VALUE, value)[1].topic_partitions)
+    else:
+        c = decode(_CURRENT_VALUE, value)[1]
+        group.current[member] = CurrentAssignmentRecord(
+            c.member_epoch, c.previous_member_epoch, c.state,
+            _assignment(c.assigned_partitions), _assignment(c.partitions_pending_revocation))

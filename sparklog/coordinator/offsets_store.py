@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 
 from sparklog.coordinator.group_records import (
     OFFSETS_TOPIC,
+    ConsumerGroupKey,
+    ConsumerGroupRecords,
     GroupRecord,
     OffsetAndMetadata,
     OffsetKey,
     TopicPartition,
+    apply_consumer_record,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -56,9 +59,11 @@ GroupOffsets = dict[str, dict[TopicPartition, OffsetAndMetadata]]
 @dataclass
 class LoadedState:
     """What replaying partitions of ``__consumer_offsets`` leaves: the latest value of every
-    live key, and the offsets of transactions still open (producer id -> group -> ...)."""
+    live key (classic groups' metadata, KIP-848 consumer groups' records), and the offsets
+    of transactions still open (producer id -> group -> ...)."""
 
     groups: dict[str, GroupRecord] = field(default_factory=dict)
+    consumer_groups: dict[str, ConsumerGroupRecords] = field(default_factory=dict)
     offsets: GroupOffsets = field(default_factory=dict)
     pending: dict[int, GroupOffsets] = field(default_factory=dict)
 
@@ -121,6 +126,8 @@ def _apply(state: LoadedState, key_bytes: bytes, value: bytes | None, producer_i
                     del target[key.group]
             else:
                 offsets[tp] = decode_offset_value(value)
+        elif isinstance(key, ConsumerGroupKey):
+            apply_consumer_record(state.consumer_groups, key, value)
         elif value is None:
             state.groups.pop(key.group, None)
         else:

@@ -10,7 +10,8 @@ makes the kio dataclass of one version, so kio's native reader and writer serve 
 
 Invariants:
 - Versions from ``flexible_from`` are flexible (compact strings and arrays, a tagged-field
-  section); a field with a ``tag`` lives in that section (written only when it differs from
+  section: the transaction log's value v1, KIP-848's consumer group records, whose unknown
+  tagged fields are dropped on reading); a field with a ``tag`` lives in that section (written only when it differs from
   its ``default``, as Kafka writes tagged fields), so older readers skip it.
 - ``encode`` writes the version the caller names, ``decode`` reads any version the schema
   describes and raises ``ValueError`` for anything else or for bytes that do not
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import io
 import struct
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, make_dataclass
 from functools import cache
@@ -39,7 +41,8 @@ from sparklog.protocol.body_walk import checked_reader
 
 _VERSION = struct.Struct(">h")
 _PRIMITIVES: dict[str, Any] = {"int8": i8, "int16": i16, "int32": i32, "int64": i64,
-                               "bool": bool, "string": str, "bytes": bytes}
+                               "bool": bool, "string": str, "bytes": bytes,
+                               "uuid": uuid.UUID}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """kafka-python 3.0.12's protocol classes for the KIP-714 APIs it lacks
-(GetTelemetrySubscriptions 71, PushTelemetry 72), built by kafka-python's own JSON-schema
+(GetTelemetrySubscriptions 71, PushTelemetry 72) and KIP-848's (ConsumerGroupHeartbeat 68,
+ConsumerGroupDescribe 69), built by kafka-python's own JSON-schema
 machinery from the message definitions beside this file (Kafka's fields and versions, as
 ``clients/src/main/resources/common/message/`` defines them), so the tests encode and decode
 them independently of the broker's kio codec. ``broker_fixtures.kp_request`` finds them.
@@ -27,4 +28,20 @@ class PushTelemetryRequest(ApiMessage, load_json=_HERE):
 
 
 class PushTelemetryResponse(ApiMessage, load_json=_HERE):
+    pass
+
+
+class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=_HERE):
+    pass
+
+
+class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=_HERE):
+    pass
+
+
+class ConsumerGroupDescribeRequest(ApiMessage, load_json=_HERE):
+    pass
+
+
+class ConsumerGroupDescribeResponse(ApiMessage, load_json=_HERE):
     pass

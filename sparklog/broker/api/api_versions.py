@@ -54,7 +54,7 @@ async def api_versions(broker: Broker, header: RequestHeader,
     supported = tuple(
         build("SupportedFeatureKey", name=name, min_version=low, max_version=high)
         for name, (low, high) in features.SUPPORTED.items() if low > 0 or header.api_version > 3)
-    finalized = tuple(
+    finalized = tuple(  # v3+ (tagged fields): no such entity before
         build("FinalizedFeatureKey", name=name, min_version_level=level, max_version_level=level)
         for name, level in features.FINALIZED.items() if header.api_version >= 3)  # v3+ has them
     return build.response(error_code=ErrorCode.NONE, api_keys=keys,

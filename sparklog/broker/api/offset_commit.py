@@ -6,11 +6,14 @@ Behaviour (the checks themselves are ``GroupCoordinator.commit`` and ``fetch_off
   values. v1's per-partition commit timestamp and v2-v4's ``retention_time`` are ignored:
   offsets are stamped with the broker's time and expire by ``offsets.retention.minutes``.
   v6 adds the committed leader epoch, v7 ``group.instance.id`` (FENCED_INSTANCE_ID for a
-  zombie instance), v8 is flexible. v9 is KIP-848's version: every group here is classic,
-  so ``generation_id_or_member_epoch`` is the generation; a member's commit (generation
-  >= 0) to a group that does not exist is GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION
-  before (as Kafka). v10 names topics by ``topic_id`` (UNKNOWN_TOPIC_ID for an id no topic
-  has; the answer carries the ids). Every partition of a request is answered; those that
+  zombie instance), v8 is flexible. v9 is KIP-848's version: for a consumer group
+  ``generation_id_or_member_epoch`` is the member's epoch (UNKNOWN_MEMBER_ID for a member
+  the group lacks, STALE_MEMBER_EPOCH for another epoch; epoch -1 commits only while the
+  group is empty; a consumer group's member committing below v9 is UNSUPPORTED_VERSION),
+  for a classic group the generation; a member's commit (generation >= 0) to a group
+  that does not exist is GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before (as Kafka).
+  v10 names topics by ``topic_id`` (UNKNOWN_TOPIC_ID for an id no topic has; the answer
+  carries the ids). Every partition of a request is answered; those that
   pass the checks are appended in one batch, so they are stored together or not at all.
   The answer waits until the partition's ISR has the batch (REQUEST_TIMED_OUT after
   ``COMMIT_REPLICATION_TIMEOUT_S``, NOT_COORDINATOR if leadership moved meanwhile,
@@ -23,8 +26,9 @@ Behaviour (the checks themselves are ``GroupCoordinator.commit`` and ``fetch_off
   v7's ``require_stable`` (KIP-447) answers UNSTABLE_OFFSET_COMMIT (offset -1) for a
   partition of the group with a transactional commit still open, until its marker. v8
   batches ``groups``, each answered on its own (its error, its topics). v9 adds
-  ``member_id`` and ``member_epoch``, which Kafka only checks for KIP-848 groups: for a
-  classic group (every group here) they are not checked. v10 names topics by ``topic_id``
+  ``member_id`` and ``member_epoch``, which Kafka only checks for KIP-848 consumer groups
+  (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH; a request naming no member, epoch -1, is an
+  admin's and not checked); a classic group's are not checked. v10 names topics by ``topic_id``
   in the request and the answer (UNKNOWN_TOPIC_ID for an unknown id; with ``topics`` null,
   the topics that have an id).
 - With an authorizer, as Kafka's: OffsetCommit needs READ on the GROUP (else every
@@ -160,22 +164,26 @@ async def offset_fetch(broker: Broker, header: RequestHeader,
     groups = []
     for group in request.groups:
         error, topics = _fetch_group(broker, group.group_id, group.topics, require_stable,
-                                     version)
+                                     version, getattr(group, "member_id", None),
+                                     getattr(group, "member_epoch", -1))
         groups.append({"group_id": group.group_id, "error_code": error, "topics": topics})
     return build.response(groups=groups)
 
 
 def _fetch_group(broker: Broker, group_id: str, topics: Sequence[Any] | None,
-                 require_stable: bool, version: int) -> tuple[ErrorCode, list[dict[str, Any]]]:
+                 require_stable: bool, version: int, member_id: str | None = None,
+                 member_epoch: int = -1) -> tuple[ErrorCode, list[dict[str, Any]]]:
     """One group's OffsetFetch answer: its top-level error and its topics (as dicts the
-    response's entities are built from, whichever version's names they have)."""
+    response's entities are built from, whichever version's names they have); the member
+    (v9+) is checked for a consumer group."""
     names = None if topics is None else topic_names(broker, topics)
     wanted = None if topics is None or names is None else [
         (name, partition) for topic, name in zip(topics, names, strict=True)
         for partition in topic.partition_indexes if name != UNKNOWN_TOPIC]
     security = broker.security
     if security.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
-        error, committed = broker.coordinator.fetch_offsets(group_id, wanted)
+        error, committed = broker.coordinator.fetch_offsets(group_id, wanted, member_id,
+                                                            member_epoch)
     else:
         error, committed = ErrorCode.GROUP_AUTHORIZATION_FAILED, {}
     if error and version >= _FETCH_TOP_LEVEL_ERROR:
