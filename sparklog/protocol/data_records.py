@@ -11,8 +11,9 @@ makes the kio dataclass of one version, so kio's native reader and writer serve 
 Invariants:
 - Versions from ``flexible_from`` are flexible (compact strings and arrays, a tagged-field
   section: the transaction log's value v1, KIP-848's consumer group records, whose unknown
-  tagged fields are dropped on reading); a field with a ``tag`` lives in that section (written only when it differs from
-  its ``default``, as Kafka writes tagged fields), so older readers skip it.
+  tagged fields are dropped on reading); a field with a ``tag`` lives in that section
+  (written only when it differs from its ``default``, as Kafka writes tagged fields), so
+  older readers skip it.
 - ``encode`` writes the version the caller names, ``decode`` reads any version the schema
   describes and raises ``ValueError`` for anything else or for bytes that do not
   decode (never another error), so callers handle one exception for bad data.
