@@ -29,14 +29,15 @@ Behaviour (the group logic itself is ``sparklog.coordinator``; this module trans
 - LeaveGroup v0-v2 remove the one ``member_id`` (its error is the top-level error); v3
   removes a list of members, each answered on its own; v4 is flexible; v5 carries a
   ``reason`` per member, logged with its departure.
-- DescribeGroups: an unknown group is described as Dead with no error up to v5; from v6
-  (KIP-1043) it is GROUP_ID_NOT_FOUND, and every error carries an ``error_message``.
+- DescribeGroups: an unknown group, or a KIP-848 consumer group (ConsumerGroupDescribe
+  describes those), is described as Dead with no error up to v5; from v6 (KIP-1043) it is
+  GROUP_ID_NOT_FOUND, and every error carries an ``error_message``.
   Member metadata, assignments and the protocol are only shown for a Stable group. With
   ``include_authorized_operations`` (v3+), the group operations the principal may do.
 - ListGroups v3 is flexible; v4 filters by ``states_filter`` (case-insensitive; empty: any)
   and answers each group's ``group_state``; v5 filters by ``types_filter`` and answers
-  ``group_type``: every group here is a "classic" one, so a filter without "classic" (say
-  "consumer", KIP-848's type) finds none.
+  ``group_type``: "classic", or "consumer" for a KIP-848 group (protocol type "consumer",
+  its state one of Empty, Assigning, Reconciling, Stable).
 - DeleteGroups v2 is flexible.
 - With an authorizer, as Kafka's: FindCoordinator needs DESCRIBE on the GROUP or
   TRANSACTIONAL_ID (per key from v4); JoinGroup, SyncGroup, Heartbeat and LeaveGroup READ
@@ -82,8 +83,6 @@ _BATCHED_FIND_COORDINATOR = 4  # FindCoordinator v4+: coordinator_keys, one answ
 _SHARE_KEY_TYPE = 2  # FindCoordinator v6: share groups (KIP-932), not served here
 _SKIP_ASSIGNMENT = 9  # JoinGroup v9+: a rejoining static leader may skip the assignment
 _DESCRIBE_UNKNOWN_GROUP_NOT_FOUND = 6  # DescribeGroups v6+ (KIP-1043)
-CLASSIC_GROUP_TYPE = "classic"
-"""ListGroups' group type (v5+) of every group here (KIP-848's "consumer" groups are not)."""
 
 
 def _may_read(broker: Broker, group_id: str) -> bool:
@@ -239,12 +238,14 @@ async def list_groups(broker: Broker, header: RequestHeader,
     types = {kind.strip().lower() for kind in getattr(request, "types_filter", ())}
     security = broker.security
     every = security.allows_cluster(Operation.DESCRIBE)
+    typed = [(group_id, protocol_type, state, broker.coordinator.group_type(group_id))
+             for group_id, protocol_type, state in groups]
     return build.response(error_code=error, groups=tuple(
         build("ListedGroup", group_id=group_id, protocol_type=protocol_type,
-              group_state=state, group_type=CLASSIC_GROUP_TYPE)
-        for group_id, protocol_type, state in groups
+              group_state=state, group_type=group_type)
+        for group_id, protocol_type, state, group_type in typed
         if (not states or state.lower() in states)
-        and (not types or CLASSIC_GROUP_TYPE in types)
+        and (not types or group_type in types)
         and (every or security.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id))))
 
 
