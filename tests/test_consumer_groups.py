@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.state import Broker
+from sparklog.cli import main
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -325,3 +326,31 @@ def test_commits_carry_the_member_epoch(embedded: EmbeddedBroker, group: str) ->
         assert [tp.offset for tp in offsets] == [4, 6]
     finally:
         consumer.close()
+
+
+def test_groups_describe_shows_type_epochs_and_assignments(
+        embedded: EmbeddedBroker, group: str, capsys: pytest.CaptureFixture[str]) -> None:
+    topic = create_topic(embedded.bootstrap, unique_topic("tool"), partitions=2)
+    members = start_members(1, consumer_conf(embedded.bootstrap, group)
+                            | {"group.instance.id": "tool-1"}, [topic])
+    try:
+        wait_until(lambda: members[0].assigned == every_partition(topic, 2))
+        code = main(["groups", "describe", "--group", group, "--verbose",
+                     "--bootstrap", embedded.bootstrap])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        lines = [line.split() for line in out.splitlines() if line.strip()]
+        state = lines[lines.index(["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY",
+                                   "STATE", "TYPE", "GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH",
+                                   "#MEMBERS"]) + 1]
+        assert state[0] == group and state[-6:] == ["uniform", "Stable", "consumer", "1", "1",
+                                                    "1"]
+        header = ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
+                  "#PARTITIONS", "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
+                  "TARGET-ASSIGNMENT"]
+        (member,) = lines[lines.index(header) + 1:]
+        assert member[2] == "tool-1" and member[5:] == [
+            "2", "1", f"{topic}(0,1)", "1", f"{topic}(0,1)"]
+    finally:
+        for m in members:
+            m.stop()

@@ -48,7 +48,7 @@ OPTIONAL = {ApiKey.FIND_COORDINATOR: (1, 2), ApiKey.INIT_PRODUCER_ID: (0, 1),
             ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0), ApiKey.OFFSET_DELETE: (0, 0),
             ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1), ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
             ApiKey.DESCRIBE_CONFIGS: (1, 4), ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-            ApiKey.LIST_CONFIG_RESOURCES: (0, 1)}
+            ApiKey.LIST_CONFIG_RESOURCES: (0, 1), ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1)}
 """The versions it can speak of the APIs it uses where a broker offers them."""
 
 _SIZE = struct.Struct(">i")

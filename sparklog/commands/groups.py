@@ -8,7 +8,11 @@ Like ``kafka-consumer-groups.sh``, through confluent-kafka's AdminClient:
   TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID, LAG =
   LOG-END-OFFSET - CURRENT-OFFSET) for every partition that is assigned or has a committed
   offset, then each member with its assignment; ``--state``, ``--offsets`` or ``--members``
-  print only that table, as Kafka's tool;
+  print only that table, as Kafka's tool; a KIP-848 consumer group's state is the
+  coordinator's (Assigning, Reconciling too); ``--verbose`` adds, as Kafka's tool, the
+  group's TYPE (classic or consumer), GROUP-EPOCH and TARGET-ASSIGNMENT-EPOCH to the state
+  table and each member's GROUP-INSTANCE-ID, CURRENT-EPOCH, CURRENT-ASSIGNMENT, TARGET-EPOCH
+  and TARGET-ASSIGNMENT to the members table (epochs ``-`` for a classic group);
 - ``reset-offsets (--group G ... | --all-groups) (--topic T[:P,P...] ... | --all-topics)
   --to-...`` prints the plan (GROUP TOPIC PARTITION NEW-OFFSET) and commits it only with
   ``--execute``; targets are Kafka's: ``--to-earliest``, ``--to-latest``, ``--to-current``
@@ -51,14 +55,16 @@ from pathlib import Path
 from confluent_kafka import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
     KafkaError,
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import ConsumerGroupDescription, OffsetSpec
+from confluent_kafka.admin import ConsumerGroupDescription, MemberAssignment, OffsetSpec
 
 from sparklog.client.admin import REQUEST_TIMEOUT_S, kafka_error, topic_partitions
 from sparklog.client.cluster import TopicPartition as ClientPartition
+from sparklog.client.consumer_groups import ConsumerGroupEpochs, describe_consumer_group
 from sparklog.client.group_offsets import GroupOffsetsError, delete_offsets
 from sparklog.client.watch import connected_admin
 from sparklog.commands._client import (
@@ -112,6 +118,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       help="only the offsets table")
     only.add_argument("--members", dest="only", action="store_const", const="members",
                       help="only the members table")
+    describe.add_argument("--verbose", action="store_true",
+                          help="also the group's type and epochs, and each member's epoch, "
+                               "current and target assignment")
     describe.set_defaults(func=tool(NAME, _describe))
 
     reset = actions.add_parser("reset-offsets", parents=[parent],
@@ -190,7 +199,14 @@ class _Admin:
     """One AdminClient and the requests the tool makes (it must outlive their futures)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
         self.client = connected_admin(client_config(args))
+
+    def epochs(self, description: ConsumerGroupDescription) -> ConsumerGroupEpochs | None:
+        """A KIP-848 consumer group's state and epochs (None for a classic group)."""
+        if description.type != ConsumerGroupType.CONSUMER:
+            return None
+        return describe_consumer_group(protocol_client(self.args, NAME), description.group_id)
 
     def group_ids(self) -> list[str]:
         result = self.client.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S).result()
@@ -274,21 +290,32 @@ def _describe(args: argparse.Namespace) -> int:
     for number, group in enumerate(_groups(admin, args)):
         if number:
             print()
-        _describe_group(admin, group, args.only)
+        _describe_group(admin, group, args.only, args.verbose)
     return 0
 
 
-def _describe_group(admin: _Admin, group: str, only: str | None) -> None:
+def _describe_group(admin: _Admin, group: str, only: str | None, verbose: bool) -> None:
     description = admin.describe(group)
     committed = admin.committed(group)
     if description.state == ConsumerGroupState.DEAD and not committed:
         raise ToolError(f"consumer group {group!r} does not exist")
+    epochs = admin.epochs(description)
+    state = _state(description) if epochs is None else epochs.state
     if only in (None, "state"):
         coordinator = description.coordinator
-        print_table(("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
-               [(group, f"{coordinator.host}:{coordinator.port} ({coordinator.id})",
-                 description.partition_assignor or None, _state(description),
-                 len(description.members))])
+        where = f"{coordinator.host}:{coordinator.port} ({coordinator.id})"
+        if verbose:
+            print_table(("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "TYPE",
+                         "GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"),
+                        [(group, where, description.partition_assignor or None, state,
+                          "classic" if epochs is None else "consumer",
+                          epochs and epochs.group_epoch, epochs and epochs.assignment_epoch,
+                          len(description.members))])
+        else:
+            print_table(("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE",
+                         "#MEMBERS"),
+                        [(group, where, description.partition_assignor or None, state,
+                          len(description.members))])
     if only is None:
         print()
     if only in (None, "offsets"):
@@ -296,7 +323,7 @@ def _describe_group(admin: _Admin, group: str, only: str | None) -> None:
     if only is None:
         print()
     if only in (None, "members"):
-        _members_table(group, description)
+        _members_table(group, description, epochs if verbose else None, verbose)
 
 
 def _offsets_table(admin: _Admin, group: str, description: ConsumerGroupDescription,
@@ -317,14 +344,31 @@ def _offsets_table(admin: _Admin, group: str, description: ConsumerGroupDescript
             "CONSUMER-ID", "HOST", "CLIENT-ID"), rows)
 
 
-def _members_table(group: str, description: ConsumerGroupDescription) -> None:
+def _members_table(group: str, description: ConsumerGroupDescription,
+                   epochs: ConsumerGroupEpochs | None, verbose: bool) -> None:
     if not description.members:
         print(f"Consumer group '{group}' has no active members.")
         return
-    print_table(("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"),
-           [(group, m.member_id, m.host, m.client_id, len(m.assignment.topic_partitions),
-             _assignment_text((tp.topic, tp.partition) for tp in m.assignment.topic_partitions))
-            for m in sorted(description.members, key=lambda m: m.member_id)])
+    members = sorted(description.members, key=lambda m: m.member_id)
+    if not verbose:
+        print_table(("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"),
+                    [(group, m.member_id, m.host, m.client_id,
+                      len(m.assignment.topic_partitions), _member_assignment(m.assignment))
+                     for m in members])
+        return
+    print_table(("GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                 "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"),
+                [(group, m.member_id, m.group_instance_id, m.host, m.client_id,
+                  len(m.assignment.topic_partitions),
+                  epochs and epochs.member_epochs.get(m.member_id),
+                  _member_assignment(m.assignment), epochs and epochs.assignment_epoch,
+                  None if m.target_assignment is None
+                  else _member_assignment(m.target_assignment))
+                 for m in members])
+
+
+def _member_assignment(assignment: MemberAssignment) -> str:
+    return _assignment_text((tp.topic, tp.partition) for tp in assignment.topic_partitions)
 
 
 def _reset(args: argparse.Namespace) -> int:
