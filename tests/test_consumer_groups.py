@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 import pytest
 from broker_fixtures import TIMEOUT, create_topic, produce_per_partition, unique_topic, wait_until
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.state import Broker
@@ -38,6 +40,7 @@ CONFIG = {
     "group.consumer.heartbeat.interval.ms": "500",
     "group.consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
     "group.initial.rebalance.delay.ms": "0",
+    "metrics.listener": "http://127.0.0.1:0",
 }
 GAPS_FILE = os.environ.get("SPARKLOG_JOIN_GAPS")
 """Where the join-gap test writes its measurements (JSON), when set."""
@@ -208,6 +211,16 @@ def test_a_fourth_member_joins_without_pausing_the_others(embedded: EmbeddedBrok
     assert consumer_gap < consumer_noise + 0.5
 
 
+def rebalances(embedded: EmbeddedBroker) -> dict[str, float]:
+    """The coordinator's rebalance counters, as ``/metrics`` exports them."""
+    assert embedded.metrics_url is not None
+    with urllib.request.urlopen(embedded.metrics_url + "metrics", timeout=TIMEOUT) as answer:
+        text = answer.read().decode()
+    return {family.name.removeprefix("kafka_coordinator_group_"): family.samples[0].value
+            for family in text_string_to_metric_families(text)
+            if family.name.startswith("kafka_coordinator_group_")}
+
+
 def test_a_member_leaving_hands_its_partitions_over(embedded: EmbeddedBroker,
                                                     group: str) -> None:
     topic = create_topic(embedded.bootstrap, unique_topic("leave"), partitions=4)
@@ -215,9 +228,13 @@ def test_a_member_leaving_hands_its_partitions_over(embedded: EmbeddedBroker,
     try:
         wait_until(lambda: shared(members, every_partition(topic, 4)))
         epoch, _ = group_epochs(embedded, group)
+        counted = rebalances(embedded)
         members[0].stop()
         wait_until(lambda: members[1].assigned == every_partition(topic, 4))
         assert group_epochs(embedded, group)[0] == epoch + 1
+        after = rebalances(embedded)  # one new target assignment, no classic rebalance
+        assert after["consumer_group_rebalance"] == counted["consumer_group_rebalance"] + 1
+        assert after["group_completed_rebalance"] == counted["group_completed_rebalance"]
         produce_per_partition(embedded.bootstrap, topic, dict.fromkeys(range(4), 5))
         wait_until(lambda: len(members[1].received) >= 20)
     finally:

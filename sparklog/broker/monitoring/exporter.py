@@ -22,6 +22,13 @@ Names and labels come from:
   or client id has an empty label (JMX leaves that key out);
 - danielqsj/kafka_exporter for the consumer groups (``kafka_consumergroup_*``) and topic
   offsets (``kafka_topic_*``, ``kafka_brokers``).
+- Kafka 4's group coordinator metrics (``kafka.coordinator.group`` domain,
+  ``group-coordinator-metrics``): ``group-completed-rebalance-count`` (classic groups'
+  completed rebalances) and ``consumer-group-rebalance-count`` (KIP-848 groups' target
+  assignments) become the counters
+  ``kafka_coordinator_group_group_completed_rebalance_total`` and
+  ``kafka_coordinator_group_consumer_group_rebalance_total``, by the same ``-count`` ->
+  ``_total`` rule.
 - KIP-714 client telemetry has no MBean: ``kafka_client_telemetry_metric`` is one gauge
   family holding the latest value of every series the clients pushed, the OTLP metric name
   in the ``name`` label (``org.apache.kafka.producer.request.latency.avg``) and the data
@@ -101,6 +108,8 @@ FAMILIES: dict[str, str] = {
     "kafka_consumergroup_lag": "gauge",
     "kafka_consumergroup_lag_sum": "gauge",
     "kafka_consumergroup_members": "gauge",
+    "kafka_coordinator_group_group_completed_rebalance": "counter",
+    "kafka_coordinator_group_consumer_group_rebalance": "counter",
     "kafka_client_telemetry_metric": "gauge",
     "kafka_client_telemetry_pushes": "counter",
 }
@@ -309,6 +318,12 @@ def _group_metrics(status: BrokerStatus) -> Iterator[Metric]:
         for topic, total in sorted(sums.items()):
             lag_sum.add_metric([group.group_id, topic], total)
     yield from (committed, lag, lag_sum, members)
+    rebalances = dict(status.rebalances)
+    for family, group_type, what in (
+            ("group_completed_rebalance", "classic", "classic groups' completed rebalances"),
+            ("consumer_group_rebalance", "consumer", "consumer groups' rebalances (KIP-848)")):
+        yield CounterMetricFamily(f"kafka_coordinator_group_{family}", f"The {what}",
+                                  value=rebalances.get(group_type, 0))
 
 
 def _telemetry_metrics(status: BrokerStatus) -> Iterator[Metric]:

@@ -19,7 +19,10 @@ Invariants:
   committed offset, never below 0; a partition without a committed offset, or without a
   log on this broker (in a cluster: no replica here), has none.
   Members' assignments are decoded only for Stable ``consumer`` groups; one that does not
-  decode shows none.
+  decode shows none. A KIP-848 consumer group shows its state, group epoch (as the
+  generation) and each member's current assignment.
+- ``rebalances`` counts the coordinator's rebalances per group type since it started
+  (``classic``: completed generations, ``consumer``: target assignments computed).
 - Leader, replicas and ISR are this node for every partition on a single node, as Metadata
   answers (``broker/api/metadata.py``); in a cluster they are the replica manager's view (the
   partition state znodes), for the partitions with a replica here (the only ones with a
@@ -53,9 +56,11 @@ from pathlib import Path
 from typing import Protocol
 
 from sparklog.broker.monitoring.requests import RequestMetrics, RequestTotals
+from sparklog.coordinator.consumer_group import ConsumerGroup
 from sparklog.coordinator.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
 from sparklog.coordinator.group import Group, GroupState
 from sparklog.coordinator.group_coordinator import GroupCoordinator
+from sparklog.coordinator.group_records import OffsetAndMetadata, TopicPartition
 from sparklog.storage.cleaner import LogCleaner, log_to_clean
 from sparklog.storage.log_manager import LogManager
 
@@ -294,6 +299,7 @@ class BrokerStatus:
     brokers: tuple[ClusterBroker, ...] = ()  # by id
     cluster_partitions: tuple[ClusterPartition, ...] = ()  # every topic's, by topic
     storage_errors: tuple[tuple[str, str], ...] = ()  # (partition or "checkpoints", why)
+    rebalances: tuple[tuple[str, int], ...] = ()  # (group type, rebalances)
 
 
 def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str]]],
@@ -323,15 +329,20 @@ def take_status(broker: Broker, connections: Mapping[str, Counter[tuple[str, str
         {name: topic.partitions for name, topic in sorted(logs.topics.items())},
         _offline(broker, partitions), tuple(broker.client_metrics.snapshot()),
         tuple(broker.quotas.sensors()), _brokers(broker.replicas), _cluster_partitions(broker),
-        tuple(sorted(logs.storage_errors().items())))
+        tuple(sorted(logs.storage_errors().items())),
+        tuple(sorted(broker.coordinator.rebalances.items())))
 
 
 def take_groups(broker: Broker) -> tuple[GroupStatus, ...]:
     """The groups this broker coordinates, read now (on the loop): what the other brokers'
     pages ask it for."""
     ends = {tp: log.log_end_offset for tp, log in broker.logs.logs.items()}
-    return tuple(_group(broker.node_id, group, ends)
-                 for _, group in sorted(broker.coordinator.groups.items()))
+    coordinator, node = broker.coordinator, broker.node_id
+    modern = coordinator.consumer.groups
+    return tuple(
+        _consumer_group(node, modern[group_id], coordinator.groups.get(group_id), ends)
+        if group_id in modern else _group(node, coordinator.groups[group_id], ends)
+        for group_id in sorted(coordinator.groups.keys() | modern.keys()))
 
 
 def _brokers(cluster: Replicas) -> tuple[ClusterBroker, ...]:
@@ -397,16 +408,37 @@ def _group(node: int, group: Group, ends: dict[tuple[str, int], int]) -> GroupSt
         MemberStatus(m.member_id, m.client_id, m.client_host,
                      _assignment(m.assignment) if consumer else ())
         for m in group.members.values())
+    return GroupStatus(node, group.group_id, str(group.state), group.protocol_type or "",
+                       group.protocol or "", group.generation, members,
+                       _offsets(members, group.offsets, ends))
+
+
+def _consumer_group(node: int, group: ConsumerGroup, holder: Group | None,
+                    ends: dict[tuple[str, int], int]) -> GroupStatus:
+    """A KIP-848 group (``holder``: the entry of its committed offsets, if any)."""
+    names = {topic_id: name for name, (topic_id, _) in group.subscription_metadata.items()}
+    members = tuple(
+        MemberStatus(m.member_id, m.client_id, m.client_host, tuple(sorted(
+            (names[topic_id], tuple(sorted(partitions)))
+            for topic_id, partitions in m.assigned.items() if topic_id in names)))
+        for m in group.members.values())
+    return GroupStatus(node, group.group_id, group.state, PROTOCOL_TYPE, "", group.group_epoch,
+                       members, _offsets(members, {} if holder is None else holder.offsets,
+                                         ends))
+
+
+def _offsets(members: tuple[MemberStatus, ...],
+             committed: Mapping[TopicPartition, OffsetAndMetadata],
+             ends: dict[tuple[str, int], int]) -> tuple[GroupOffset, ...]:
     assigned = {(topic, p) for m in members for topic, parts in m.assignment for p in parts}
     offsets = []
-    for tp in sorted(assigned | group.offsets.keys()):
-        found = group.offsets.get(tp)
-        committed = None if found is None else found.offset
+    for tp in sorted(assigned | committed.keys()):
+        found = committed.get(tp)
+        offset = None if found is None else found.offset
         end = ends.get(tp)
-        lag = None if end is None or committed is None else max(end - committed, 0)
-        offsets.append(GroupOffset(*tp, committed, end, lag))
-    return GroupStatus(node, group.group_id, str(group.state), group.protocol_type or "",
-                       group.protocol or "", group.generation, members, tuple(offsets))
+        lag = None if end is None or offset is None else max(end - offset, 0)
+        offsets.append(GroupOffset(*tp, offset, end, lag))
+    return tuple(offsets)
 
 
 def _assignment(assignment: bytes) -> tuple[tuple[str, tuple[int, ...]], ...]:
