@@ -10,9 +10,15 @@ which makes it the consumer groups' ``TopicCatalog`` too).
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager
 
+from sparklog.coordinator.consumer_group_coordinator import ConsumerGroupConfig
+from sparklog.coordinator.group_coordinator import GroupConfig, GroupCoordinator
+from sparklog.coordinator.offsets_store import OffsetsStore
 from sparklog.errors import UnknownTopicOrPartitionError
 from sparklog.record.batch import validate_produced
 
@@ -49,3 +55,25 @@ class MemoryTopic:
 
     def topic_names(self) -> Iterator[str]:
         return iter(list(self.data_topics))
+
+
+@asynccontextmanager
+async def group_coordinator(log: MemoryTopic, props: Mapping[str, str],
+                            clock: Callable[[], float] = time.time
+                            ) -> AsyncIterator[GroupCoordinator]:
+    """A coordinator on ``log`` with the broker settings ``props``, leading every partition
+    (a restart: a new one on the same log)."""
+    settings = GroupConfig.from_props(props)
+    coord = GroupCoordinator(settings, OffsetsStore(log, settings.load_buffer_bytes), log,
+                             lambda: int(clock() * 1000), ConsumerGroupConfig.from_props(props))
+    coord.start()
+    for partition in range(coord.store.partitions):
+        coord.load(partition)  # as the leader of every partition
+    try:
+        yield coord
+    finally:
+        coord.stop()
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 30))

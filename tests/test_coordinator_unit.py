@@ -10,20 +10,20 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from coordinator_support import MemoryTopic
+from coordinator_support import MemoryTopic, group_coordinator, run
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.state import Broker
 from sparklog.coordinator.consumer_protocol import subscribed_topics
 from sparklog.coordinator.group import GroupState, JoinResult
-from sparklog.coordinator.group_coordinator import GroupConfig, GroupCoordinator, OffsetCommit
+from sparklog.coordinator.group_coordinator import GroupCoordinator, OffsetCommit
 from sparklog.coordinator.group_records import (
     OFFSETS_TOPIC,
     GroupKey,
@@ -41,7 +41,6 @@ from sparklog.coordinator.group_records import (
     offset_value,
     partition_for,
 )
-from sparklog.coordinator.offsets_store import OffsetsStore
 from sparklog.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(60)
@@ -189,25 +188,10 @@ def offsets_log() -> MemoryTopic:
     return MemoryTopic(int(BASE_CONFIG["offsets.topic.num.partitions"]))
 
 
-@asynccontextmanager
-async def coordinator(log: MemoryTopic, clock: Clock | None = None,
-                      **config: str) -> AsyncIterator[GroupCoordinator]:
+def coordinator(log: MemoryTopic, clock: Clock | None = None,
+                **config: str) -> AbstractAsyncContextManager[GroupCoordinator]:
     """A coordinator on ``log`` (a restart: a new one on the same log)."""
-    settings = GroupConfig.from_props({**BASE_CONFIG, **config})
-    now = clock or time.time
-    coord = GroupCoordinator(settings, OffsetsStore(log, settings.load_buffer_bytes), log,
-                             lambda: int(now() * 1000))
-    coord.start()
-    for partition in range(coord.store.partitions):
-        coord.load(partition)  # as the leader of every partition
-    try:
-        yield coord
-    finally:
-        coord.stop()
-
-
-def run(test: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(asyncio.wait_for(test(), 30))
+    return group_coordinator(log, {**BASE_CONFIG, **config}, clock or time.time)
 
 
 async def until(condition: Callable[[], bool]) -> None:

@@ -15,6 +15,8 @@ Invariants:
   are unique, every advertised name is a listener's, and every listener's name maps to a
   security protocol in ``listener.security.protocol.map`` whose settings check out
   (``security.listener.ListenerSecurity.check``; TLS files are read later, before binding).
+- ``group.consumer.assignors`` names Kafka's server-side assignors (``uniform``, ``range``,
+  or their class names), checked here.
 - ``client.telemetry.default.metrics``, ``.interval.ms`` and ``.match`` preset one client
   metrics subscription (KIP-714), checked here as Kafka checks a CLIENT_METRICS resource
   (``broker/client_metrics.py``); ``telemetry.max.bytes`` is at least 1.
@@ -32,6 +34,7 @@ from urllib.parse import urlsplit
 from sparklog.broker.client_metrics import preset_subscriptions
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.security.settings import check_authorizer_settings, is_security_key
+from sparklog.coordinator.consumer_group_coordinator import ConsumerGroupConfig
 from sparklog.errors import InvalidConfigError
 from sparklog.properties import read_properties
 from sparklog.storage.config import CONFIG_KEYS, ConfigKey, broker_defaults
@@ -64,6 +67,10 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
+    "group.consumer.session.timeout.ms": "45000",
+    "group.consumer.heartbeat.interval.ms": "5000",
+    "group.consumer.assignors": "uniform,range",
+    "group.consumer.max.size": "2147483647",
     "producer.id.expiration.ms": "86400000",
     "transaction.state.log.num.partitions": "50",
     "transaction.state.log.segment.bytes": "104857600",
@@ -116,7 +123,8 @@ _INT_KEYS = {
     "offsets.retention.minutes", "offsets.retention.check.interval.ms",
     "offset.metadata.max.bytes", "group.initial.rebalance.delay.ms",
     "group.min.session.timeout.ms", "group.max.session.timeout.ms", "producer.id.expiration.ms",
-    "log.retention.hours", "log.retention.minutes", "log.roll.hours",
+    "group.consumer.session.timeout.ms", "group.consumer.heartbeat.interval.ms",
+    "group.consumer.max.size", "log.retention.hours", "log.retention.minutes", "log.roll.hours",
     "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size", "log.cleaner.threads",
     "broker.id", "zookeeper.session.timeout.ms", "replica.lag.time.max.ms",
     "replica.fetch.wait.max.ms", "replica.fetch.max.bytes", "offsets.topic.replication.factor",
@@ -133,7 +141,7 @@ TOPIC_DEFAULTS: Mapping[str, ConfigKey] = MappingProxyType(
 """Broker keys of topic defaults (``log.segment.bytes``) -> the topic config they default."""
 
 
-_LIST_KEYS = {"ssl.enabled.protocols", "sasl.enabled.mechanisms",
+_LIST_KEYS = {"ssl.enabled.protocols", "sasl.enabled.mechanisms", "group.consumer.assignors",
               "client.telemetry.default.metrics", "client.telemetry.default.match"}
 
 
@@ -169,6 +177,7 @@ class BrokerConfig:
             raise InvalidConfigError(f"invalid value {self.props['telemetry.max.bytes']!r} "
                                      "for broker config telemetry.max.bytes: at least 1")
         preset_subscriptions(self.props)  # a bad preset stops the broker at start
+        ConsumerGroupConfig.from_props(self.props)  # an unknown assignor too
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:

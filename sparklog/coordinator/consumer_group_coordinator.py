@@ -85,7 +85,7 @@ from sparklog.coordinator.group_records import (
 from sparklog.coordinator.internal_topic import Record
 from sparklog.coordinator.offsets_store import OffsetsStore
 from sparklog.coordinator.topic_regex import to_python_regex
-from sparklog.errors import ErrorCode, KafkaError
+from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +112,10 @@ class ConsumerGroupConfig:
             _ASSIGNOR_CLASSES.get(name.strip(), name.strip())
             for name in names.split(",") if name.strip())
         unknown = [name for name in assignors if name not in ASSIGNORS]
-        if unknown:
-            raise ValueError(f"group.consumer.assignors: unknown assignors {unknown}; "
-                             f"known: {sorted(ASSIGNORS)}")
+        if unknown or not assignors:
+            raise InvalidConfigError(f"invalid value {names!r} for broker config "
+                                     f"group.consumer.assignors: unknown assignors {unknown}; "
+                                     f"known: {', '.join(ASSIGNORS)}")
         return cls(
             session_timeout_ms=int(props.get("group.consumer.session.timeout.ms",
                                              default.session_timeout_ms)),

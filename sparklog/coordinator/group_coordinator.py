@@ -943,8 +943,14 @@ class GroupCoordinator:
                                             self._expire_periodically)
 
     def expire_offsets(self) -> None:
-        """Drop expired offsets of Empty groups, and Empty groups left without offsets."""
+        """Drop expired offsets of Empty groups, and Empty groups left without offsets (a
+        consumer group's offsets expire from their commits once it has no members)."""
         now = self._now_ms()
+        for group_id, modern in list(self.consumer.groups.items()):
+            if not modern.members and group_id not in self.groups:
+                if self.consumer.delete(group_id) == ErrorCode.NONE:
+                    log.info("group %s: the empty consumer group without offsets is deleted",
+                             group_id)
         for group in list(self.groups.values()):
             if group.state is not GroupState.EMPTY or group.pending_members or (
                     self._is_consumer_group(group.group_id)
