@@ -399,7 +399,7 @@ class ConsumerGroupCoordinator:
         full = request.member_epoch == 0 or (
             request.rebalance_timeout_ms != -1 and request.subscribed_topic_names is not None
             and request.owned is not None)
-        changed = reconciled.assigned != member.assigned or member_id not in group.members
+        changed = reconciled.assigned != member.assigned
         return HeartbeatResult(ErrorCode.NONE, None, member_id, reconciled.member_epoch,
                                self.config.heartbeat_interval_ms,
                                reconciled.assigned if full or changed else None)

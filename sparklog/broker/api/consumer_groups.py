@@ -9,7 +9,10 @@ translates):
   assignment by topic id. v0: the coordinator makes up the member id of a joining member
   that sends none; v1 (KIP-1082) requires the client's own, and adds
   ``SubscribedTopicRegex`` (Java's regular expressions, matched against every topic's
-  name but the internal topics'). Errors carry an ``error_message``.
+  name but the internal topics'). Errors carry an ``error_message``. The answer waits until
+  the ISR of the group's ``__consumer_offsets`` partition has what the heartbeat stored
+  (REQUEST_TIMED_OUT, NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE as for a commit), so a
+  new coordinator replays what the members were told.
 - ConsumerGroupDescribe: each group's state, group and assignment epochs, assignor, and
   every member with its epoch, subscription, current and target assignment (topic ids and
   names); an unknown group, or a classic one, is GROUP_ID_NOT_FOUND. v1 adds each member's
@@ -27,6 +30,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from sparklog.broker.api.offset_commit import COMMIT_REPLICATION_TIMEOUT_S
 from sparklog.broker.registry import handles
 from sparklog.broker.request_context import client_host
 from sparklog.broker.security.acls import Operation, ResourceType
@@ -55,16 +59,12 @@ async def consumer_group_heartbeat(broker: Broker, header: RequestHeader,
     security = broker.security
     names = request.subscribed_topic_names
     if not security.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
-        return build.response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                              error_message=None, member_id=None, member_epoch=0,
-                              heartbeat_interval=_NO_INTERVAL, assignment=None)
+        return _heartbeat_error(build, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     refused = sorted({t for t in names or () if not security.authorize(
         Operation.DESCRIBE, ResourceType.TOPIC, t)})
     if refused:
-        return build.response(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                              error_message=f"Unauthorized topics: {', '.join(refused)}",
-                              member_id=None, member_epoch=0, heartbeat_interval=_NO_INTERVAL,
-                              assignment=None)
+        return _heartbeat_error(build, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                f"Unauthorized topics: {', '.join(refused)}")
     owned = None if request.topic_partitions is None else {
         tp.topic_id: frozenset(tp.partitions) for tp in request.topic_partitions
         if tp.topic_id is not None and tp.partitions}
@@ -75,12 +75,22 @@ async def consumer_group_heartbeat(broker: Broker, header: RequestHeader,
         getattr(request, "subscribed_topic_regex", None), request.server_assignor, owned,
         header.client_id or "", client_host(),
         client_member_id=header.api_version >= _CLIENT_MEMBER_ID))
+    if result.error == ErrorCode.NONE:  # what it stored must survive the coordinator
+        replicated = await broker.replicas.offsets_replicated(request.group_id,
+                                                              COMMIT_REPLICATION_TIMEOUT_S)
+        if replicated != ErrorCode.NONE:
+            return _heartbeat_error(build, replicated)
     assignment = None if result.assignment is None else build(
         "Assignment", topic_partitions=_topic_partitions(build, result.assignment))
     return build.response(error_code=result.error, error_message=result.message,
                           member_id=result.member_id, member_epoch=result.member_epoch,
                           heartbeat_interval=timedelta(milliseconds=result.heartbeat_interval_ms),
                           assignment=assignment)
+
+
+def _heartbeat_error(build: Build, error: ErrorCode, message: str | None = None) -> Any:
+    return build.response(error_code=error, error_message=message, member_id=None,
+                          member_epoch=0, heartbeat_interval=_NO_INTERVAL, assignment=None)
 
 
 def _topic_partitions(build: Build, assignment: TopicAssignment,
