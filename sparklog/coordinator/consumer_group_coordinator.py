@@ -84,7 +84,7 @@ from sparklog.coordinator.group_records import (
 )
 from sparklog.coordinator.internal_topic import Record
 from sparklog.coordinator.offsets_store import OffsetsStore
-from sparklog.coordinator.topic_regex import to_python_regex
+from sparklog.coordinator.topic_regex import compile_topic_regex
 from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
 
 log = logging.getLogger(__name__)
@@ -334,7 +334,7 @@ class ConsumerGroupCoordinator:
         compiled = self._regexes.get(pattern)
         if compiled is None:
             try:
-                compiled = to_python_regex(pattern)
+                compiled = compile_topic_regex(pattern)
             except ValueError as exc:
                 raise KafkaError(f"SubscribedTopicRegex {pattern!r} is not a valid regular "
                                  f"expression: {exc}",
