@@ -148,6 +148,8 @@ class ConsumerGroup:
         self.subscription_metadata: dict[str, tuple[uuid.UUID, int]] = {}
         """Topic name -> (id, partitions) of every subscribed topic that exists."""
         self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+        self.metadata_refresh_ms = 0
+        """When ``subscription_metadata`` is next checked against the topics."""
         self.session_timers: dict[str, asyncio.TimerHandle] = {}
         self.rebalance_timers: dict[str, asyncio.TimerHandle] = {}
 

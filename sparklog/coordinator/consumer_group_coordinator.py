@@ -8,8 +8,9 @@ Behaviour:
   but the internal ones) and its rebalance timeout, then heartbeats with the epoch it was
   given every ``group.consumer.heartbeat.interval.ms`` (5 s).
 - The group epoch is bumped when a member joins or leaves or changes its subscription, and
-  when a subscribed topic appears, disappears or grows (checked at every heartbeat, so a
-  new topic matching a member's regular expression is picked up within a heartbeat). The
+  when a subscribed topic appears, disappears or grows (checked at a heartbeat at most every
+  ``METADATA_REFRESH_MS``, so a new topic matching a member's regular expression is
+  picked up within a second and a heartbeat). The
   next heartbeat then computes the target assignment for that epoch with the server-side
   assignor most members name (``ServerAssignor``), else the first of
   ``group.consumer.assignors`` (``uniform``, ``range``; UNSUPPORTED_ASSIGNOR for others).
@@ -90,6 +91,8 @@ from sparklog.errors import ErrorCode, InvalidConfigError, KafkaError
 log = logging.getLogger(__name__)
 
 CONSUMER_GROUP_TYPE = "consumer"
+METADATA_REFRESH_MS = 1000
+"""How stale the subscribed topics' metadata (new topics, partitions) may get."""
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
 _ASSIGNOR_CLASSES = {"org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
                      "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
@@ -204,6 +207,11 @@ class _Change:
         self.assignment_epoch = group.assignment_epoch
         self.metadata = group.subscription_metadata
         self.removed: list[str] = []
+        self.touched: list[ConsumerMember] = []
+
+    def put(self, member: ConsumerMember) -> None:
+        self.members[member.member_id] = member
+        self.touched.append(member)
 
     def add(self, kind: ConsumerRecordType, value: bytes | None, member_id: str = "") -> None:
         self.records.append((consumer_key(kind, self.group.group_id, member_id), value))
@@ -224,8 +232,8 @@ class _Change:
         group.group_epoch, group.assignment_epoch = self.group_epoch, self.assignment_epoch
         group.subscription_metadata = self.metadata
         group.targets = self.targets
-        for member_id, member in self.members.items():
-            if group.members.get(member_id) is not member:
+        for member in self.touched:
+            if self.members.get(member.member_id) is member:  # its last state
                 group.put(member)
 
 
@@ -371,7 +379,7 @@ class ConsumerGroupCoordinator:
             bump = (member_id not in change.members
                     or updated.subscribed_topic_names != member.subscribed_topic_names
                     or updated.subscribed_topic_regex != member.subscribed_topic_regex)
-        change.members[member_id] = updated
+        change.put(updated)
         self._update_epoch(change, bump)
         if change.group_epoch > change.assignment_epoch:
             self._assign(change)
@@ -383,7 +391,7 @@ class ConsumerGroupCoordinator:
         if member_id not in group.members or not reconciled.same_assignment(member):
             change.add(ConsumerRecordType.CURRENT_ASSIGNMENT,
                        current_assignment_value(reconciled.current_record()), member_id)
-        change.members[member_id] = reconciled
+        change.put(reconciled)
         self._append(group, change.records)
         change.apply()
         self.groups.setdefault(group.group_id, group)
@@ -453,7 +461,7 @@ class ConsumerGroupCoordinator:
                        member_id)
             replaced = dataclasses.replace(member, member_id=member_id, member_epoch=0,
                                            previous_member_epoch=0)
-            change.members[member_id] = replaced
+            change.put(replaced)
             log.info("group %s: static member %s rejoins as %s (was %s)", group.group_id,
                      instance_id, member_id, member.member_id)
             return replaced
@@ -477,8 +485,13 @@ class ConsumerGroupCoordinator:
         return member
 
     def _update_epoch(self, change: _Change, bump: bool) -> None:
-        """Recompute the subscribed topics' metadata; bump the group epoch when it or a
-        subscription changed."""
+        """Recompute the subscribed topics' metadata (when a subscription changed, else at
+        most every ``METADATA_REFRESH_MS``: a heartbeat costs no walk over the members);
+        bump the group epoch when it or a subscription changed."""
+        now = self._now_ms()
+        if not bump and now < change.group.metadata_refresh_ms:
+            return
+        change.group.metadata_refresh_ms = now + METADATA_REFRESH_MS
         metadata = self._subscription_metadata(change.members.values())
         if metadata != change.metadata:
             change.metadata = metadata
