@@ -1,5 +1,6 @@
 """The KIP-848 consumer group coordinator without the network: its records (checked against
-bytes built by hand from Kafka's ``ConsumerGroup*`` schemas), a restart replaying them, the
+bytes built by hand from Kafka's ``ConsumerGroup*`` schemas, and as ``dump-log`` prints
+them), a restart replaying them, the
 rebalance and session timeouts, the expiry of an empty group, and the assignor settings;
 driven through ``GroupCoordinator.consumer`` on an in-memory ``__consumer_offsets``.
 """
@@ -7,6 +8,7 @@ driven through ``GroupCoordinator.consumer`` on an in-memory ``__consumer_offset
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import time
 import uuid
@@ -16,6 +18,7 @@ import pytest
 from coordinator_support import MemoryTopic, group_coordinator, run
 
 from sparklog.broker.config import BrokerConfig
+from sparklog.commands.record_decoders import offsets_decoder
 from sparklog.coordinator.consumer_group_coordinator import (
     ConsumerGroupConfig,
     HeartbeatRequest,
@@ -150,3 +153,20 @@ def test_the_configured_assignors() -> None:
     assert config.assignors == ("range", "uniform")
     with pytest.raises(InvalidConfigError, match=r"group\.consumer\.assignors"):
         BrokerConfig({"group.consumer.assignors": "sticky"})
+
+
+def test_dump_log_decodes_the_consumer_group_records() -> None:
+    """``sparklog dump-log --offsets-decoder`` prints them as Kafka's tool does."""
+    topic_id = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
+    key = consumer_key(ConsumerRecordType.CURRENT_ASSIGNMENT, "g", "m")
+    value = current_assignment_value(CurrentAssignmentRecord(5, 4, 1, {topic_id: frozenset({2})},
+                                                             {}))
+    key_text, payload = offsets_decoder(key, value)
+    assert json.loads(key_text) == {"type": "8", "data": {"groupId": "g", "memberId": "m"}}
+    assert json.loads(payload) == {"version": "0", "data": {
+        "memberEpoch": 5, "previousMemberEpoch": 4, "state": 1,
+        "assignedPartitions": [{"topicId": "ABEiM0RVZneImaq7zN3u_w", "partitions": [2]}],
+        "partitionsPendingRevocation": []}}
+    epoch_key = consumer_key(ConsumerRecordType.GROUP_EPOCH, "g")
+    assert offsets_decoder(epoch_key, None) == ('{"type":"3","data":{"groupId":"g"}}',
+                                                "<DELETE>")

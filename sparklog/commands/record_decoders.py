@@ -16,14 +16,18 @@ Invariants:
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, fields, is_dataclass
 from typing import Any
 
 from sparklog.coordinator.consumer_protocol import PROTOCOL_TYPE, subscribed_topics
 from sparklog.coordinator.group_records import (
+    ConsumerGroupKey,
     GroupKey,
+    decode_consumer_value,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -59,18 +63,21 @@ def _fields(record: Any, rename: dict[str, str] | None = None) -> dict[str, Any]
 
 
 def offsets_decoder(key: bytes | None, value: bytes | None) -> tuple[str, str]:
-    """``__consumer_offsets`` records: offset commits and group metadata."""
+    """``__consumer_offsets`` records: offset commits, classic group metadata and KIP-848
+    consumer groups' records (topic ids as Kafka prints them: base64 URL-safe, unpadded)."""
     if key is None:
         return "unknown (a record of __consumer_offsets has a key)", TOMBSTONE
     try:
         decoded_key = decode_key(key)
     except ValueError as exc:
         return f"unknown ({exc})", "unknown"
-    key_text = _json("type", _version(key), _fields(decoded_key))
+    key_text = _json("type", _version(key), _key_fields(decoded_key))
     if value is None:
         return key_text, TOMBSTONE
     try:
-        if isinstance(decoded_key, GroupKey):
+        if isinstance(decoded_key, ConsumerGroupKey):
+            data = _jsonable(decode_consumer_value(decoded_key.record_type, value))
+        elif isinstance(decoded_key, GroupKey):
             group = decode_group_value(value)
             data = _fields(group, {"state_timestamp": "currentStateTimestamp"})
             data["members"] = [_member(m, group.protocol_type) for m in group.members]
@@ -79,6 +86,23 @@ def offsets_decoder(key: bytes | None, value: bytes | None) -> tuple[str, str]:
     except ValueError as exc:
         return key_text, f"unknown ({exc})"
     return key_text, _json("version", _version(value), data)
+
+
+def _key_fields(key: Any) -> dict[str, Any]:
+    if isinstance(key, ConsumerGroupKey):
+        return {"groupId": key.group, **({"memberId": key.member_id} if key.member_id else {})}
+    return _fields(key)
+
+
+def _jsonable(value: Any) -> Any:
+    """A decoded record (kio entities, tuples, topic ids) as JSON-ready data, camelCase."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {_camel(f.name): _jsonable(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, tuple):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, uuid.UUID):
+        return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+    return value
 
 
 def _member(member: Any, protocol_type: str) -> dict[str, Any]:

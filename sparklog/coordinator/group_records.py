@@ -368,6 +368,22 @@ def _assignment(topic_partitions: Any) -> dict[uuid.UUID, frozenset[int]]:
     return {tp.topic_id: frozenset(tp.partitions) for tp in topic_partitions if tp.partitions}
 
 
+_CONSUMER_VALUES = {
+    ConsumerRecordType.GROUP_EPOCH: _EPOCH_VALUE,
+    ConsumerRecordType.SUBSCRIPTION_METADATA: _PARTITION_METADATA_VALUE,
+    ConsumerRecordType.MEMBER_SUBSCRIPTION: _MEMBER_VALUE,
+    ConsumerRecordType.TARGET_ASSIGNMENT_EPOCH: _TARGET_EPOCH_VALUE,
+    ConsumerRecordType.TARGET_ASSIGNMENT_MEMBER: _TARGET_MEMBER_VALUE,
+    ConsumerRecordType.CURRENT_ASSIGNMENT: _CURRENT_VALUE,
+}
+
+
+def decode_consumer_value(record_type: ConsumerRecordType, data: bytes) -> Any:
+    """A consumer group record's value as its schema's entity (fields by Kafka's names in
+    snake case), for tools; ``ValueError`` if it does not decode."""
+    return decode(_CONSUMER_VALUES[record_type], data)[1]
+
+
 def apply_consumer_record(groups: dict[str, ConsumerGroupRecords], key: ConsumerGroupKey,
                           value: bytes | None) -> None:
     """Replay one consumer group record into ``groups`` (``ValueError`` if it does not
