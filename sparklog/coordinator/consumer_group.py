@@ -60,7 +60,6 @@ class ConsumerGroupState:
     ASSIGNING = "Assigning"
     RECONCILING = "Reconciling"
     STABLE = "Stable"
-    DEAD = "Dead"
 
 
 class FencedMemberEpoch(Exception):

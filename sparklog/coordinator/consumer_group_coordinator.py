@@ -63,7 +63,6 @@ from sparklog.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroup,
-    ConsumerGroupState,
     ConsumerMember,
     FencedMemberEpoch,
     MemberState,
@@ -694,16 +693,6 @@ class ConsumerGroupCoordinator:
         group.cancel_timers()
         del self.groups[group_id]
         return ErrorCode.NONE
-
-    def topic_name(self, group_id: str, topic_id: uuid.UUID) -> str:
-        group = self.groups.get(group_id)
-        names = {} if group is None else {i: n for n, (i, _) in
-                                          group.subscription_metadata.items()}
-        return names.get(topic_id, "")
-
-    @staticmethod
-    def state_of(group: ConsumerGroup | None) -> str:
-        return ConsumerGroupState.DEAD if group is None else group.state
 
 
 def _cancel(timers: dict[str, asyncio.TimerHandle], member_id: str) -> None:
