@@ -293,6 +293,19 @@ CASES = [
          ((TOPIC, Operation.ALTER_CONFIGS),), ErrorCode.TOPIC_AUTHORIZATION_FAILED),
     Case(ApiKey.DESCRIBE_LOG_DIRS, 4, lambda n: {"topics": None},
          ((CLUSTER, Operation.DESCRIBE),), ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    Case(ApiKey.ALTER_REPLICA_LOG_DIRS, 2, lambda n: {"dirs": [{
+        "path": "/elsewhere", "topics": [{"name": n.topic, "partitions": [0]}]}]},
+         ((CLUSTER, Operation.ALTER),), ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    Case(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, lambda n: {
+        "group_id": n.group, "member_id": uuid.uuid4().hex, "member_epoch": 0,
+        "instance_id": None, "rack_id": None, "rebalance_timeout_ms": 30_000,
+        "subscribed_topic_names": [n.topic], "subscribed_topic_regex": None,
+        "server_assignor": None, "topic_partitions": []},
+         ((GROUP, Operation.READ), (TOPIC, Operation.DESCRIBE)),
+         ErrorCode.GROUP_AUTHORIZATION_FAILED),
+    Case(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, lambda n: {
+        "group_ids": [n.group], "include_authorized_operations": False},
+         ((GROUP, Operation.DESCRIBE),), ErrorCode.GROUP_AUTHORIZATION_FAILED),
     Case(ApiKey.CREATE_PARTITIONS, 3, lambda n: {
         "topics": [{"name": n.topic, "count": 2, "assignments": None}], "timeout_ms": 5000,
         "validate_only": True},
