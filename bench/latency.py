@@ -97,8 +97,13 @@ class Arrivals:
         return self.delays_ms
 
 
-def run_query(start: Callable[[str], Any], seconds: float) -> list[float]:
-    """Run the query ``start(checkpoint)`` returns for ``seconds``; its batches' durations."""
+PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+"""Spark's own split of a micro-batch (``durationMs``), shown per query."""
+
+
+def run_query(start: Callable[[str], Any], seconds: float) -> list[dict[str, float]]:
+    """Run the query ``start(checkpoint)`` returns for ``seconds``; each batch's durations
+    (``durationMs``: ``triggerExecution`` and its phases)."""
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as checkpoint:
         query = start(checkpoint)
         try:
@@ -106,9 +111,14 @@ def run_query(start: Callable[[str], Any], seconds: float) -> list[float]:
         finally:
             query.stop()
         progress = query.recentProgress
-    durations = [float(p["durationMs"]["triggerExecution"]) for p in progress
-                 if p.get("durationMs", {}).get("triggerExecution") is not None]
-    return durations[WARM_UP_BATCHES:]
+    batches = [{k: float(v) for k, v in p["durationMs"].items()} for p in progress
+               if p.get("durationMs", {}).get("triggerExecution") is not None]
+    return batches[WARM_UP_BATCHES:]
+
+
+def median_of(batches: list[dict[str, float]], phase: str) -> float:
+    values = [b.get(phase, 0.0) for b in batches]
+    return statistics.median(values) if values else float("nan")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -156,7 +166,7 @@ def main() -> int:
                                            .option("checkpointLocation", checkpoint)
                                            .trigger(processingTime="0 seconds").start())
 
-            results: list[tuple[str, list[float], list[float] | None]] = []
+            results: list[tuple[str, list[dict[str, float]], list[float] | None]] = []
             for label, start, copy_topic in [
                     ("rate -> noop (Spark's floor)", into_noop(rate), None),
                     ("sparklog -> noop", into_noop(sparklog), None),
@@ -175,27 +185,30 @@ def main() -> int:
                                       if label.endswith("exactly-once") else "at-least-once")
                     arrivals = Arrivals(bootstrap, copy_topic)
                 assert start is not None
-                durations = run_query(start, seconds)
-                results.append((label, durations, arrivals.close() if arrivals else None))
+                batches = run_query(start, seconds)
+                results.append((label, batches, arrivals.close() if arrivals else None))
             feed.close()
             jvm_rss = vm_hwm_mib(spark.sparkContext._gateway.proc.pid)
             broker_rss = vm_hwm_mib(broker.pid)
             spark.stop()
         finally:
             broker.stop()
-    floor = statistics.median(results[0][1]) if results[0][1] else float("nan")
-    rows = []
-    for label, durations, delays in results:
-        median = statistics.median(durations) if durations else float("nan")
+    floor = median_of(results[0][1], "triggerExecution")
+    rows, phases = [], []
+    for label, batches, delays in results:
+        median = median_of(batches, "triggerExecution")
         end_to_end = (f"{percentile(delays, 0.5):.0f} / {percentile(delays, 0.99):.0f}"
                       if delays else "")
-        rows.append(Row(label, str(len(durations)), f"{median:.0f}", f"{median / floor:.2f}",
+        rows.append(Row(label, str(len(batches)), f"{median:.0f}", f"{median / floor:.2f}",
                         end_to_end))
+        phases.append(Row(label, *(f"{median_of(batches, p):.0f}" for p in PHASES)))
     print_table(["query", "batches", "median batch ms", "ratio to floor",
                  "end to end p50 / p99 ms"], rows)
+    print()
+    print_table(["median ms of", *PHASES], phases)
     print(f"peak RSS: driver JVM {jvm_rss:.0f} MiB, driver Python {peak_rss_mib():.0f} MiB, "
           f"broker {broker_rss:.0f} MiB")
-    copy = statistics.median(results[3][1]) if results[3][1] else float("nan")
+    copy = median_of(results[3][1], "triggerExecution")
     print(f"latency_sink_ratio={copy / floor:.2f}")
     return 0
 

@@ -21,7 +21,7 @@ from sparklog.client.kafka import KafkaClient
 from sparklog.client.settings import ClientConfig, RetryPolicy, parse_bootstrap
 from sparklog.client.transactions import ONGOING, describe_transaction, list_transactions
 from sparklog.datasource.write.commit_intents import CommitIntent, CommitIntents, SinkTransaction
-from sparklog.datasource.write.producer import SinkCommitMessage
+from sparklog.datasource.write.commit_message import SinkCommitMessage
 from sparklog.datasource.write.two_phase_commit import (
     PartialCommitError,
     TransactionCommitter,

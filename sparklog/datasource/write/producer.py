@@ -24,19 +24,16 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from itertools import pairwise, repeat
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from pyspark.sql.datasource import WriterCommitMessage
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from sparklog.client.rdkafka_log import routed
-from sparklog.datasource.options import OptionError
-from sparklog.datasource.write.commit_intents import SinkTransaction
+from sparklog.datasource.write.commit_message import SinkCommitMessage
 from sparklog.datasource.write.producer_cache import PRODUCERS
 from sparklog.datasource.write.write_options import SinkSpec
 
@@ -55,27 +52,6 @@ class SinkTopicError(RuntimeError):
 
 class SinkDeliveryError(RuntimeError):
     """Records were refused by librdkafka or the broker; the task must not succeed."""
-
-
-@dataclass(frozen=True)
-class SinkCommitMessage(WriterCommitMessage):
-    """What one write task sent: every record counted here was acknowledged by the broker."""
-
-    records: int
-    bytes: int
-    """Key and value bytes (headers not counted)."""
-    transaction: SinkTransaction | None = None
-    """With exactly-once: the task's open transaction, holding all of its records."""
-
-
-def check_config(config: Mapping[str, str]) -> None:
-    """Have librdkafka validate producer settings without contacting a broker (~2 ms)."""
-    try:
-        Producer({**config, "bootstrap.servers": "", "log_level": 0})
-    except KafkaException as error:
-        raise OptionError(f"invalid kafka.* option: {error.args[0].str()}") from None
-    except (TypeError, ValueError) as error:  # settings confluent-kafka reads itself
-        raise OptionError(f"invalid kafka.* option: {error}") from None
 
 
 class _Failures:

@@ -34,9 +34,6 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from sparklog.client.watch import WatchedProducer
 
-DEFAULT_TIMEOUT_S = 600.0
-"""Spark's ``spark.kafka.producer.cache.timeout`` default, 10 minutes."""
-
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 Key = tuple[tuple[str, str], ...]
 
@@ -100,7 +97,7 @@ class ProducerCache:
         self._closed = False
 
     def lease(self, config: Mapping[str, Any], on_delivery: DeliveryCallback, *,
-              cached: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S) -> Lease:
+              cached: bool = True, timeout_s: float) -> Lease:
         """A producer of ``config`` whose delivery reports go to ``on_delivery`` until the
         lease ends; ``cached=False`` makes a fresh one that is never kept."""
         key = tuple(sorted((k, str(v)) for k, v in config.items()))

@@ -27,7 +27,8 @@ from sparklog.client.kafka import KafkaClient
 from sparklog.client.settings import RetryPolicy
 from sparklog.client.transactions import ONGOING, describe_transaction
 from sparklog.datasource.write.commit_intents import SinkTransaction
-from sparklog.datasource.write.producer import SinkCommitMessage, SinkDeliveryError, TaskProducer
+from sparklog.datasource.write.commit_message import SinkCommitMessage
+from sparklog.datasource.write.producer import SinkDeliveryError, TaskProducer
 from sparklog.datasource.write.write_options import SinkSpec
 
 log = logging.getLogger("sparklog.sink")

@@ -54,7 +54,7 @@ from sparklog.client.transactions import (
     list_transactions,
 )
 from sparklog.datasource.write.commit_intents import CommitIntent, CommitIntents, SinkTransaction
-from sparklog.datasource.write.producer import SinkCommitMessage
+from sparklog.datasource.write.commit_message import SinkCommitMessage
 from sparklog.errors import ErrorCode
 from sparklog.faults import fault_point
 

@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from confluent_kafka import KafkaException, Producer
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -57,10 +58,11 @@ from sparklog.datasource.options import (
     parse_duration_s,
 )
 from sparklog.datasource.schema import HEADER_TYPE
-from sparklog.datasource.write.producer_cache import DEFAULT_TIMEOUT_S
 
 PRODUCER_CACHE_TIMEOUT = "spark.kafka.producer.cache.timeout"
 """Spark's setting, taken as a sink option: a Python data source cannot read Spark's confs."""
+PRODUCER_CACHE_TIMEOUT_DEFAULT = "10m"
+"""Spark's default for it."""
 SINK_OPTIONS = {"topic", "checkpointLocation", "deliveryGuarantee", "transactionalIdPrefix",
                 PRODUCER_CACHE_TIMEOUT}
 """Options besides ``kafka.*`` and ``bootstrap.servers``; Spark itself passes
@@ -104,7 +106,7 @@ class SinkSpec:
     """Set with exactly-once: every task writes in a transaction of an id with this prefix."""
     checkpoint_location: str | None = None
     """A streaming query's checkpoint, where exactly-once keeps its commit intents."""
-    producer_cache_timeout_s: float = DEFAULT_TIMEOUT_S
+    producer_cache_timeout_s: float = 600.0  # PRODUCER_CACHE_TIMEOUT_DEFAULT
     """How long an idle producer is kept for a later task of the same worker."""
 
     @property
@@ -228,5 +230,16 @@ def sink_spec(options: Mapping[str, str], schema: StructType, *,
         partition=_check_type(schema, "partition", (IntegerType(),)),
         transactional_id_prefix=prefix,
         checkpoint_location=checkpoint if prefix is not None else None,
-        producer_cache_timeout_s=parse_duration_s(options, PRODUCER_CACHE_TIMEOUT, "10m"),
+        producer_cache_timeout_s=parse_duration_s(options, PRODUCER_CACHE_TIMEOUT,
+                                                  PRODUCER_CACHE_TIMEOUT_DEFAULT),
     )
+
+
+def check_config(config: Mapping[str, str]) -> None:
+    """Have librdkafka validate producer settings without contacting a broker (~2 ms)."""
+    try:
+        Producer({**config, "bootstrap.servers": "", "log_level": 0})
+    except KafkaException as error:
+        raise OptionError(f"invalid kafka.* option: {error.args[0].str()}") from None
+    except (TypeError, ValueError) as error:  # settings confluent-kafka reads itself
+        raise OptionError(f"invalid kafka.* option: {error}") from None

@@ -24,12 +24,17 @@ Invariants:
   intent a dead driver left. Readers see each record once with read_committed.
 - ``commit`` logs the totals at INFO on the ``sparklog.sink`` logger; ``abort`` logs what
   it left in the topics, at WARNING.
+- Spark builds a streaming writer in two fresh Python processes per micro-batch (to ship it
+  to the tasks, and to commit), so this module imports only what every one of them needs:
+  the tasks' producers, the protocol client and the exactly-once committer are imported
+  where they are used (the commit messages' class lives in the light ``commit_message``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -39,11 +44,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sparklog.client.kafka import check_bootstrap
-from sparklog.datasource.write.producer import SinkCommitMessage, TaskProducer, check_config
-from sparklog.datasource.write.two_phase_commit import TransactionCommitter
-from sparklog.datasource.write.write_options import SinkSpec, sink_spec
+from sparklog.datasource.write.commit_message import SinkCommitMessage
+from sparklog.datasource.write.write_options import SinkSpec, check_config, sink_spec
 from sparklog.faults import fault_point
+
+if TYPE_CHECKING:
+    from sparklog.datasource.write.producer import TaskProducer
+    from sparklog.datasource.write.two_phase_commit import TransactionCommitter
 
 log = logging.getLogger("sparklog.sink")
 if log.level == logging.NOTSET:
@@ -69,9 +76,13 @@ class _SinkWriter:
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._spec = sink_spec(options, schema, streaming=self.streaming)
         check_config(self._spec.producer_config)
+        from sparklog.client.kafka import check_bootstrap
+
         check_bootstrap(self._spec.client_config())
 
     def _committer(self) -> TransactionCommitter:
+        from sparklog.datasource.write.two_phase_commit import TransactionCommitter
+
         spec = self._spec
         assert spec.transactional_id_prefix is not None
         return TransactionCommitter(spec.client_config(), spec.transactional_id_prefix,
@@ -91,6 +102,8 @@ class _SinkWriter:
             raise
 
     def _new_producer(self) -> TaskProducer:
+        from sparklog.datasource.write.producer import TaskProducer
+
         if self._spec.exactly_once:
             from sparklog.datasource.write.transactional_producer import (
                 TransactionalTaskProducer,
