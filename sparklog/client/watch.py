@@ -35,7 +35,7 @@ from sparklog.client.failures import (
     authentication_failed,
     mismatch_at,
 )
-from sparklog.client.rdkafka_log import admin_client
+from sparklog.client.rdkafka_log import admin_client, routed, watched_routing
 from sparklog.client.settings import ClientConfig, ClientSecurity, SettingsError, parse_bootstrap
 
 SLICE_S = 0.2
@@ -128,7 +128,7 @@ class FailureWatch:
 
 def watched(config: Mapping[str, object]) -> dict[str, object]:
     """``config`` with a ``FailureWatch`` as its ``error_cb`` (unless one is set)."""
-    return {"error_cb": FailureWatch(config), **config}
+    return {"error_cb": FailureWatch(config), **watched_routing(config)}
 
 
 class _Watched:
@@ -216,7 +216,7 @@ def connected_admin(config: Mapping[str, object], wait_s: float = ADMIN_WAIT_S
     protocol mismatch raises ``ConnectionFailure`` within seconds, no answer in ``wait_s``
     a ``KafkaClientError`` naming the bootstrap servers."""
     watch = FailureWatch(config)
-    admin = admin_client({"error_cb": watch, **config})
+    admin = admin_client({"error_cb": watch, **watched_routing(routed(config))})
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
