@@ -8,6 +8,8 @@ Invariants:
   known key with a bad value fails at start-up with a message naming key and value.
 - ``metrics.listener`` (sparklog's own: the Prometheus endpoint and status page) is empty
   (off) or ``http://HOST:PORT``; port 0 takes any free port.
+- ``schema.registry.listeners`` (the schema registry's REST API, ``broker/schema_registry``)
+  is empty (off) or one ``http://HOST:PORT``, like ``metrics.listener``.
 - ``zookeeper.connect`` empty (the default) is the single-node broker; set, the broker joins
   the cluster it names (``sparklog.broker.replication.replica_manager``) as ``broker_id``
   (``broker.id``, else ``node.id``).
@@ -86,6 +88,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "log.cleaner.dedupe.buffer.size": "134217728",
     "log.cleaner.threads": "1",
     "metrics.listener": "",
+    # the schema registry's REST API (broker/schema_registry; empty: off)
+    "schema.registry.listeners": "",
     "quota.window.num": "11",
     "quota.window.size.seconds": "1",
     # replication (a cluster: set zookeeper.connect; empty runs the single-node broker)
@@ -172,6 +176,7 @@ class BrokerConfig:
             self.get_bool(key)
         self.topic_defaults = broker_defaults(self.props)  # validates log.* values
         self.metrics_listener()
+        self.schema_registry_listener()
         self._check_listeners()
         if self.get_int("telemetry.max.bytes") < 1:
             raise InvalidConfigError(f"invalid value {self.props['telemetry.max.bytes']!r} "
@@ -242,7 +247,15 @@ class BrokerConfig:
 
     def metrics_listener(self) -> tuple[str, int] | None:
         """``metrics.listener`` as (host, port); None when it is not set (no listener)."""
-        value = self.props["metrics.listener"].strip()
+        return self._http_listener("metrics.listener", 9404)
+
+    def schema_registry_listener(self) -> tuple[str, int] | None:
+        """``schema.registry.listeners`` as (host, port); None when it is not set."""
+        return self._http_listener("schema.registry.listeners", 8081)
+
+    def _http_listener(self, key: str, example_port: int) -> tuple[str, int] | None:
+        """An ``http://HOST:PORT`` setting as (host, port); None when it is empty."""
+        value = self.props[key].strip()
         if not value:
             return None
         url = urlsplit(value)
@@ -252,8 +265,8 @@ class BrokerConfig:
             port = None
         if url.scheme != "http" or not url.hostname or port is None or url.path not in ("", "/"):
             raise InvalidConfigError(
-                f"invalid value {value!r} for broker config metrics.listener: expected "
-                "http://HOST:PORT, e.g. http://127.0.0.1:9404")
+                f"invalid value {value!r} for broker config {key}: expected "
+                f"http://HOST:PORT, e.g. http://127.0.0.1:{example_port}")
         return url.hostname, port
 
     @property

@@ -2,7 +2,8 @@
 
 Invariants:
 - ``start`` returns only once the child printed its listening line, so ``bootstrap`` is
-  ready to use (and ``metrics_url``, with ``metrics.listener`` set, and the further
+  ready to use (and ``metrics_url``, with ``metrics.listener`` set, ``schema_registry_url`` with
+  ``schema.registry.listeners``, and the further
   listeners' addresses, ``listeners``); a child that exits
   before that raises with the child's output.
 - ``stop`` sends SIGTERM and waits (a clean shutdown: logs flushed, marker written);
@@ -30,6 +31,7 @@ from typing import IO
 _LISTENING = re.compile(r"listening on (?P<host>[^\s:]+):(?P<port>\d+)")
 _LISTENER = re.compile(r"listener (?P<name>\S+) on \S+, advertised as (?P<address>\S+)")
 _METRICS = re.compile(r"metrics and status page on (?P<url>\S+)")
+_REGISTRY = re.compile(r"schema registry on (?P<url>\S+)")
 
 
 class BrokerProcess:
@@ -43,6 +45,7 @@ class BrokerProcess:
         self.log_file = log_file or data_dir.with_name(data_dir.name + ".broker.log")
         self.host = "127.0.0.1"
         self.metrics_url: str | None = None
+        self.schema_registry_url: str | None = None
         self.listeners: dict[str, str] = {}
         """Further listeners (after the first, ``bootstrap``): name -> advertised address."""
         self.detached = detached  # outlives this process: own session, stdout to a file
@@ -86,6 +89,9 @@ class BrokerProcess:
             metrics = _METRICS.search(line)
             if metrics:
                 self.metrics_url = metrics["url"]
+            registry = _REGISTRY.search(line)
+            if registry:
+                self.schema_registry_url = registry["url"]
             match = _LISTENING.search(line)
             if match:
                 self.host, self.port = match["host"], int(match["port"])

@@ -41,6 +41,10 @@ Invariants:
   ``run`` then prints ``sparklog broker metrics and status page on URL`` before its
   listening line. ``stop`` closes the listener first; a listener that cannot bind stops the
   broker cleanly and ``start`` raises a ``StartupError`` naming ``metrics.listener``.
+- With ``schema.registry.listeners`` set, the schema registry (``schema_registry``) replays
+  ``_schemas`` and accepts connections before ``start`` returns (``run`` prints ``sparklog
+  broker schema registry on URL``); ``stop`` closes it before the broker's state. It is
+  refused at start-up on a cluster (not served there yet).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from sparklog.broker.monitoring.listener import MetricsListener
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import load_handlers
 from sparklog.broker.replication.inter_broker import InterBrokerSecurity
+from sparklog.broker.schema_registry.listener import RegistryListener
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.security.page_logins import PageLogins
 from sparklog.broker.server import BrokerServer
@@ -140,6 +145,7 @@ class BrokerService:
         self._servers: list[BrokerServer] = []
         self._cleaner: LogCleaner | None = None
         self._listener: MetricsListener | None = None
+        self._registry: RegistryListener | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -167,9 +173,17 @@ class BrokerService:
         """The metrics listener's URL (status page at its root), None when it is off."""
         return None if self._listener is None else self._listener.url
 
+    @property
+    def schema_registry_url(self) -> str | None:
+        """The schema registry's URL, None when it is off."""
+        return None if self._registry is None else self._registry.url
+
     async def start(self) -> None:
         load_handlers()
         config = self.config
+        if config.schema_registry_listener() is not None and config.zookeeper_connect:
+            raise StartupError("schema.registry.listeners is not served on a cluster yet "
+                               "(zookeeper.connect is set): run the registry on a single node")
         security = self._listener_security()
         inter_broker = self._inter_broker_security()
         sockets = self._bind_listeners()
@@ -213,6 +227,14 @@ class BrokerService:
             await server.serve()
         if self._cleaner.config.enable:
             self._cleaner.start()
+        registry_at = config.schema_registry_listener()
+        if registry_at is not None and broker.schemas_topic is not None:
+            self._registry = RegistryListener(broker.schemas_topic, broker.now_ms, *registry_at)
+            try:
+                await self._registry.start()
+            except OSError as exc:
+                await self.stop()
+                raise StartupError(str(exc)) from None
         self._tasks = [
             asyncio.create_task(_every(config.get_int(interval), action))
             for interval, action in (
@@ -271,6 +293,8 @@ class BrokerService:
         log.info("shutting down")
         if self._listener is not None:
             await self._listener.stop()
+        if self._registry is not None:
+            await self._registry.stop()
         for task in self._tasks:
             task.cancel()
         if self.broker is not None:
@@ -291,6 +315,8 @@ async def serve(config: BrokerConfig, data_dir: Path, listen: str,
     await service.start()
     if service.metrics_url is not None:
         print(f"sparklog broker metrics and status page on {service.metrics_url}", flush=True)
+    if service.schema_registry_url is not None:
+        print(f"sparklog broker schema registry on {service.schema_registry_url}", flush=True)
     for server in service.servers[1:]:
         print(f"sparklog broker listener {server.listener} on {server.host}:{server.port}, "
               "advertised as {}:{}".format(*server.advertised), flush=True)

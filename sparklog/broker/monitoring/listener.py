@@ -8,8 +8,8 @@ with ``offset=O`` or ``timestamp=MS`` and ``limit=N`` (a page of the message bro
 ``browser.py``).
 
 Invariants:
-- The server is the standard library's threaded WSGI server (prometheus-client's
-  ``ThreadingWSGIServer``), on threads of its own: a slow or stuck HTTP client never holds
+- The server is the standard library's threaded WSGI server (``http_server``), on threads
+  of its own: a slow or stuck HTTP client never holds
   the broker's event loop. Broker state is read only on the loop: a request thread hands
   ``take_status`` (and the history copy) to the loop with ``run_coroutine_threadsafe`` and
   waits at most ``READ_TIMEOUT_S``; the loop spends one snapshot per scrape or page refresh
@@ -45,8 +45,6 @@ import base64
 import binascii
 import json
 import logging
-import socket
-import threading
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -55,14 +53,14 @@ from dataclasses import asdict
 from importlib import resources
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
 
 from sparklog.broker.monitoring.browser import DEFAULT_RECORDS, MessagePage, browse
 from sparklog.broker.monitoring.exporter import BrokerCollector
 from sparklog.broker.monitoring.history import INTERVAL_S, RateHistory, Sample
+from sparklog.broker.monitoring.http_server import serve, url_of
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.monitoring.status import (
     Broker,
@@ -108,11 +106,6 @@ class _Refused(Exception):
         self.status, self.extra = status, extra
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Log nothing per request (a scrape every few seconds would flood the log)."""
-
-
 class MetricsListener:
     def __init__(self, broker: Broker,
                  connections: Callable[[], dict[str, Counter[tuple[str, str]]]],
@@ -137,31 +130,19 @@ class MetricsListener:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
+        return url_of(self.host, self.port) + "/"
 
     def url_from(self, advertised_host: str) -> str:
         """``url``, with ``advertised_host`` when the listener binds every interface."""
         if self.host not in WILDCARD_HOSTS:
             return self.url
-        host = f"[{advertised_host}]" if ":" in advertised_host else advertised_host
-        return f"http://{host}:{self.port}/"
+        return url_of(advertised_host, self.port) + "/"
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        try:
-            family = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)[0][0]
-            server_class = type("MetricsServer", (ThreadingWSGIServer,),
-                                {"address_family": family})
-            self._httpd = make_server(self.host, self.port, self._app, server_class,
-                                      handler_class=_QuietHandler)
-        except OSError as exc:
-            raise OSError(exc.errno, f"cannot listen on metrics.listener "
-                                     f"{self.url}: {exc.strerror}") from None
+        self._httpd = serve(self.host, self.port, self._app, "metrics.listener")
         self.port = self._httpd.server_port
         self._serving = True
-        threading.Thread(target=self._httpd.serve_forever, name="metrics-listener",
-                         daemon=True).start()
         self.history.sample()
         self._sampler = asyncio.create_task(self._sample())
         log.info("metrics and status page on %s", self.url)

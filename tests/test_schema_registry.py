@@ -1,0 +1,233 @@
+"""The schema registry in the broker, driven by confluent-kafka's own registry client and
+serializers (unchanged) against a broker process with ``schema.registry.listeners`` on."""
+
+from __future__ import annotations
+
+import io
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from sparklog.broker.process import BrokerProcess
+from tests.broker_fixtures import (
+    TIMEOUT,
+    confluent_producer,
+    consume_confluent,
+    private_broker,
+    unique_topic,
+)
+
+REGISTRY = {"schema.registry.listeners": "http://127.0.0.1:0"}
+fresh_broker = private_broker(REGISTRY)
+
+USER_V1 = json.dumps({"type": "record", "name": "User", "fields": [
+    {"name": "name", "type": "string"}]})
+USER_V2 = json.dumps({"type": "record", "name": "User", "fields": [
+    {"name": "name", "type": "string"},
+    {"name": "age", "type": ["null", "int"], "default": None}]})
+USER_BAD = json.dumps({"type": "record", "name": "User", "fields": [
+    {"name": "name", "type": "string"}, {"name": "email", "type": "string"}]})
+
+
+def client(broker: BrokerProcess) -> SchemaRegistryClient:
+    assert broker.schema_registry_url is not None
+    return SchemaRegistryClient({"url": broker.schema_registry_url})
+
+
+def http(broker: BrokerProcess, method: str, path: str, body: Any = None
+         ) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"{broker.schema_registry_url}{path}", data=data, method=method,
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_register_evolve_and_refuse(fresh_broker: BrokerProcess) -> None:
+    sr = client(fresh_broker)
+    first = sr.register_schema("users-value", Schema(USER_V1, "AVRO"))
+    assert sr.register_schema("users-value", Schema(USER_V1, "AVRO")) == first
+    # the same schema under another subject shares the id (ids are global)
+    assert client(fresh_broker).register_schema("people-value", Schema(USER_V1, "AVRO")) == first
+    second = sr.register_schema("users-value", Schema(USER_V2, "AVRO"))
+    assert second != first
+    assert sr.get_versions("users-value") == [1, 2]
+    latest = sr.get_latest_version("users-value")
+    assert (latest.version, latest.schema_id) == (2, second)
+    with pytest.raises(SchemaRegistryError) as refused:
+        sr.register_schema("users-value", Schema(USER_BAD, "AVRO"))
+    assert refused.value.http_status_code == 409
+    assert refused.value.error_code == 409
+    assert "incompatible with an earlier schema for subject \"users-value\"" \
+        in refused.value.error_message
+    assert sr.test_compatibility("users-value", Schema(USER_BAD, "AVRO")) is False
+    assert sr.test_compatibility("users-value", Schema(USER_V2, "AVRO")) is True
+    status, verbose = http(fresh_broker, "POST",
+                           "/compatibility/subjects/users-value/versions/latest?verbose=true",
+                           {"schema": USER_BAD})
+    assert status == 200 and verbose["is_compatible"] is False and verbose["messages"]
+    assert sorted(sr.get_subjects()) == ["people-value", "users-value"]
+    assert sr.get_schema(first).schema_str == json.dumps(json.loads(USER_V1),
+                                                         separators=(",", ":"))
+    assert http(fresh_broker, "GET", f"/schemas/ids/{first}/subjects") == \
+        (200, ["people-value", "users-value"])
+    assert http(fresh_broker, "GET", "/schemas/types")[1] == ["JSON", "PROTOBUF", "AVRO"]
+    found = sr.lookup_schema("users-value", Schema(USER_V2, "AVRO"))
+    assert (found.version, found.schema_id) == (2, second)
+    # NONE lets the incompatible one in, as a new id
+    sr.set_compatibility("users-value", "NONE")
+    assert sr.get_compatibility("users-value") == "NONE"
+    assert sr.register_schema("users-value", Schema(USER_BAD, "AVRO")) not in (first, second)
+
+
+def test_errors_are_confluents(fresh_broker: BrokerProcess) -> None:
+    assert http(fresh_broker, "GET", "/subjects/nope/versions") == (
+        404, {"error_code": 40401, "message": "Subject 'nope' not found."})
+    assert http(fresh_broker, "GET", "/schemas/ids/999")[1]["error_code"] == 40403
+    assert http(fresh_broker, "POST", "/subjects/x/versions", {"schema": "{not json"}
+                )[1]["error_code"] == 42201
+    assert http(fresh_broker, "GET", "/subjects/x/versions/zero")[1]["error_code"] == 42202
+    assert http(fresh_broker, "PUT", "/config", {"compatibility": "SIDEWAYS"}
+                )[1]["error_code"] == 42203
+    assert http(fresh_broker, "GET", "/config/x")[1]["error_code"] == 40408
+    assert http(fresh_broker, "GET", "/config") == (200, {"compatibilityLevel": "BACKWARD"})
+    http(fresh_broker, "POST", "/subjects/x/versions", {"schema": USER_V1})
+    assert http(fresh_broker, "GET", "/subjects/x/versions/2")[1]["error_code"] == 40402
+
+
+def test_soft_then_hard_delete(fresh_broker: BrokerProcess) -> None:
+    sr = client(fresh_broker)
+    sr.register_schema("d-value", Schema(USER_V1, "AVRO"))
+    schema_id = sr.register_schema("d-value", Schema(USER_V2, "AVRO"))
+    status, body = http(fresh_broker, "DELETE", "/subjects/d-value?permanent=true")
+    assert (status, body["error_code"]) == (404, 40405)
+    assert sr.delete_version("d-value", 2) == 2
+    assert sr.get_versions("d-value") == [1]
+    assert http(fresh_broker, "GET", "/subjects/d-value/versions?deleted=true")[1] == [1, 2]
+    assert http(fresh_broker, "GET", f"/schemas/ids/{schema_id}")[0] == 200  # soft: by id
+    assert sr.delete_subject("d-value") == [1]
+    assert "d-value" not in sr.get_subjects()
+    assert http(fresh_broker, "GET", "/subjects?deleted=true")[1] == ["d-value"]
+    assert http(fresh_broker, "DELETE", "/subjects/d-value")[1]["error_code"] == 40404
+    assert sr.delete_subject("d-value", permanent=True) == [1, 2]
+    assert http(fresh_broker, "GET", "/subjects?deleted=true")[1] == []
+    assert http(fresh_broker, "GET", f"/schemas/ids/{schema_id}")[1]["error_code"] == 40403
+    # an id is never handed out again
+    assert sr.register_schema("d2-value", Schema(json.dumps("string"), "AVRO")) > schema_id
+
+
+def test_transitive_levels(fresh_broker: BrokerProcess) -> None:
+    sr = client(fresh_broker)
+    a = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
+    b = {"type": "record", "name": "R", "fields": [
+        {"name": "a", "type": "int"}, {"name": "b", "type": "int", "default": 0}]}
+    c = {"type": "record", "name": "R", "fields": [{"name": "b", "type": "int", "default": 0}]}
+    assert http(fresh_broker, "PUT", "/config/t", {"compatibility": "BACKWARD_TRANSITIVE"}) == (
+        200, {"compatibility": "BACKWARD_TRANSITIVE"})
+    sr.register_schema("t", Schema(json.dumps(a), "AVRO"))
+    sr.register_schema("t", Schema(json.dumps(b), "AVRO"))
+    # c reads b's data (b has a default) but not a's without 'b'? it has a default: fine;
+    # FULL_TRANSITIVE refuses c: a reader of a needs 'a', which c does not write
+    assert sr.test_compatibility("t", Schema(json.dumps(c), "AVRO"))
+    http(fresh_broker, "PUT", "/config/t", {"compatibility": "FULL_TRANSITIVE"})
+    with pytest.raises(SchemaRegistryError) as refused:
+        sr.register_schema("t", Schema(json.dumps(c), "AVRO"))
+    assert refused.value.http_status_code == 409
+    assert http(fresh_broker, "DELETE", "/config/t")[1] == {"compatibilityLevel": "FULL_TRANSITIVE"}
+    assert http(fresh_broker, "GET", "/config/t?defaultToGlobal=true")[1] == {
+        "compatibilityLevel": "BACKWARD"}
+
+
+def test_mode_readonly(fresh_broker: BrokerProcess) -> None:
+    sr = client(fresh_broker)
+    assert http(fresh_broker, "GET", "/mode") == (200, {"mode": "READWRITE"})
+    assert http(fresh_broker, "PUT", "/mode", {"mode": "READONLY"}) == (200, {"mode": "READONLY"})
+    with pytest.raises(SchemaRegistryError) as refused:
+        sr.register_schema("ro", Schema(USER_V1, "AVRO"))
+    assert refused.value.error_code == 42205
+    assert http(fresh_broker, "PUT", "/mode", {"mode": "READWRITE"})[0] == 200
+    assert sr.register_schema("ro", Schema(USER_V1, "AVRO")) > 0
+
+
+def test_references(fresh_broker: BrokerProcess) -> None:
+    sr = client(fresh_broker)
+    address = {"type": "record", "name": "Address", "namespace": "x",
+               "fields": [{"name": "city", "type": "string"}]}
+    sr.register_schema("address", Schema(json.dumps(address), "AVRO"))
+    person = {"type": "record", "name": "Person", "namespace": "x",
+              "fields": [{"name": "home", "type": "x.Address"}]}
+    refs = [SchemaReference("x.Address", "address", 1)]
+    person_id = sr.register_schema("person-value", Schema(json.dumps(person), "AVRO", refs))
+    got = sr.get_schema(person_id)
+    assert [(r.name, r.subject, r.version) for r in got.references] == [
+        ("x.Address", "address", 1)]
+    # a referenced version cannot go while a live schema uses it
+    status, body = http(fresh_broker, "DELETE", "/subjects/address/versions/1")
+    assert (status, body["error_code"]) == (422, 42206)
+    # a reference to nothing is an invalid schema
+    status, body = http(fresh_broker, "POST", "/subjects/p2/versions", {
+        "schema": json.dumps(person),
+        "references": [{"name": "x.Address", "subject": "nothing", "version": 1}]})
+    assert status == 404 or body["error_code"] == 42201
+    # a deserializer resolves the references of the writer's schema through the registry
+    expanded = {**person, "fields": [{"name": "home", "type": address}]}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(expanded), {"home": {"city": "Oslo"}})
+    data = b"\0" + person_id.to_bytes(4, "big") + body.getvalue()
+    ctx = SerializationContext("person", MessageField.VALUE)
+    assert AvroDeserializer(sr)(data, ctx) == {"home": {"city": "Oslo"}}
+
+
+def test_serializers_through_a_topic_and_restart(fresh_broker: BrokerProcess) -> None:
+    topic = unique_topic("avro")
+    sr = client(fresh_broker)
+    v1 = AvroSerializer(sr, USER_V1)
+    v2 = AvroSerializer(sr, USER_V2)
+    json_schema = json.dumps({"type": "object", "properties": {"n": {"type": "integer"}},
+                              "additionalProperties": False})
+    js = JSONSerializer(json_schema, sr)
+    producer = confluent_producer(fresh_broker.bootstrap)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    jctx = SerializationContext(topic + "-json", MessageField.VALUE)
+    producer.produce(topic, v1({"name": "ada"}, ctx))
+    producer.produce(topic, v2({"name": "bob", "age": 7}, ctx))
+    producer.produce(topic + "-json", js({"n": 3}, jctx))
+    assert producer.flush(TIMEOUT) == 0
+    values = [rec.value for rec in consume_confluent(fresh_broker.bootstrap, topic, 2)]
+    reader = AvroDeserializer(sr, USER_V2)  # evolution: v1 records read into v2
+    assert [reader(v, ctx) for v in values] == [{"name": "ada", "age": None},
+                                                {"name": "bob", "age": 7}]
+    before = {s: sr.get_versions(s) for s in sr.get_subjects()}
+    ids = {s: [sr.get_version(s, v).schema_id for v in vs] for s, vs in before.items()}
+    http(fresh_broker, "PUT", "/config", {"compatibility": "FULL"})
+    fresh_broker.stop()
+    fresh_broker.start()
+    sr = client(fresh_broker)
+    assert {s: sr.get_versions(s) for s in sr.get_subjects()} == before
+    assert {s: [sr.get_version(s, v).schema_id for v in vs] for s, vs in before.items()} == ids
+    assert sr.get_compatibility() == "FULL"
+    assert AvroDeserializer(sr)(values[0], ctx) == {"name": "ada"}
+    assert JSONDeserializer(json_schema, schema_registry_client=sr)(
+        js({"n": 4}, jctx), jctx) == {"n": 4}
+
+
+def test_off_by_default(tmp_path: Path) -> None:
+    proc = BrokerProcess(tmp_path / "data").start()
+    try:
+        assert proc.schema_registry_url is None
+    finally:
+        proc.stop()
