@@ -36,7 +36,8 @@ from sparklog.commands._client import complain, nearest
 # Modules registered in this order; each provides add_parser(subparsers).
 COMMAND_MODULES = ("broker", "dump_log", "topics", "configs", "produce", "consume", "groups",
                    "partition_offsets", "perf", "verifiable", "transactions", "certs", "users",
-                   "acls", "cluster", "elect_leaders", "log_dirs", "reassign", "client_metrics")
+                   "acls", "cluster", "elect_leaders", "log_dirs", "reassign", "client_metrics",
+                   "schemas")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -231,3 +233,53 @@ def test_off_by_default(tmp_path: Path) -> None:
         assert proc.schema_registry_url is None
     finally:
         proc.stop()
+
+
+def sparklog_schemas(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    assert broker.schema_registry_url is not None
+    return subprocess.run([sys.executable, "-m", "sparklog.cli", "schemas", *args,
+                           "--schema-registry-url", broker.schema_registry_url],
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+def test_cli(fresh_broker: BrokerProcess, tmp_path: Path) -> None:
+    v1, v2, bad = (tmp_path / name for name in ("v1.avsc", "v2.avsc", "bad.avsc"))
+    v1.write_text(USER_V1)
+    v2.write_text(USER_V2)
+    bad.write_text(USER_BAD)
+    first = sparklog_schemas(fresh_broker, "register", "--subject", "cli-value",
+                             "--schema-file", str(v1))
+    assert first.returncode == 0, first.stderr
+    assert sparklog_schemas(fresh_broker, "register", "--subject", "cli-value",
+                            "--schema-file", str(v1)).stdout == first.stdout
+    assert sparklog_schemas(fresh_broker, "register", "--subject", "cli-value",
+                            "--schema-file", str(v2)).returncode == 0
+    assert sparklog_schemas(fresh_broker, "list").stdout.split() == ["cli-value"]
+    assert sparklog_schemas(fresh_broker, "list", "--subject", "cli-value").stdout.split() == [
+        "1", "2"]
+    got = json.loads(sparklog_schemas(fresh_broker, "get", "--subject", "cli-value",
+                                      "--version", "1").stdout)
+    assert (got["version"], got["id"]) == (1, int(first.stdout))
+    assert json.loads(sparklog_schemas(fresh_broker, "get", "--id", first.stdout.strip()
+                                       ).stdout)["schema"] == got["schema"]
+    refused = sparklog_schemas(fresh_broker, "check", "--subject", "cli-value",
+                               "--schema-file", str(bad))
+    assert refused.returncode == 1 and refused.stdout.startswith("incompatible\n")
+    registered = sparklog_schemas(fresh_broker, "register", "--subject", "cli-value",
+                                  "--schema-file", str(bad))
+    assert registered.returncode == 1 and "error 409:" in registered.stderr
+    assert sparklog_schemas(fresh_broker, "config").stdout == "BACKWARD\n"
+    assert sparklog_schemas(fresh_broker, "config", "--subject", "cli-value", "--level",
+                            "none").stdout == "NONE\n"
+    assert sparklog_schemas(fresh_broker, "check", "--subject", "cli-value", "--schema-file",
+                            str(bad)).stdout == "compatible\n"
+    assert sparklog_schemas(fresh_broker, "delete", "--subject", "cli-value").stdout.split() == [
+        "1", "2"]
+    assert sparklog_schemas(fresh_broker, "delete", "--subject", "cli-value",
+                            "--permanent").stdout.split() == ["1", "2"]
+    missing = sparklog_schemas(fresh_broker, "get", "--subject", "cli-value")
+    assert missing.returncode == 1
+    assert "error 40401: Subject 'cli-value' not found." in missing.stderr
+    unreadable = sparklog_schemas(fresh_broker, "register", "--subject", "x",
+                                  "--schema-file", str(tmp_path / "none.avsc"))
+    assert unreadable.returncode == 2

@@ -39,7 +39,7 @@ def serve(host: str, port: int, app: App, setting: str,
         server_class = type("HttpServer", (ThreadingWSGIServer,), {"address_family": family})
         httpd = make_server(host, port, app, server_class, handler_class=handler)
     except OSError as exc:
-        raise OSError(exc.errno, f"cannot listen on {setting} {url_of(host, port)}: "
+        raise OSError(exc.errno, f"cannot listen on {setting} {url_of(host, port)}/: "
                                  f"{exc.strerror}") from None
     threading.Thread(target=httpd.serve_forever, name=setting, daemon=True).start()
     return httpd
