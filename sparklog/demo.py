@@ -2,7 +2,9 @@
 
 1. Start ``sparklog broker`` on a temporary directory (127.0.0.1, any free port), with its
    metrics and status page (``metrics.listener``, any free port): the URL is printed, and
-   the page can be watched while the demo runs.
+   the page can be watched while the demo runs; and its schema registry
+   (``schema.registry.listeners``, any free port), whose URL is printed for
+   ``sparklog schemas --schema-registry-url URL ...`` and Confluent's clients.
 2. Produce 10,000 JSON events to topic ``events`` (3 partitions) with confluent-kafka; every
    50th one is malformed (truncated JSON, not an object, no id, a non-numeric amount).
 3. Run ``python -m sparklog.jobs.stream_to_delta --trigger availableNow`` as a child process
@@ -43,7 +45,8 @@ from sparklog.sample_events import SCHEMA, produce_events, read_topic
 
 EVENTS = 10_000
 BAD_EVERY = 50  # 2% malformed
-METRICS = {"metrics.listener": "http://127.0.0.1:0"}
+METRICS = {"metrics.listener": "http://127.0.0.1:0",
+           "schema.registry.listeners": "http://127.0.0.1:0"}
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> tuple[int, int]:
@@ -124,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             assert broker.metrics_url is not None
             print(f"== status page and Prometheus metrics (/metrics) on {broker.metrics_url} "
                   "while the demo runs")
+            print(f"== schema registry (Confluent's REST API) on {broker.schema_registry_url}")
             good, bad = _produce(broker.bootstrap, "events", EVENTS)
             print("== streaming into Delta, exactly once")
             _stream(broker.bootstrap, root)
