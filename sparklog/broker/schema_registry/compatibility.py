@@ -30,8 +30,11 @@ def reader_writer(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
     if reader.schema_type != writer.schema_type:
         return [f"Incompatible schema type: {writer.schema_type} to {reader.schema_type}"]
     if reader.schema_type == "AVRO":
-        result = ReaderWriterCompatibilityChecker().get_compatibility(reader.parsed,
-                                                                      writer.parsed)
+        try:
+            result = ReaderWriterCompatibilityChecker().get_compatibility(reader.parsed,
+                                                                          writer.parsed)
+        except RecursionError:
+            return ["the schemas are nested too deep to compare"]
         if result.compatibility is SchemaCompatibilityType.compatible:
             return []
         return [f"{{errorType:'{kind.name}', description:'{message}', "

@@ -3,7 +3,8 @@ accepts? A subset of Confluent's JSON Schema rules, on the keywords Kafka data u
 
 Rules (each violation is reported by Confluent's name for it):
 - TYPE_CHANGED / TYPE_NARROWED: the reader's ``type`` must allow every type the writer's
-  allows (``number`` covers ``integer``; no ``type`` allows anything).
+  allows (``number`` covers ``integer``; no ``type`` allows anything); a writer's ``number``
+  read as ``integer`` is TYPE_NARROWED.
 - Objects: a property the writer has and the reader lacks is fine on an open reader (its
   ``additionalProperties`` not false) and PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL on a
   closed one; a property the reader adds is PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL when the
@@ -80,8 +81,9 @@ def _compare(rs: _Side, ws: _Side, reader: Any, writer: Any, path: str, found: l
     if r_types is not None:
         allowed = r_types | ({"integer"} if "number" in r_types else set())
         if w_types is None or not w_types <= allowed:
-            found.append(f"{'TYPE_NARROWED' if w_types and w_types & allowed else 'TYPE_CHANGED'}"
-                         f" at {path}")
+            narrowed = w_types is not None and w_types - allowed <= {"number"} \
+                and "integer" in r_types
+            found.append(f"{'TYPE_NARROWED' if narrowed else 'TYPE_CHANGED'} at {path}")
             return
     for keyword in ("oneOf", "anyOf", "allOf"):
         if reader.get(keyword) != writer.get(keyword):

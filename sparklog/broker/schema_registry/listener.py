@@ -101,7 +101,11 @@ class RegistryListener:
         async def call() -> tuple[int, Any]:
             if not self._serving:
                 return 503, {"error_code": 50003, "message": "The broker is stopping"}
-            return handle(self.store, method, path, query, body)
+            try:
+                return handle(self.store, method, path, query, body)
+            except Exception:  # a defect: logged, answered as Confluent's internal error
+                log.exception("schema registry: internal error on %s %s", method, path)
+                return 500, {"error_code": 50001, "message": "Internal error"}
 
         assert self._loop is not None
         try:

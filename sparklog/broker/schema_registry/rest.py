@@ -61,7 +61,7 @@ def _id(text: str) -> int:
 def _json_body(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body or b"{}")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise RegistryError(400, f"Unexpected character in the request body: {exc}") from None
     if not isinstance(data, dict):
         raise RegistryError(400, "The request body must be a JSON object")

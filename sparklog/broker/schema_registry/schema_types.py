@@ -57,9 +57,9 @@ def parse(schema_type: str, text: str, references: tuple[Reference, ...],
         return ParsedSchema(schema_type, text, references, text)
     try:
         document = json.loads(text)
-    except ValueError as exc:
+        canonical = json.dumps(document, separators=(",", ":"))
+    except (ValueError, RecursionError) as exc:
         raise invalid_schema(f"{text[:200]!r}: {exc}") from None
-    canonical = json.dumps(document, separators=(",", ":"))
     if schema_type == "JSON":
         if not isinstance(document, (dict, bool)):
             raise invalid_schema("a JSON schema is an object or a boolean")
