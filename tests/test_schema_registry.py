@@ -14,6 +14,13 @@ from typing import Any
 
 import fastavro
 import pytest
+from broker_fixtures import (
+    TIMEOUT,
+    confluent_producer,
+    consume_confluent,
+    private_broker,
+    unique_topic,
+)
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -21,13 +28,6 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from sparklog.broker.process import BrokerProcess
-from tests.broker_fixtures import (
-    TIMEOUT,
-    confluent_producer,
-    consume_confluent,
-    private_broker,
-    unique_topic,
-)
 
 REGISTRY = {"schema.registry.listeners": "http://127.0.0.1:0"}
 fresh_broker = private_broker(REGISTRY)

@@ -17,13 +17,13 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from broker_fixtures import TIMEOUT, assert_healthy, start_broker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.broker.schema_registry.rest import handle
 from sparklog.broker.schema_registry.store import SchemaStore
-from tests.broker_fixtures import TIMEOUT, assert_healthy, start_broker
 
 SEGMENTS = st.sampled_from(["subjects", "versions", "schemas", "ids", "config", "mode",
                             "compatibility", "latest", "-1", "0", "1", "2", "schema",

@@ -43,8 +43,7 @@ Invariants:
   broker cleanly and ``start`` raises a ``StartupError`` naming ``metrics.listener``.
 - With ``schema.registry.listeners`` set, the schema registry (``schema_registry``) replays
   ``_schemas`` and accepts connections before ``start`` returns (``run`` prints ``sparklog
-  broker schema registry on URL``); ``stop`` closes it before the broker's state. It is
-  refused at start-up on a cluster (not served there yet).
+  broker schema registry on URL``); ``stop`` closes it before the broker's state.
 """
 
 from __future__ import annotations
@@ -64,6 +63,7 @@ from sparklog.broker.monitoring.listener import MetricsListener
 from sparklog.broker.monitoring.requests import RequestMetrics
 from sparklog.broker.registry import load_handlers
 from sparklog.broker.replication.inter_broker import InterBrokerSecurity
+from sparklog.broker.schema_host import SchemaHost
 from sparklog.broker.schema_registry.listener import RegistryListener
 from sparklog.broker.security.listener import ListenerSecurity
 from sparklog.broker.security.page_logins import PageLogins
@@ -181,9 +181,6 @@ class BrokerService:
     async def start(self) -> None:
         load_handlers()
         config = self.config
-        if config.schema_registry_listener() is not None and config.zookeeper_connect:
-            raise StartupError("schema.registry.listeners is not served on a cluster yet "
-                               "(zookeeper.connect is set): run the registry on a single node")
         security = self._listener_security()
         inter_broker = self._inter_broker_security()
         sockets = self._bind_listeners()
@@ -228,8 +225,8 @@ class BrokerService:
         if self._cleaner.config.enable:
             self._cleaner.start()
         registry_at = config.schema_registry_listener()
-        if registry_at is not None and broker.schemas_topic is not None:
-            self._registry = RegistryListener(broker.schemas_topic, broker.now_ms, *registry_at)
+        if registry_at is not None:
+            self._registry = RegistryListener(SchemaHost(broker), *registry_at)
             try:
                 await self._registry.start()
             except OSError as exc:

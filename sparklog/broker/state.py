@@ -22,8 +22,10 @@ Invariants:
   stopped before the logs close. Their markers go through the replica manager's
   ``MarkerChannel`` (to every partition's leader, this broker included); their writes to
   ``__transaction_state`` wait for the ISR (``TXN_REPLICATION_TIMEOUT_S``).
-- With ``schema.registry.listeners`` set, ``schemas_topic`` is ``_schemas`` (one partition,
-  compacted, internal), the schema registry's store (``schema_registry``); else None.
+- With ``schema.registry.listeners`` set on a single node, ``schemas_topic`` is
+  ``_schemas`` (one partition, compacted, internal), the schema registry's store
+  (``schema_registry``, created with the other internal topics); else None (a cluster
+  creates it through the replica manager: ``schema_host``).
 - ``client_metrics`` keeps the telemetry subscriptions and what clients push (KIP-714):
   the configured subscriptions are the store's (the data directory's, or ZooKeeper's once
   the replica manager joined a cluster) and outlive a restart; the clients and what they
@@ -129,7 +131,8 @@ class Broker:
             self._txn_state_replicated, self.producer_ids.next_id, self.partition_count,
             lambda group: (OFFSETS_TOPIC, self.coordinator.store.partition_for(group)),
             self.replicas.markers.write, self.now_ms)
-        self.schemas_topic = None if config.schema_registry_listener() is None else LogTopic(
+        self.schemas_topic = None if config.schema_registry_listener() is None \
+            or config.zookeeper_connect else LogTopic(
             self.logs, SCHEMAS_TOPIC, 1, {}, self.replicas.leader_epoch, self.replicas.appended)
 
     @property

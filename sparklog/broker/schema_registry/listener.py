@@ -5,8 +5,13 @@ Invariants:
   slow HTTP client never holds the broker's event loop. Each request is read on its thread,
   then handed whole to the loop (``run_coroutine_threadsafe``), where the store answers it
   in one step: requests are applied one at a time, in the order the loop takes them.
-- ``start`` replays ``_schemas`` before the listener accepts anything, so the first answer
-  already sees every change the topic holds.
+- Only the broker leading ``_schemas``-0 answers (its store replayed from the log whenever
+  its leader epoch there changes, so a new leader starts from everything the topic holds);
+  any other broker forwards the request as it came to the leader's registry (its URL from
+  the ``Host``) and relays the answer, so every broker serves the same ids. A forwarded
+  request is never forwarded again (50003 when its receiver does not lead either).
+- A change is answered once ``_schemas``' ISR has it; one that did not replicate is
+  answered 50001 and the store is replayed from the log before the next answer.
 - A body larger than ``MAX_BODY_BYTES`` is refused (413) unread; a request the loop does
   not answer within ``TIMEOUT_S`` gets 50002, and one after ``stop`` 503 (50003).
 - Answers carry ``Content-Type: application/vnd.schemaregistry.v1+json``; a request's
@@ -21,8 +26,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 from urllib.parse import parse_qsl
 from wsgiref.simple_server import WSGIServer
 
@@ -40,6 +48,9 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 MAX_BODY_BYTES = 16 * 1024 * 1024
 TIMEOUT_S = 30.0
 LOAD_BUFFER_BYTES = 1 << 20
+FORWARDED_HEADER = "HTTP_X_SPARKLOG_FORWARDED"
+
+Answer = tuple[int, Any]
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 _STATUS = {200: "200 OK", 400: "400 Bad Request", 401: "401 Unauthorized",
@@ -58,13 +69,25 @@ class _Handler(QuietHandler):
         return environ
 
 
+class Host(Protocol):
+    """What the registry needs of its broker (``sparklog.broker.schema_host``)."""
+
+    def now_ms(self) -> int: ...
+    async def publish(self, url: str) -> None: ...
+    async def prepare(self) -> None: ...
+    def leader(self) -> int | None: ...
+    def leader_epoch(self) -> int | None: ...
+    def topic(self) -> InternalTopic: ...
+    async def replicated(self) -> bool: ...
+    async def url_of(self, broker_id: int) -> str | None: ...
+
+
 class RegistryListener:
-    def __init__(self, topic: InternalTopic, now_ms: Callable[[], int], host: str,
-                 port: int) -> None:
-        self._topic = topic
-        self._now_ms = now_ms
-        self.host, self.port = host, port
+    def __init__(self, host: Host, address: str, port: int) -> None:
+        self._host = host
+        self.host, self.port = address, port
         self.store = SchemaStore(self._write)
+        self._epoch: int | None = None  # the leader epoch the store was loaded in
         self._loop: asyncio.AbstractEventLoop | None = None
         self._httpd: WSGIServer | None = None
         self._serving = False
@@ -75,18 +98,28 @@ class RegistryListener:
 
     def _write(self, records: list[tuple[bytes, bytes | None]]) -> None:
         try:
-            append_records(self._topic, 0, records, self._now_ms())
+            append_records(self._host.topic(), 0, records, self._host.now_ms())
         except (KafkaError, OSError) as exc:
             raise errors.store_error(str(exc)) from None
 
+    def _load(self, epoch: int) -> None:
+        """The store as ``_schemas`` holds it, for a leadership that began in ``epoch``."""
+        self.store = SchemaStore(self._write)
+        self.store.replay((r.key, r.value) for r in replay(self._host.topic(), 0,
+                                                           LOAD_BUFFER_BYTES)
+                          if r.key is not None)
+        self._epoch = epoch
+
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.store.replay((r.key, r.value) for r in replay(self._topic, 0, LOAD_BUFFER_BYTES)
-                          if r.key is not None)
+        epoch = self._host.leader_epoch()
+        if epoch is not None:
+            self._load(epoch)
         self._httpd = serve(self.host, self.port, self._app, "schema.registry.listeners",
                             _Handler)
         self.port = self._httpd.server_port
         self._serving = True
+        await self._host.publish(self.url)
         log.info("schema registry on %s (%s)", self.url, TOPIC)
 
     async def stop(self) -> None:
@@ -95,29 +128,46 @@ class RegistryListener:
             await asyncio.to_thread(self._httpd.shutdown)
             self._httpd.server_close()
 
-    # -- on request threads --------------------------------------------------------------
-    def _answer(self, method: str, path: str, query: dict[str, str], body: bytes
-                ) -> tuple[int, Any]:
-        async def call() -> tuple[int, Any]:
-            if not self._serving:
-                return 503, {"error_code": 50003, "message": "The broker is stopping"}
-            try:
-                return handle(self.store, method, path, query, body)
-            except Exception:  # a defect: logged, answered as Confluent's internal error
-                log.exception("schema registry: internal error on %s %s", method, path)
-                return 500, {"error_code": 50001, "message": "Internal error"}
+    # -- on the loop ---------------------------------------------------------------------
+    async def _serve(self, request: Request) -> Answer | str:
+        """The answer, when this broker leads ``_schemas``; else the leader's URL."""
+        if not self._serving:
+            return _error(errors.RegistryError(50003, "The broker is stopping"))
+        await self._host.prepare()
+        epoch = self._host.leader_epoch()
+        if epoch is None:
+            leader = self._host.leader()
+            url = None if leader is None or request.forwarded else \
+                await self._host.url_of(leader)
+            return url or _error(errors.RegistryError(
+                50003, f"Error while forwarding the request to the leader: {TOPIC} has "
+                       f"no leader with a registry (leader: {leader})"))
+        if epoch != self._epoch:
+            self._load(epoch)
+        writes = self.store.writes
+        try:
+            answer = handle(self.store, *request.parts)
+        except Exception:  # a defect: logged, answered as Confluent's internal error
+            log.exception("schema registry: internal error on %s %s", *request.parts[:2])
+            return _error(errors.RegistryError(50001, "Internal error"))
+        if self.store.writes != writes and not await self._host.replicated():
+            self._epoch = None  # reload from the log before the next answer
+            return _error(errors.store_error(f"{TOPIC} did not replicate the change"))
+        return answer
 
+    # -- on request threads --------------------------------------------------------------
+    def _answer(self, request: Request) -> Answer:
         assert self._loop is not None
         try:
-            return asyncio.run_coroutine_threadsafe(call(), self._loop).result(TIMEOUT_S)
+            found = asyncio.run_coroutine_threadsafe(self._serve(request), self._loop
+                                                     ).result(TIMEOUT_S)
         except TimeoutError:
-            error = errors.timeout_error()
-            return error.status, {"error_code": error.error_code, "message": error.message}
+            return _error(errors.timeout_error())
         except RuntimeError:  # the loop is closed
-            return 503, {"error_code": 50003, "message": "The broker is stopping"}
+            return _error(errors.RegistryError(50003, "The broker is stopping"))
+        return _forward(found, request) if isinstance(found, str) else found
 
     def _app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        method = environ["REQUEST_METHOD"]
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -127,9 +177,49 @@ class RegistryListener:
         else:
             body = environ["wsgi.input"].read(length) if length else b""
             query = dict(parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
-            path = environ.get("RAW_PATH") or "/"
-            status, answer = self._answer(method, path, query, body)
+            status, answer = self._answer(Request(
+                environ["REQUEST_METHOD"], environ.get("RAW_PATH") or "/", query, body,
+                environ.get("QUERY_STRING", ""), FORWARDED_HEADER in environ))
         data = json.dumps(answer).encode()
         start_response(_STATUS.get(status, f"{status} Error"),
                        [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(data)))])
         return [data]
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: bytes
+    query_string: str
+    forwarded: bool
+
+    @property
+    def parts(self) -> tuple[str, str, dict[str, str], bytes]:
+        return self.method, self.path, self.query, self.body
+
+
+def _error(error: errors.RegistryError) -> Answer:
+    return error.status, {"error_code": error.error_code, "message": error.message}
+
+
+def _forward(leader_url: str, request: Request) -> Answer:
+    """The leader's answer to the same request (marked forwarded: it is not sent on)."""
+    target = leader_url + request.path + (f"?{request.query_string}"
+                                          if request.query_string else "")
+    sent = urllib.request.Request(target, data=request.body or None, method=request.method,
+                                  headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE,
+                                           "X-Sparklog-Forwarded": "1"})
+    try:
+        with urllib.request.urlopen(sent, timeout=TIMEOUT_S) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read())
+        except ValueError:
+            return _error(errors.RegistryError(50003, f"Error while forwarding the request "
+                                                      f"to the leader: HTTP {exc.code}"))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return _error(errors.RegistryError(50003, f"Error while forwarding the request to "
+                                                  f"the leader: {exc}"))

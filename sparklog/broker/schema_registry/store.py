@@ -52,6 +52,7 @@ Write = Callable[[list[tuple[bytes, bytes | None]]], None]
 class SchemaStore:
     def __init__(self, write: Write) -> None:
         self._write = write
+        self.writes = 0  # changes written so far (the listener waits for their replication)
         self.subjects: dict[str, dict[int, SchemaEntry]] = {}
         self._ids: dict[int, SchemaEntry] = {}  # id -> its first registration
         self._by_identity: dict[tuple[object, ...], int] = {}
@@ -88,6 +89,7 @@ class SchemaStore:
 
     def _commit(self, changes: list[Change]) -> None:
         self._write([encode(change) for change in changes])
+        self.writes += 1
         for change in changes:
             self._apply(change)
 
