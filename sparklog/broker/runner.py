@@ -226,7 +226,7 @@ class BrokerService:
             self._cleaner.start()
         registry_at = config.schema_registry_listener()
         if registry_at is not None:
-            self._registry = RegistryListener(SchemaHost(broker), *registry_at)
+            self._registry = RegistryListener(SchemaHost(broker, security.values()), *registry_at)
             try:
                 await self._registry.start()
             except OSError as exc:

@@ -13,14 +13,20 @@ Invariants:
 - In a cluster each broker publishes its registry URL in ZooKeeper
   (``/sparklog/schema_registry/<broker id>``, ephemeral), so the others can forward to the
   leader; on a single node ``url_of`` is this broker's own.
+- Logins are the status page's (``security.page_logins``): with a SASL listener, a PLAIN or
+  SCRAM user of the broker; ACLs are the broker's authorizer's (none: everything allowed).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from sparklog.broker.internal_topics import LogTopic
 from sparklog.broker.schema_registry.records import TOPIC
+from sparklog.broker.security.acls import Operation, ResourceType
+from sparklog.broker.security.listener import ListenerSecurity
+from sparklog.broker.security.page_logins import PageLogins
 from sparklog.broker.state import Broker
 from sparklog.cluster.registry_urls import publish_url, read_url
 from sparklog.cluster.session import ClusterSession
@@ -31,9 +37,15 @@ log = logging.getLogger(__name__)
 REPLICATION_TIMEOUT_S = 10.0
 
 
+_OPERATIONS = {"READ": Operation.READ, "WRITE": Operation.WRITE,
+               "ALTER_CONFIGS": Operation.ALTER_CONFIGS}
+_RESOURCES = {"topic": ResourceType.TOPIC, "cluster": ResourceType.CLUSTER}
+
+
 class SchemaHost:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, listeners: Iterable[ListenerSecurity]) -> None:
         self._broker = broker
+        self._logins = PageLogins(listeners, broker.security)
         self._url: str | None = None
         self._topic: LogTopic | None = broker.schemas_topic
 
@@ -86,6 +98,20 @@ class SchemaHost:
     async def replicated(self) -> bool:
         code = await self._broker.replicas.internal_replicated(TOPIC, 0, REPLICATION_TIMEOUT_S)
         return code == ErrorCode.NONE
+
+    def principal(self, credentials: tuple[str, str] | None) -> str | None:
+        """The principal of a basic-auth login (the status page's logins: the broker's PLAIN
+        and SCRAM users when a listener is SASL); None when refused."""
+        return self._logins.principal(credentials)
+
+    def allowed(self, principal: str, client_host: str,
+                needs: tuple[str, str, str] | None) -> bool:
+        authorizer = self._broker.security.authorizer
+        if authorizer is None or needs is None:
+            return True
+        kind, name, operation = needs
+        return authorizer.authorize(principal, client_host, _OPERATIONS[operation],
+                                    _RESOURCES[kind], name)
 
     async def url_of(self, broker_id: int) -> str | None:
         session = self._session()

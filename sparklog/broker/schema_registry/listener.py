@@ -17,6 +17,12 @@ Invariants:
 - Answers carry ``Content-Type: application/vnd.schemaregistry.v1+json``; a request's
   content type is not checked (Confluent's ``application/vnd.schemaregistry.v1+json``,
   ``application/json`` and the rest all read the body as JSON).
+- When the broker's listeners use SASL, every request needs HTTP basic auth of a SASL user
+  (``Host.principal``, on the request's thread: a SCRAM key derivation never holds the
+  loop; 401 40101 without), and with an authorizer the ACL ``rest.access`` names, checked on
+  the loop by the broker that received the request (403 40301); a forwarded request carries
+  its ``Authorization`` and is checked again by the leader, with the forwarding broker's
+  address as the client's host.
 - A write the log refuses (``KafkaError``, ``OSError``) is answered 50001 and changes
   nothing in memory.
 """
@@ -24,6 +30,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import urllib.error
@@ -37,7 +44,7 @@ from wsgiref.simple_server import WSGIServer
 from sparklog.broker.monitoring.http_server import QuietHandler, serve, url_of
 from sparklog.broker.schema_registry import errors
 from sparklog.broker.schema_registry.records import TOPIC
-from sparklog.broker.schema_registry.rest import handle
+from sparklog.broker.schema_registry.rest import access, handle
 from sparklog.broker.schema_registry.store import SchemaStore
 from sparklog.coordinator.internal_topic import InternalTopic, append_records, replay
 from sparklog.errors import KafkaError
@@ -80,6 +87,9 @@ class Host(Protocol):
     def topic(self) -> InternalTopic: ...
     async def replicated(self) -> bool: ...
     async def url_of(self, broker_id: int) -> str | None: ...
+    def principal(self, credentials: tuple[str, str] | None) -> str | None: ...
+    def allowed(self, principal: str, client_host: str,
+                needs: tuple[str, str, str] | None) -> bool: ...
 
 
 class RegistryListener:
@@ -133,6 +143,12 @@ class RegistryListener:
         """The answer, when this broker leads ``_schemas``; else the leader's URL."""
         if not self._serving:
             return _error(errors.RegistryError(50003, "The broker is stopping"))
+        needs = access(request.method, request.path)
+        if not self._host.allowed(request.principal, request.client_host, needs):
+            assert needs is not None
+            return _error(errors.RegistryError(
+                40301, f"User {request.principal} is not authorized to {needs[2]} "
+                       f"{needs[0]} {needs[1]}"))
         await self._host.prepare()
         epoch = self._host.leader_epoch()
         if epoch is None:
@@ -177,12 +193,20 @@ class RegistryListener:
         else:
             body = environ["wsgi.input"].read(length) if length else b""
             query = dict(parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
-            status, answer = self._answer(Request(
-                environ["REQUEST_METHOD"], environ.get("RAW_PATH") or "/", query, body,
-                environ.get("QUERY_STRING", ""), FORWARDED_HEADER in environ))
+            authorization = environ.get("HTTP_AUTHORIZATION", "")
+            principal = self._host.principal(_basic(authorization))
+            if principal is None:
+                status, answer = 401, {"error_code": 40101, "message": "Unauthorized"}
+            else:
+                status, answer = self._answer(Request(
+                    environ["REQUEST_METHOD"], environ.get("RAW_PATH") or "/", query, body,
+                    environ.get("QUERY_STRING", ""), FORWARDED_HEADER in environ,
+                    principal, environ.get("REMOTE_ADDR", ""), authorization))
         data = json.dumps(answer).encode()
-        start_response(_STATUS.get(status, f"{status} Error"),
-                       [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(data)))])
+        headers = [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(data)))]
+        if status == 401:
+            headers.append(("WWW-Authenticate", 'Basic realm="sparklog schema registry"'))
+        start_response(_STATUS.get(status, f"{status} Error"), headers)
         return [data]
 
 
@@ -194,10 +218,26 @@ class Request:
     body: bytes
     query_string: str
     forwarded: bool
+    principal: str
+    client_host: str
+    authorization: str
 
     @property
     def parts(self) -> tuple[str, str, dict[str, str], bytes]:
         return self.method, self.path, self.query, self.body
+
+
+def _basic(header: str) -> tuple[str, str] | None:
+    """The (user, password) of an HTTP basic ``Authorization`` header; None without one."""
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, colon, password = base64.b64decode(token.strip(), validate=True).decode().partition(
+            ":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return (user, password) if colon else None
 
 
 def _error(error: errors.RegistryError) -> Answer:
@@ -208,9 +248,11 @@ def _forward(leader_url: str, request: Request) -> Answer:
     """The leader's answer to the same request (marked forwarded: it is not sent on)."""
     target = leader_url + request.path + (f"?{request.query_string}"
                                           if request.query_string else "")
+    headers = {"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE, "X-Sparklog-Forwarded": "1"}
+    if request.authorization:
+        headers["Authorization"] = request.authorization
     sent = urllib.request.Request(target, data=request.body or None, method=request.method,
-                                  headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE,
-                                           "X-Sparklog-Forwarded": "1"})
+                                  headers=headers)
     try:
         with urllib.request.urlopen(sent, timeout=TIMEOUT_S) as answer:
             return answer.status, json.loads(answer.read())

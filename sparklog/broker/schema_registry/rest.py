@@ -13,6 +13,9 @@ Invariants:
   id is answered with Confluent's code (400 for a body that is not the expected JSON,
   42202 for a bad version, 404 for an unknown route); only a store failure escapes.
 - Nothing here keeps state; the store decides every change.
+- ``access`` maps a request onto Kafka's ACLs (Confluent's SUBJECT resources are not
+  Kafka's): a subject's reads need READ and its changes WRITE on the subject's topic;
+  global changes need ALTER_CONFIGS on the cluster.
 """
 
 from __future__ import annotations
@@ -237,6 +240,25 @@ def subject_of(path: str) -> str | None:
     if parts[:2] == ["compatibility", "subjects"] and len(parts) > 2:
         return parts[2]
     return None
+
+
+def access(method: str, path: str) -> tuple[str, str, str] | None:
+    """What a request needs under ACLs: (``topic``, name, ``READ``|``WRITE``) for a
+    subject's request (the subject's topic: the subject without its ``-key``/``-value``
+    suffix, else the subject itself), (``cluster``, ``kafka-cluster``, ``ALTER_CONFIGS``)
+    for a change of the global config or mode, None for other reads (schemas by id, the
+    subject list, types, the global config and mode: any logged-in user)."""
+    subject = subject_of(path)
+    parts = route(path)
+    reads = method == "GET" or (method == "POST" and (
+        parts[:1] == ["compatibility"] or (parts[:1] == ["subjects"] and len(parts) == 2)))
+    if subject is None:
+        return None if reads else ("cluster", "kafka-cluster", "ALTER_CONFIGS")
+    for suffix in ("-key", "-value"):
+        if subject.endswith(suffix) and len(subject) > len(suffix):
+            subject = subject.removesuffix(suffix)
+            break
+    return "topic", subject, "READ" if reads else "WRITE"
 
 
 def handle(store: SchemaStore, method: str, path: str, query: Query, body: bytes) -> Answer:
