@@ -177,6 +177,8 @@ def test_references(fresh_broker: BrokerProcess) -> None:
     got = sr.get_schema(person_id)
     assert [(r.name, r.subject, r.version) for r in got.references] == [
         ("x.Address", "address", 1)]
+    assert http(fresh_broker, "GET", "/subjects/address/versions/1/referencedby") == (
+        200, [person_id])
     # a referenced version cannot go while a live schema uses it
     status, body = http(fresh_broker, "DELETE", "/subjects/address/versions/1")
     assert (status, body["error_code"]) == (422, 42206)
@@ -283,3 +285,18 @@ def test_cli(fresh_broker: BrokerProcess, tmp_path: Path) -> None:
     unreadable = sparklog_schemas(fresh_broker, "register", "--subject", "x",
                                   "--schema-file", str(tmp_path / "none.avsc"))
     assert unreadable.returncode == 2
+
+
+def test_import_mode_keeps_given_ids(fresh_broker: BrokerProcess) -> None:
+    assert http(fresh_broker, "PUT", "/mode", {"mode": "IMPORT"}) == (200, {"mode": "IMPORT"})
+    assert http(fresh_broker, "POST", "/subjects/imported/versions",
+                {"schema": USER_V1, "id": 100, "version": 3}) == (200, {"id": 100})
+    assert http(fresh_broker, "PUT", "/mode", {"mode": "READWRITE"})[0] == 200
+    assert http(fresh_broker, "GET", "/subjects/imported/versions") == (200, [3])
+    status, body = http(fresh_broker, "POST", "/subjects/imported/versions",
+                        {"schema": USER_V2, "id": 7})
+    assert (status, body["error_code"]) == (422, 42205)  # ids are given in IMPORT mode only
+    assert client(fresh_broker).register_schema("imported", Schema(USER_V2, "AVRO")) == 101
+    # IMPORT into a registry that has subjects needs force
+    assert http(fresh_broker, "PUT", "/mode", {"mode": "IMPORT"})[1]["error_code"] == 42205
+    assert http(fresh_broker, "PUT", "/mode?force=true", {"mode": "IMPORT"})[0] == 200

@@ -59,6 +59,7 @@ class SchemaStore:
         self._max_id = 0
         self.configs: dict[str | None, str] = {}
         self.modes: dict[str | None, str] = {}
+        self._parsed: dict[SchemaEntry, ParsedSchema] = {}  # versions parsed once
 
     # -- replay and apply ----------------------------------------------------------------
     def replay(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
@@ -75,7 +76,9 @@ class SchemaStore:
                 self._max_id = max(self._max_id, change.id)
             case SchemaRemoved():
                 versions = self.subjects.get(change.subject, {})
-                versions.pop(change.version, None)
+                removed = versions.pop(change.version, None)
+                if removed is not None:
+                    self._parsed.pop(removed, None)
                 if not versions:
                     self.subjects.pop(change.subject, None)
             case ConfigChange():
@@ -141,7 +144,11 @@ class SchemaStore:
         return parse(schema_type, text, references, self.resolve)
 
     def parsed(self, entry: SchemaEntry) -> ParsedSchema:
-        return self.parse(entry.schema_type, entry.schema, entry.references)
+        found = self._parsed.get(entry)
+        if found is None:
+            found = self._parsed[entry] = self.parse(entry.schema_type, entry.schema,
+                                                     entry.references)
+        return found
 
     def lookup(self, subject: str, schema: ParsedSchema, deleted: bool) -> SchemaEntry:
         for entry in reversed(self.versions(subject, deleted)):
