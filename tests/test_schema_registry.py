@@ -1,8 +1,10 @@
 """The schema registry in the broker, driven by confluent-kafka's own registry client and
-serializers (unchanged) against a broker process with ``schema.registry.listeners`` on."""
+serializers (unchanged: Avro, JSON Schema, Protobuf) against a broker process with
+``schema.registry.listeners`` on."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import subprocess
@@ -25,7 +27,9 @@ from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegis
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from sparklog.broker.process import BrokerProcess
 
@@ -300,3 +304,27 @@ def test_import_mode_keeps_given_ids(fresh_broker: BrokerProcess) -> None:
     # IMPORT into a registry that has subjects needs force
     assert http(fresh_broker, "PUT", "/mode", {"mode": "IMPORT"})[1]["error_code"] == 42205
     assert http(fresh_broker, "PUT", "/mode?force=true", {"mode": "IMPORT"})[0] == 200
+
+
+def test_protobuf_serializer(fresh_broker: BrokerProcess) -> None:
+    """PROTOBUF schemas are stored as given (no compatibility check) and served back (as
+    sent: Confluent's registry would turn a base64 descriptor into .proto text)."""
+    proto = descriptor_pb2.FileDescriptorProto(name="shop/order.proto", package="shop",
+                                               syntax="proto3")
+    message = proto.message_type.add(name="Order")
+    message.field.add(name="id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    order = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+    sr = client(fresh_broker)
+    ctx = SerializationContext("orders", MessageField.VALUE)
+    data = ProtobufSerializer(order, sr, {"use.deprecated.format": False})(order(id=5), ctx)
+    registered = sr.get_latest_version("orders-value")
+    assert registered.schema.schema_type == "PROTOBUF"
+    # confluent-kafka sends the file descriptor, base64: stored and served as sent
+    assert descriptor_pb2.FileDescriptorProto.FromString(
+        base64.b64decode(registered.schema.schema_str)) == proto
+    assert int.from_bytes(data[1:5], "big") == registered.schema_id
+    decoded = ProtobufDeserializer(order, {"use.deprecated.format": False})(data, ctx)
+    assert decoded.id == 5
