@@ -84,3 +84,6 @@ def test_logins_and_acls(broker: BrokerProcess) -> None:
     admin.set_compatibility(level="FULL")
     assert bob.get_compatibility() == "FULL"  # global reads: any logged-in user
     assert bob.get_schema(schema_id).schema_str
+    # the subject list shows what the user may read
+    assert bob.get_subjects() == ["orders-value"]
+    assert admin.get_subjects() == ["orders-value", "payments-value"]

@@ -20,7 +20,8 @@ Invariants:
 - When the broker's listeners use SASL, every request needs HTTP basic auth of a SASL user
   (``Host.principal``, on the request's thread: a SCRAM key derivation never holds the
   loop; 401 40101 without), and with an authorizer the ACL ``rest.access`` names, checked on
-  the loop by the broker that received the request (403 40301); a forwarded request carries
+  the loop by the broker that received the request (403 40301; the subject list keeps the
+  subjects the user may read); a forwarded request carries
   its ``Authorization`` and is checked again by the leader, with the forwarding broker's
   address as the client's host.
 - A write the log refuses (``KafkaError``, ``OSError``) is answered 50001 and changes
@@ -38,13 +39,13 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 from wsgiref.simple_server import WSGIServer
 
 from sparklog.broker.monitoring.http_server import QuietHandler, serve, url_of
 from sparklog.broker.schema_registry import errors
 from sparklog.broker.schema_registry.records import TOPIC
-from sparklog.broker.schema_registry.rest import access, handle
+from sparklog.broker.schema_registry.rest import access, handle, route
 from sparklog.broker.schema_registry.store import SchemaStore
 from sparklog.coordinator.internal_topic import InternalTopic, append_records, replay
 from sparklog.errors import KafkaError
@@ -169,6 +170,11 @@ class RegistryListener:
         if self.store.writes != writes and not await self._host.replicated():
             self._epoch = None  # reload from the log before the next answer
             return _error(errors.store_error(f"{TOPIC} did not replicate the change"))
+        if request.method == "GET" and route(request.path) == ["subjects"] \
+                and answer[0] == 200:  # the subjects the user may read
+            return 200, [s for s in answer[1] if self._host.allowed(
+                request.principal, request.client_host,
+                access("GET", "/subjects/" + quote(s, safe="")))]
         return answer
 
     # -- on request threads --------------------------------------------------------------

@@ -247,7 +247,8 @@ def access(method: str, path: str) -> tuple[str, str, str] | None:
     subject's request (the subject's topic: the subject without its ``-key``/``-value``
     suffix, else the subject itself), (``cluster``, ``kafka-cluster``, ``ALTER_CONFIGS``)
     for a change of the global config or mode, None for other reads (schemas by id, the
-    subject list, types, the global config and mode: any logged-in user)."""
+    subject list, which the listener filters, types, the global config and mode: any
+    logged-in user)."""
     subject = subject_of(path)
     parts = route(path)
     reads = method == "GET" or (method == "POST" and (
