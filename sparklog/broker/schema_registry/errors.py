@@ -20,6 +20,11 @@ class RegistryError(Exception):
     def status(self) -> int:
         return self.error_code // 100 if self.error_code >= 10000 else self.error_code
 
+    @property
+    def answer(self) -> tuple[int, dict[str, object]]:
+        """(HTTP status, Confluent's error body)."""
+        return self.status, {"error_code": self.error_code, "message": self.message}
+
 
 def subject_not_found(subject: str) -> RegistryError:
     return RegistryError(40401, f"Subject '{subject}' not found.")

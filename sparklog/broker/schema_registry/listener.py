@@ -4,7 +4,8 @@ Invariants:
 - The server is the status page's (``monitoring.http_server``), on threads of its own: a
   slow HTTP client never holds the broker's event loop. Each request is read on its thread,
   then handed whole to the loop (``run_coroutine_threadsafe``), where the store answers it
-  in one step: requests are applied one at a time, in the order the loop takes them.
+  in one synchronous step (a change then waits for the ISR): requests are applied one at
+  a time, in the order the loop takes them.
 - Only the broker leading ``_schemas``-0 answers (its store replayed from the log whenever
   its leader epoch there changes, so a new leader starts from everything the topic holds);
   any other broker forwards the request as it came to the leader's registry (its URL from
@@ -34,16 +35,14 @@ import asyncio
 import base64
 import json
 import logging
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, quote
 from wsgiref.simple_server import WSGIServer
 
 from sparklog.broker.monitoring.http_server import QuietHandler, serve, url_of
 from sparklog.broker.schema_registry import errors
+from sparklog.broker.schema_registry.forwarding import CONTENT_TYPE, Answer, Request, forward
 from sparklog.broker.schema_registry.records import TOPIC
 from sparklog.broker.schema_registry.rest import access, handle, route
 from sparklog.broker.schema_registry.store import SchemaStore
@@ -52,13 +51,11 @@ from sparklog.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
-CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 MAX_BODY_BYTES = 16 * 1024 * 1024
 TIMEOUT_S = 30.0
 LOAD_BUFFER_BYTES = 1 << 20
 FORWARDED_HEADER = "HTTP_X_SPARKLOG_FORWARDED"
 
-Answer = tuple[int, Any]
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 _STATUS = {200: "200 OK", 400: "400 Bad Request", 401: "401 Unauthorized",
@@ -143,22 +140,22 @@ class RegistryListener:
     async def _serve(self, request: Request) -> Answer | str:
         """The answer, when this broker leads ``_schemas``; else the leader's URL."""
         if not self._serving:
-            return _error(errors.RegistryError(50003, "The broker is stopping"))
+            return errors.RegistryError(50003, "The broker is stopping").answer
         needs = access(request.method, request.path)
         if not self._host.allowed(request.principal, request.client_host, needs):
             assert needs is not None
-            return _error(errors.RegistryError(
+            return errors.RegistryError(
                 40301, f"User {request.principal} is not authorized to {needs[2]} "
-                       f"{needs[0]} {needs[1]}"))
+                       f"{needs[0]} {needs[1]}").answer
         await self._host.prepare()
         epoch = self._host.leader_epoch()
         if epoch is None:
             leader = self._host.leader()
             url = None if leader is None or request.forwarded else \
                 await self._host.url_of(leader)
-            return url or _error(errors.RegistryError(
+            return url or errors.RegistryError(
                 50003, f"Error while forwarding the request to the leader: {TOPIC} has "
-                       f"no leader with a registry (leader: {leader})"))
+                       f"no leader with a registry (leader: {leader})").answer
         if epoch != self._epoch:
             self._load(epoch)
         writes = self.store.writes
@@ -166,10 +163,10 @@ class RegistryListener:
             answer = handle(self.store, *request.parts)
         except Exception:  # a defect: logged, answered as Confluent's internal error
             log.exception("schema registry: internal error on %s %s", *request.parts[:2])
-            return _error(errors.RegistryError(50001, "Internal error"))
+            return errors.RegistryError(50001, "Internal error").answer
         if self.store.writes != writes and not await self._host.replicated():
             self._epoch = None  # reload from the log before the next answer
-            return _error(errors.store_error(f"{TOPIC} did not replicate the change"))
+            return errors.store_error(f"{TOPIC} did not replicate the change").answer
         if request.method == "GET" and route(request.path) == ["subjects"] \
                 and answer[0] == 200:  # the subjects the user may read
             return 200, [s for s in answer[1] if self._host.allowed(
@@ -184,10 +181,10 @@ class RegistryListener:
             found = asyncio.run_coroutine_threadsafe(self._serve(request), self._loop
                                                      ).result(TIMEOUT_S)
         except TimeoutError:
-            return _error(errors.timeout_error())
+            return errors.timeout_error().answer
         except RuntimeError:  # the loop is closed
-            return _error(errors.RegistryError(50003, "The broker is stopping"))
-        return _forward(found, request) if isinstance(found, str) else found
+            return errors.RegistryError(50003, "The broker is stopping").answer
+        return forward(found, request, TIMEOUT_S) if isinstance(found, str) else found
 
     def _app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         try:
@@ -216,23 +213,6 @@ class RegistryListener:
         return [data]
 
 
-@dataclass(frozen=True)
-class Request:
-    method: str
-    path: str
-    query: dict[str, str]
-    body: bytes
-    query_string: str
-    forwarded: bool
-    principal: str
-    client_host: str
-    authorization: str
-
-    @property
-    def parts(self) -> tuple[str, str, dict[str, str], bytes]:
-        return self.method, self.path, self.query, self.body
-
-
 def _basic(header: str) -> tuple[str, str] | None:
     """The (user, password) of an HTTP basic ``Authorization`` header; None without one."""
     scheme, _, token = header.partition(" ")
@@ -244,30 +224,3 @@ def _basic(header: str) -> tuple[str, str] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return (user, password) if colon else None
-
-
-def _error(error: errors.RegistryError) -> Answer:
-    return error.status, {"error_code": error.error_code, "message": error.message}
-
-
-def _forward(leader_url: str, request: Request) -> Answer:
-    """The leader's answer to the same request (marked forwarded: it is not sent on)."""
-    target = leader_url + request.path + (f"?{request.query_string}"
-                                          if request.query_string else "")
-    headers = {"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE, "X-Sparklog-Forwarded": "1"}
-    if request.authorization:
-        headers["Authorization"] = request.authorization
-    sent = urllib.request.Request(target, data=request.body or None, method=request.method,
-                                  headers=headers)
-    try:
-        with urllib.request.urlopen(sent, timeout=TIMEOUT_S) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            return exc.code, json.loads(exc.read())
-        except ValueError:
-            return _error(errors.RegistryError(50003, f"Error while forwarding the request "
-                                                      f"to the leader: HTTP {exc.code}"))
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return _error(errors.RegistryError(50003, f"Error while forwarding the request to "
-                                                  f"the leader: {exc}"))

@@ -266,7 +266,7 @@ def handle(store: SchemaStore, method: str, path: str, query: Query, body: bytes
     try:
         return _dispatch(store, method, route(path), query, body)
     except RegistryError as exc:
-        return exc.status, {"error_code": exc.error_code, "message": exc.message}
+        return exc.answer
 
 
 def _dispatch(store: SchemaStore, method: str, parts: list[str], query: Query,
