@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import subprocess
 import sys
 import urllib.error
@@ -31,7 +32,9 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from sparklog.broker.config import BrokerConfig
 from sparklog.broker.process import BrokerProcess
+from sparklog.errors import InvalidConfigError
 
 REGISTRY = {"schema.registry.listeners": "http://127.0.0.1:0"}
 fresh_broker = private_broker(REGISTRY)
@@ -222,7 +225,7 @@ def test_serializers_through_a_topic_and_restart(fresh_broker: BrokerProcess) ->
     before = {s: sr.get_versions(s) for s in sr.get_subjects()}
     ids = {s: [sr.get_version(s, v).schema_id for v in vs] for s, vs in before.items()}
     http(fresh_broker, "PUT", "/config", {"compatibility": "FULL"})
-    fresh_broker.stop()
+    assert fresh_broker.stop() == 0  # SIGTERM: a clean shutdown with the registry on
     fresh_broker.start()
     sr = client(fresh_broker)
     assert {s: sr.get_versions(s) for s in sr.get_subjects()} == before
@@ -328,3 +331,11 @@ def test_protobuf_serializer(fresh_broker: BrokerProcess) -> None:
     assert int.from_bytes(data[1:5], "big") == registered.schema_id
     decoded = ProtobufDeserializer(order, {"use.deprecated.format": False})(data, ctx)
     assert decoded.id == 5
+
+
+def test_a_bad_listener_setting_is_refused() -> None:
+    with pytest.raises(InvalidConfigError, match=re.escape(
+            "schema.registry.listeners: expected http://HOST:PORT")):
+        BrokerConfig({"schema.registry.listeners": "tcp://127.0.0.1:8081"})
+    assert BrokerConfig({"schema.registry.listeners": "http://[::1]:0"}
+                        ).schema_registry_listener() == ("::1", 0)
