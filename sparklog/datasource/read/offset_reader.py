@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from sparklog.client.errors import RetriableError
 from sparklog.client.kafka import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, KafkaClient
 from sparklog.client.settings import Address
 from sparklog.datasource.options import OptionError
@@ -59,13 +60,16 @@ class OffsetReader:
         return subscription.partitions(self.client.metadata(subscription.metadata_topics()))
 
     def leaders(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, Address]:
-        """Leader address of each partition that has one now (a routing hint for tasks)."""
-        wanted = set(tps)
-        cluster = self.client.metadata(sorted({tp.topic for tp in wanted}))
-        return {tp: cluster.brokers[leader]
-                for topic, partitions in cluster.topics.items()
-                for partition, leader in partitions.items()
-                if (tp := TopicPartition(topic, partition)) in wanted and leader in cluster.brokers}
+        """Leader address of each partition that has one (a routing hint for tasks), as the
+        client last learnt it: ``partitions``' Metadata of the same micro-batch, or a
+        Metadata request for a partition it does not know."""
+        found = {}
+        for tp in tps:
+            try:
+                found[tp] = self.client.leader_address(tp)
+            except RetriableError:  # no leader now: the task finds one itself
+                continue
+        return found
 
     def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
         return self.client.offsets_at(tps, EARLIEST_TIMESTAMP)
