@@ -11,9 +11,11 @@ every version are checked against kafka-python's classes by ``test_api_table``.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -125,6 +127,47 @@ def _kafka_python(bootstrap: str, topic: str, group: str) -> KafkaConsumer:
                          fetch_max_wait_ms=50)
 
 
+POLL_MS = 1000
+"""One kafka-python poll: longer than a rebalance's JoinGroup and SyncGroup round trip."""
+
+
+@contextmanager
+def _polling(*consumers: KafkaConsumer) -> Iterator[list[int]]:
+    """Poll each consumer from a thread of its own (as an application does) until the block
+    ends; yields the offsets of the records they fetched.
+
+    kafka-python 3.0.12 takes a rebalance's result only inside a poll that is waiting for
+    it: a JoinGroup and SyncGroup round trip that completes after a poll timed out is
+    dropped at the next poll, which either rejoins (the leader rejoins after every
+    generation) or, when the leader's own assignment already refreshed what it compares,
+    never applies the assignment nor heartbeats again (its session times out). Two
+    consumers polled in turn with short timeouts from one thread meet that in most
+    rebalances, since each waits in JoinGroup for the other's next poll."""
+    got: list[int] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def run(consumer: KafkaConsumer) -> None:
+        try:
+            while not stop.is_set():
+                for records in consumer.poll(timeout_ms=POLL_MS).values():
+                    got.extend(r.offset for r in records)
+        except BaseException as exc:  # raised again in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in consumers]
+    for thread in threads:
+        thread.start()
+    try:
+        yield got
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(TIMEOUT)
+        if errors:
+            raise errors[0]
+
+
 def test_kafka_python_group_at_its_newest_versions(broker: BrokerProcess, topic: str) -> None:
     """Two kafka-python 3 consumers (api_version unset) join, consume, commit, rebalance and
     leave, at the newest versions both sides know: the broker's newest, except where
@@ -138,23 +181,14 @@ def test_kafka_python_group_at_its_newest_versions(broker: BrokerProcess, topic:
     first = _kafka_python(broker.bootstrap, topic, group)
     second = None
     try:
-        got: list[int] = []
-        deadline = time.monotonic() + TIMEOUT
-        while len(got) < 10 and time.monotonic() < deadline:
-            for records in first.poll(timeout_ms=200).values():
-                got.extend(r.offset for r in records)
-        assert len(got) == 10
+        with _polling(first) as got:
+            wait_until(lambda: len(got) >= 10)
+        assert sorted(got) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
         first.commit()
         assert [first.committed(KpTopicPartition(topic, p)) for p in (0, 1)] == [5, 5]
         second = _kafka_python(broker.bootstrap, topic, group)
-
-        def shared() -> bool:
-            assert second is not None
-            first.poll(timeout_ms=50)
-            second.poll(timeout_ms=50)
-            return len(first.assignment()) == 1 and len(second.assignment()) == 1
-
-        wait_until(shared)
+        with _polling(first, second):
+            wait_until(lambda: len(first.assignment()) == len(second.assignment()) == 1)
     finally:
         first.close()
         if second is not None:
