@@ -363,22 +363,72 @@ def test_require_stable_sees_an_open_transactional_commit(broker: BrokerProcess,
         consumer.close()
 
 
+def _join_body(group: str, instance: str, protocol: str = "range", member_id: str = "",
+               session_s: float = 10) -> dict[str, Any]:
+    return {"group_id": group, "session_timeout": timedelta(seconds=session_s),
+            "rebalance_timeout": timedelta(seconds=10), "member_id": member_id,
+            "group_instance_id": instance, "protocol_type": "sparklog-test",
+            "protocols": [{"name": protocol, "metadata": b"m"}], "reason": "a test"}
+
+
 def _join(conn: BrokerConnection, version: int, group: str, instance: str,
-          protocol: str = "range") -> Any:
-    return conn.request(ApiKey.JOIN_GROUP, version, {
-        "group_id": group, "session_timeout": timedelta(seconds=10),
-        "rebalance_timeout": timedelta(seconds=10), "member_id": "",
-        "group_instance_id": instance, "protocol_type": "sparklog-test",
-        "protocols": [{"name": protocol, "metadata": b"m"}], "reason": "a test"})
+          protocol: str = "range", **more: Any) -> Any:
+    return conn.request(ApiKey.JOIN_GROUP, version, _join_body(group, instance, protocol, **more))
+
+
+def _sync_body(group: str, joined: Any, protocol: str, assignments: list[dict[str, Any]],
+               instance: str = "i1") -> dict[str, Any]:
+    return {"group_id": group, "generation_id": joined.generation_id,
+            "member_id": joined.member_id, "group_instance_id": instance,
+            "protocol_type": "sparklog-test", "protocol_name": protocol,
+            "assignments": assignments}
 
 
 def _sync(conn: BrokerConnection, group: str, joined: Any, protocol: str,
           assignments: list[dict[str, Any]]) -> Any:
-    return conn.request(ApiKey.SYNC_GROUP, 5, {
+    return conn.request(ApiKey.SYNC_GROUP, 5, _sync_body(group, joined, protocol, assignments))
+
+
+def _heartbeat(conn: BrokerConnection, group: str, joined: Any, instance: str) -> int:
+    error: int = conn.request(ApiKey.HEARTBEAT, 4, {
         "group_id": group, "generation_id": joined.generation_id,
-        "member_id": joined.member_id, "group_instance_id": "i1",
-        "protocol_type": "sparklog-test", "protocol_name": protocol,
-        "assignments": assignments})
+        "member_id": joined.member_id, "group_instance_id": instance}).error_code
+    return error
+
+
+def test_members_stay_alive_while_the_leader_completes_the_rebalance(
+        broker: BrokerProcess, conn: BrokerConnection, topic: str) -> None:
+    """Kafka's CompletingRebalance: a member that got its JoinGroup answer may heartbeat
+    (NONE, its session restarts), and a follower whose SyncGroup waits for the leader's
+    counts as alive, however long past its session timeout the leader takes."""
+    group = f"{topic}-slow-leader"
+    session_s = 1.0  # the module's group.min.session.timeout.ms
+    leader = _join(conn, 9, group, "i1", session_s=session_s)
+    assert _sync(conn, group, leader, "range", []).error_code == ErrorCode.NONE
+    host, port = broker.bootstrap.rsplit(":", 1)
+    other = BrokerConnection(host, int(port), ClientConfig(((host, int(port)),)))
+    try:
+        other.send(ApiKey.JOIN_GROUP, 9, _join_body(group, "i2", session_s=session_s))
+        wait_until(lambda: _heartbeat(conn, group, leader, "i1")
+                   == ErrorCode.REBALANCE_IN_PROGRESS)
+        leader = _join(conn, 9, group, "i1", member_id=leader.member_id, session_s=session_s)
+        follower = other.receive()
+        assert (leader.generation_id, follower.generation_id) == (2, 2)
+        assert (follower.error_code, follower.leader) == (ErrorCode.NONE, leader.member_id)
+        other.send(ApiKey.SYNC_GROUP, 5, _sync_body(group, follower, "range", [], "i2"))
+        deadline = time.monotonic() + 2.5 * session_s
+        while time.monotonic() < deadline:  # the leader takes its time to assign
+            assert _heartbeat(conn, group, leader, "i1") == ErrorCode.NONE
+            time.sleep(0.2)
+        synced = conn.request(ApiKey.SYNC_GROUP, 5, _sync_body(group, leader, "range", [
+            {"member_id": leader.member_id, "assignment": b"p0"},
+            {"member_id": follower.member_id, "assignment": b"p1"}]))
+        assert (synced.error_code, synced.assignment) == (ErrorCode.NONE, b"p0")
+        answer = other.receive()
+        assert (answer.error_code, answer.assignment) == (ErrorCode.NONE, b"p1")
+        assert _heartbeat(other, group, follower, "i2") == ErrorCode.NONE
+    finally:
+        other.close()
 
 
 def test_static_leader_rejoins_with_skip_assignment_and_sync_checks_the_protocol(

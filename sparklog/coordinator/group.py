@@ -7,8 +7,9 @@ States (Kafka's ``ClassicGroupState``) and the transitions allowed into each:
   known member rejoined or the rebalance timeout passed; heartbeats and syncs get
   REBALANCE_IN_PROGRESS; commits of the current generation are still accepted.
 - CompletingRebalance <- PreparingRebalance: the generation is chosen and join responses went
-  out; the followers' syncs wait for the leader's; heartbeats and commits get
-  REBALANCE_IN_PROGRESS.
+  out; the followers' syncs wait for the leader's; heartbeats of the new generation are
+  answered as in Stable (a member may start heartbeating once its join is answered);
+  commits get REBALANCE_IN_PROGRESS.
 - Stable <- CompletingRebalance: the leader's assignment was stored and handed out.
 - Dead <- any: the group was deleted or expired; it is no longer in the coordinator.
 

@@ -11,9 +11,9 @@ Behaviour (Kafka's classic ``GroupCoordinator``):
   The leader's SyncGroup is stored as group metadata, then its assignment is handed to every
   member; followers' syncs wait for it.
 - A member whose session (``session.timeout.ms`` since its last heartbeat, join, sync or
-  commit) ran out is removed and the group rebalances; a member parked in JoinGroup stays
-  alive (new members for at most five minutes, as in Kafka). A heartbeat of a Stable group
-  whose subscribed topics changed partition count starts a rebalance.
+  commit) ran out is removed and the group rebalances; a member parked in JoinGroup or
+  SyncGroup stays alive (new members for at most five minutes, as in Kafka). A heartbeat of
+  a Stable group whose subscribed topics changed partition count starts a rebalance.
 - Static members (``group.instance.id``): a known instance rejoining with an empty member id
   takes over its old entry under a new member id; in a Stable group with unchanged metadata
   this needs no rebalance (the old member id is then fenced: FENCED_INSTANCE_ID). Static
@@ -533,8 +533,9 @@ class GroupCoordinator:
             return
         now = self.loop.time()
         deadline = member.last_heartbeat + member.liveness_timeout_ms / 1000
-        if member.join_waiter is not None and not member.is_new:
-            deadline = max(deadline, now + member.session_timeout_ms / 1000)  # parked: alive
+        parked = member.join_waiter is not None or member.sync_waiter is not None
+        if parked and not member.is_new:  # awaiting a rebalance counts as alive (Kafka)
+            deadline = max(deadline, now + member.session_timeout_ms / 1000)
         if now < deadline:
             member.expiry = self.loop.call_at(deadline, self._check_expiry, group, member)
             return
@@ -634,13 +635,13 @@ class GroupCoordinator:
         if error is not None:
             return error
         assert group is not None
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            return ErrorCode.REBALANCE_IN_PROGRESS
         self._touch(group, group.members[member_id])
         if group.state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
-        if any(self._partition_count(topic) != count
-               for topic, count in group.partition_counts.items()):
+        # CompletingRebalance: a member may heartbeat once its join is answered (Kafka).
+        if group.state is GroupState.STABLE and any(
+                self._partition_count(topic) != count
+                for topic, count in group.partition_counts.items()):
             self._prepare_rebalance(group, "a subscribed topic changed partition count")
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
