@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from sparklog.coordinator.group_records import (
+    ClassicMemberMetadata,
     ConsumerMemberRecord,
     CurrentAssignmentRecord,
     TopicAssignment,
@@ -82,12 +83,14 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: TopicAssignment = field(default_factory=dict)
     pending_revocation: TopicAssignment = field(default_factory=dict)
+    classic: ClassicMemberMetadata | None = None
+    """A member speaking the classic protocol (JoinGroup, SyncGroup, Heartbeat)."""
 
     def subscription_record(self) -> ConsumerMemberRecord:
         return ConsumerMemberRecord(self.instance_id, self.rack_id, self.client_id,
                                     self.client_host, self.subscribed_topic_names,
                                     self.subscribed_topic_regex, self.rebalance_timeout_ms,
-                                    self.server_assignor)
+                                    self.server_assignor, self.classic)
 
     def same_subscription(self, other: ConsumerMember) -> bool:
         return self.subscription_record() == other.subscription_record()
@@ -118,7 +121,7 @@ class ConsumerMember:
                 subscribed_topic_names=subscription.subscribed_topic_names,
                 subscribed_topic_regex=subscription.subscribed_topic_regex,
                 rebalance_timeout_ms=subscription.rebalance_timeout_ms,
-                server_assignor=subscription.server_assignor)
+                server_assignor=subscription.server_assignor, classic=subscription.classic)
         if current is not None:
             state = current.state if current.state in iter(MemberState) else MemberState.UNKNOWN
             member = dataclasses.replace(
@@ -178,6 +181,17 @@ class ConsumerGroup:
             self.partition_epochs[tp] = member.member_epoch
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
+
+    def uses_classic_protocol_only(self, but: str = "") -> bool:
+        """Kafka's ``allMembersUseClassicProtocolExcept``: every member but ``but``."""
+        return all(m.classic is not None for m in self.members.values() if m.member_id != but)
+
+    def waits_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Kafka's ``waitingOnUnreleasedPartition``: a partition of its target another
+        member still holds."""
+        return any(self.current_partition_epoch(topic_id, p) != NO_OWNER
+                   for topic_id, partitions in self.target(member.member_id).items()
+                   for p in partitions - member.assigned.get(topic_id, frozenset()))
 
     def remove(self, member_id: str) -> ConsumerMember | None:
         member = self.members.pop(member_id, None)

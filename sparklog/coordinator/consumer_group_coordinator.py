@@ -56,6 +56,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 from sparklog.coordinator.assignors import ASSIGNORS, MemberSubscription, PartitionAssignorError
@@ -69,14 +70,23 @@ from sparklog.coordinator.consumer_group import (
     is_subset,
     reconcile,
 )
+from sparklog.coordinator.consumer_protocol import (
+    PROTOCOL_TYPE,
+    assigned_partitions,
+    assignment_bytes,
+    subscription,
+)
+from sparklog.coordinator.group import JoinResult, Protocols, SyncResult
 from sparklog.coordinator.group_records import (
     OFFSETS_TOPIC,
+    ClassicMemberMetadata,
     ConsumerGroupRecords,
     ConsumerRecordType,
     TopicAssignment,
     consumer_key,
     current_assignment_value,
     group_epoch_value,
+    group_key,
     member_subscription_value,
     subscription_metadata_value,
     target_epoch_value,
@@ -97,6 +107,48 @@ _ASSIGNOR_CLASSES = {"org.apache.kafka.coordinator.group.assignor.UniformAssigno
                      "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
 
 
+class MigrationPolicy(StrEnum):
+    """Kafka's ``group.consumer.migration.policy``: which online conversions between a
+    classic group and a consumer group are done."""
+
+    BIDIRECTIONAL = "bidirectional"
+    UPGRADE = "upgrade"
+    DOWNGRADE = "downgrade"
+    DISABLED = "disabled"
+
+    @property
+    def upgrades(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.UPGRADE)
+
+    @property
+    def downgrades(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.DOWNGRADE)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberState:
+    """A classic member handed from one kind of group to the other (its JoinGroup settings
+    and its current assignment, a ``ConsumerProtocolAssignment``)."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocols: Protocols
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupState:
+    """A classic group with members, as an upgrade takes it over."""
+
+    generation: int
+    protocol: str
+    members: tuple[ClassicMemberState, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupConfig:
     """The broker settings of consumer groups (Kafka's names and defaults)."""
@@ -105,6 +157,7 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5000
     assignors: tuple[str, ...] = ("uniform", "range")
     max_size: int = (1 << 31) - 1
+    migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
 
     @classmethod
     def from_props(cls, props: Mapping[str, str]) -> ConsumerGroupConfig:
@@ -118,7 +171,15 @@ class ConsumerGroupConfig:
             raise InvalidConfigError(f"invalid value {names!r} for broker config "
                                      f"group.consumer.assignors: unknown assignors {unknown}; "
                                      f"known: {', '.join(ASSIGNORS)}")
+        policy = props.get("group.consumer.migration.policy", default.migration_policy)
+        try:
+            migration_policy = MigrationPolicy(policy.strip().lower())
+        except ValueError:
+            raise InvalidConfigError(
+                f"invalid value {policy!r} for broker config group.consumer.migration.policy: "
+                f"one of {', '.join(p.value for p in MigrationPolicy)}") from None
         return cls(
+            migration_policy=migration_policy,
             session_timeout_ms=int(props.get("group.consumer.session.timeout.ms",
                                              default.session_timeout_ms)),
             heartbeat_interval_ms=int(props.get("group.consumer.heartbeat.interval.ms",
@@ -143,9 +204,21 @@ class ClassicGroups(Protocol):
     def check_group(self, group_id: str) -> ErrorCode | None:
         """Whether this node coordinates ``group_id`` now (NOT_COORDINATOR, ...)."""
 
-    def take_over(self, group_id: str) -> None:
-        """Make ``group_id`` a consumer group: raises ``KafkaError`` (GROUP_ID_NOT_FOUND)
-        if it is a classic group with members; an empty classic group is dropped."""
+    def take_over(self, group_id: str, upgrade: bool) -> ClassicGroupState | None:
+        """Make ``group_id`` a consumer group: an empty classic group is dropped (None); a
+        classic group with members is returned for an ``upgrade`` (nothing changes until
+        ``release``), and without one (or one of another protocol type) raises
+        ``KafkaError`` (GROUP_ID_NOT_FOUND)."""
+
+    def release(self, group_id: str) -> None:
+        """The upgrade's records are written: the classic group hands its members over
+        (parked JoinGroup and SyncGroup answered REBALANCE_IN_PROGRESS); offsets stay."""
+
+    def adopt(self, group_id: str, generation: int, members: Iterable[ClassicMemberState],
+              records: list[Record]) -> None:
+        """A downgrade: append ``records`` (the consumer group's tombstones) with the
+        classic group of ``members`` at ``generation`` in one batch, then rebalance it.
+        Raises ``KafkaError`` if the append fails (nothing changed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,11 +424,22 @@ class ConsumerGroupCoordinator:
             self._regexes[pattern] = compiled
         return compiled
 
-    def _heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+    def _heartbeat(self, request: HeartbeatRequest,
+                   classic: ClassicMemberMetadata | None = None) -> HeartbeatResult:
+        """A heartbeat, or a classic member's JoinGroup (``classic``, its settings)."""
+        upgrading = None
+        if request.group_id not in self.groups and request.member_epoch == 0:
+            upgrading = self.classic.take_over(request.group_id,
+                                               self.config.migration_policy.upgrades)
         group = self._group(request.group_id, create=request.member_epoch == 0)
         change = _Change(group)
+        if upgrading is not None:
+            self._convert(change, upgrading)
         member_id = request.member_id or str(uuid.uuid4())
-        member = self._member(change, member_id, request)
+        if classic is None:
+            member = self._member(change, member_id, request)
+        else:
+            member = change.members.get(member_id) or ConsumerMember(member_id)
         updated = dataclasses.replace(
             member,
             instance_id=request.instance_id or member.instance_id,
@@ -370,7 +454,7 @@ class ConsumerGroupCoordinator:
             subscribed_topic_regex=(member.subscribed_topic_regex
                                     if request.subscribed_topic_regex is None
                                     else request.subscribed_topic_regex or None),
-            client_id=request.client_id, client_host=request.client_host)
+            client_id=request.client_id, client_host=request.client_host, classic=classic)
         bump = False
         if member_id not in change.members or not updated.same_subscription(member):
             change.add(ConsumerRecordType.MEMBER_SUBSCRIPTION,
@@ -394,6 +478,13 @@ class ConsumerGroupCoordinator:
         self._append(group, change.records)
         change.apply()
         self.groups.setdefault(group.group_id, group)
+        if upgrading is not None:
+            self.classic.release(group.group_id)
+            for converted in upgrading.members:
+                self._schedule_session(group, converted.member_id)
+            log.info("group %s: the classic group of generation %d with %d members became a "
+                     "consumer group", group.group_id, upgrading.generation,
+                     len(upgrading.members))
         if not reconciled.same_assignment(member):
             log.info("group %s: member %s at epoch %d (%s), assigned %s, revoking %s",
                      group.group_id, member_id, reconciled.member_epoch, reconciled.state.name,
@@ -418,8 +509,49 @@ class ConsumerGroupCoordinator:
         if not create:
             raise KafkaError(f"Consumer group {group_id} not found.",
                              ErrorCode.GROUP_ID_NOT_FOUND)
-        self.classic.take_over(group_id)
         return ConsumerGroup(group_id)
+
+    def _convert(self, change: _Change, classic: ClassicGroupState) -> None:
+        """Kafka's ``ConsumerGroup.fromClassicGroup``: every classic member becomes a Stable
+        member at the generation, its target its current assignment."""
+        group_id = change.group.group_id
+        if len(classic.members) >= self.config.max_size:
+            raise KafkaError(f"Group {group_id} is not a consumer group (too many members "
+                             f"to upgrade).", ErrorCode.GROUP_ID_NOT_FOUND)
+        generation = change.group_epoch = change.assignment_epoch = classic.generation
+        change.records.append((group_key(group_id), None))
+        for m in classic.members:
+            try:
+                _, topics, _, rack = subscription(dict(m.protocols)[classic.protocol])
+                assigned = self._topic_ids(dict(assigned_partitions(m.assignment)))
+            except (KeyError, ValueError) as exc:
+                raise KafkaError(f"Cannot upgrade the classic group {group_id}: its consumer "
+                                 f"protocol does not parse ({exc}).",
+                                 ErrorCode.GROUP_ID_NOT_FOUND) from None
+            member = ConsumerMember(
+                m.member_id, m.instance_id, rack, m.client_id, m.client_host,
+                tuple(sorted(set(topics))), None, m.rebalance_timeout_ms, None, generation,
+                generation, MemberState.STABLE, assigned,
+                classic=ClassicMemberMetadata(m.session_timeout_ms, m.protocols))
+            change.put(member)
+            change.targets[m.member_id] = assigned
+            change.add(ConsumerRecordType.MEMBER_SUBSCRIPTION,
+                       member_subscription_value(member.subscription_record()), m.member_id)
+            change.add(ConsumerRecordType.TARGET_ASSIGNMENT_MEMBER,
+                       target_member_value(assigned), m.member_id)
+            change.add(ConsumerRecordType.CURRENT_ASSIGNMENT,
+                       current_assignment_value(member.current_record()), m.member_id)
+        change.add(ConsumerRecordType.GROUP_EPOCH, group_epoch_value(generation))
+        change.add(ConsumerRecordType.TARGET_ASSIGNMENT_EPOCH, target_epoch_value(generation))
+
+    def _topic_ids(self, partitions: Mapping[str, Iterable[int]]
+                   ) -> dict[uuid.UUID, frozenset[int]]:
+        ids = {}
+        for name, numbers in partitions.items():
+            topic_id = self.topics.topic_id(name)
+            if topic_id is not None and numbers:
+                ids[topic_id] = frozenset(numbers)
+        return ids
 
     def _member(self, change: _Change, member_id: str, request: HeartbeatRequest
                 ) -> ConsumerMember:
@@ -596,20 +728,176 @@ class ConsumerGroupCoordinator:
         return HeartbeatResult(ErrorCode.NONE, None, member.member_id, request.member_epoch)
 
     def _fence(self, group: ConsumerGroup, member_id: str, why: str) -> None:
-        """Remove a member (it left, or its session or rebalance timeout passed)."""
+        """Remove a member (it left, or its session or rebalance timeout passed); when only
+        classic members remain, the group converts back to a classic group (if the
+        migration policy downgrades)."""
         change = _Change(group)
         change.remove_member(member_id)
         self._update_epoch(change, bump=True)
+        if len(group.members) > 1 and group.uses_classic_protocol_only(but=member_id) and \
+                self.config.migration_policy.downgrades:
+            self._downgrade(change, why)
+            return
         self._append(group, change.records)
         change.apply()
         log.info("group %s: member %s %s; group epoch %d", group.group_id, member_id, why,
                  group.group_epoch)
 
+    def _downgrade(self, change: _Change, why: str) -> None:
+        """Kafka's ``convertToClassicGroup``: the consumer group's records are tombstoned
+        and the classic group of its members written in the same batch; it then rebalances
+        (every member is told to rejoin)."""
+        group = change.group
+        members = []
+        for member_id in list(change.members):
+            member = change.members[member_id]
+            assert member.classic is not None
+            version = subscription(member.classic.protocols[0][1])[0]
+            members.append(ClassicMemberState(
+                member_id, member.instance_id, member.client_id, member.client_host,
+                member.rebalance_timeout_ms, member.classic.session_timeout_ms,
+                member.classic.protocols,
+                assignment_bytes(version, self._topic_names(member.assigned))))
+            change.remove_member(member_id)
+        for kind in (ConsumerRecordType.TARGET_ASSIGNMENT_EPOCH,
+                     ConsumerRecordType.SUBSCRIPTION_METADATA, ConsumerRecordType.GROUP_EPOCH):
+            change.add(kind, None)
+        self.classic.adopt(group.group_id, change.group_epoch, members, change.records)
+        group.cancel_timers()
+        del self.groups[group.group_id]
+        log.info("group %s: a member %s; the %d classic members left make it a classic group "
+                 "again (generation %d)", group.group_id, why, len(members), change.group_epoch)
+
+    def _topic_names(self, assignment: TopicAssignment) -> dict[str, frozenset[int]]:
+        names = {self.topics.topic_id(name): name for name in self.topics.topic_names()}
+        return {names[topic_id]: partitions for topic_id, partitions in assignment.items()
+                if topic_id in names}
+
+    # -- classic members (KIP-848's online migration) -------------------------------------
+    def has_members(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def classic_join(self, group_id: str, member_id: str, instance_id: str | None, *,
+                     require_known_member_id: bool, client_id: str, client_host: str,
+                     rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
+                     protocols: Protocols) -> JoinResult:
+        """Kafka's ``classicGroupJoinToConsumerGroup``: the member's subscription and owned
+        partitions come from its JoinGroup metadata; it is reconciled at once and answered
+        with its member epoch as the generation (it is never the leader: the coordinator
+        assigns)."""
+        group = self.groups[group_id]
+        if protocol_type != PROTOCOL_TYPE or not protocols:
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        try:
+            _, topics, owned, rack = subscription(protocols[0][1])
+        except ValueError:
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        if instance_id is not None and instance_id in group.static_members:
+            static_id = group.static_members[instance_id]
+            if member_id and member_id != static_id:
+                return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id)
+            member_id = static_id
+        elif not member_id:
+            member_id = str(uuid.uuid4())
+            if require_known_member_id:
+                return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id)
+        if member_id not in group.members and len(group.members) >= self.config.max_size:
+            return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id)
+        request = HeartbeatRequest(
+            group_id, member_id, 0, instance_id, rack, rebalance_timeout_ms,
+            tuple(topics), None, None, self._topic_ids(owned), client_id, client_host)
+        try:
+            result = self._heartbeat(request, ClassicMemberMetadata(session_timeout_ms,
+                                                                    protocols))
+        except (KafkaError, FencedMemberEpoch) as exc:
+            code = exc.code if isinstance(exc, KafkaError) else ErrorCode.UNKNOWN_MEMBER_ID
+            return JoinResult(code, member_id)
+        return JoinResult(ErrorCode.NONE, member_id, result.member_epoch, protocols[0][0])
+
+    def _classic_member(self, group_id: str, member_id: str, instance_id: str | None
+                        ) -> ConsumerMember:
+        """Kafka's ``validateConsumerGroupMember`` and
+        ``throwIfMemberDoesNotUseClassicProtocol``."""
+        group = self.groups[group_id]
+        if instance_id is not None:
+            static_id = group.static_members.get(instance_id)
+            if static_id is None:
+                raise KafkaError(f"Instance id {instance_id} is unknown.",
+                                 ErrorCode.UNKNOWN_MEMBER_ID)
+            if static_id != member_id:
+                raise KafkaError(f"Instance id {instance_id} is owned by {static_id}.",
+                                 ErrorCode.FENCED_INSTANCE_ID)
+        member = group.members.get(member_id)
+        if member is None or member.classic is None:
+            raise KafkaError(f"Member {member_id} is not a classic member of {group_id}.",
+                             ErrorCode.UNKNOWN_MEMBER_ID)
+        return member
+
+    def classic_sync(self, group_id: str, generation: int, member_id: str,
+                     instance_id: str | None, protocol_type: str | None,
+                     protocol: str | None) -> SyncResult:
+        """Kafka's ``classicGroupSyncToConsumerGroup``: the member's assigned partitions."""
+        try:
+            member = self._classic_member(group_id, member_id, instance_id)
+        except KafkaError as exc:
+            return SyncResult(exc.code)
+        assert member.classic is not None
+        name, metadata = member.classic.protocols[0]
+        group = self.groups[group_id]
+        if generation != member.member_epoch:
+            return SyncResult(ErrorCode.ILLEGAL_GENERATION)
+        if protocol_type not in (None, PROTOCOL_TYPE) or protocol not in (None, name):
+            return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if group.group_epoch > member.member_epoch and \
+                member.state is not MemberState.UNREVOKED_PARTITIONS:
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        self._schedule_session(group, member_id)
+        return SyncResult(ErrorCode.NONE, assignment_bytes(
+            subscription(metadata)[0], self._topic_names(member.assigned)),
+            PROTOCOL_TYPE, name)
+
+    def classic_heartbeat(self, group_id: str, member_id: str, instance_id: str | None,
+                          generation: int) -> ErrorCode:
+        """Kafka's ``classicGroupHeartbeatToConsumerGroup``: REBALANCE_IN_PROGRESS tells
+        the member to rejoin (the group epoch moved on, it must revoke, or the partitions
+        it waits for are free)."""
+        try:
+            member = self._classic_member(group_id, member_id, instance_id)
+        except KafkaError as exc:
+            return exc.code
+        if generation != member.member_epoch:
+            return ErrorCode.ILLEGAL_GENERATION
+        group = self.groups[group_id]
+        self._schedule_session(group, member_id)
+        if member.member_epoch < group.group_epoch or \
+                member.state is MemberState.UNREVOKED_PARTITIONS or \
+                (member.state is MemberState.UNRELEASED_PARTITIONS
+                 and not group.waits_on_unreleased(member)):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def classic_leave(self, group_id: str, member_id: str, instance_id: str | None
+                      ) -> ErrorCode:
+        """A classic member's LeaveGroup: it is removed as a consumer member would be."""
+        group = self.groups[group_id]
+        if instance_id is not None and not member_id:
+            member_id = group.static_members.get(instance_id, "")
+        try:
+            self._classic_member(group_id, member_id, instance_id)
+            self._fence(group, member_id, "left the group")
+        except KafkaError as exc:
+            return exc.code
+        return ErrorCode.NONE
+
     # -- timers ---------------------------------------------------------------------------
     def _schedule_session(self, group: ConsumerGroup, member_id: str) -> None:
         _cancel(group.session_timers, member_id)
+        member = group.members.get(member_id)
+        timeout_ms = self.config.session_timeout_ms if member is None or member.classic is None \
+            else member.classic.session_timeout_ms
         group.session_timers[member_id] = self.loop.call_later(
-            self.config.session_timeout_ms / 1000, self._expire, group, member_id,
+            timeout_ms / 1000, self._expire, group, member_id,
             "failed its session timeout", None)
 
     def _schedule_rebalance(self, group: ConsumerGroup, member: ConsumerMember) -> None:
@@ -649,6 +937,9 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if member.classic is not None:  # its generation is its member epoch
+            return None if member_epoch == member.member_epoch else \
+                ErrorCode.ILLEGAL_GENERATION
         if not transactional and version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         return None if member_epoch == member.member_epoch else ErrorCode.STALE_MEMBER_EPOCH
@@ -661,7 +952,10 @@ class ConsumerGroupCoordinator:
         member = self.groups[group_id].members.get(member_id or "")
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        return None if member_epoch == member.member_epoch else ErrorCode.STALE_MEMBER_EPOCH
+        if member_epoch == member.member_epoch:
+            return None
+        return ErrorCode.STALE_MEMBER_EPOCH if member.classic is None \
+            else ErrorCode.ILLEGAL_GENERATION
 
     def subscribed_topics(self, group_id: str) -> set[str]:
         """The topics the group's members subscribe to (OffsetDelete keeps their offsets)."""

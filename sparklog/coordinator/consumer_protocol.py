@@ -10,6 +10,8 @@ Invariants:
   only the version and the topics are required and everything after them is ignored.
 - The coordinator only needs the subscribed topic names (to rebalance when one of them gains
   partitions); it relays assignments unchanged. Bytes that do not parse raise ``ValueError``.
+- ``subscription`` reads the whole subscription (a classic member of a consumer group is
+  served from it) and ``assignment_bytes`` writes an assignment (its SyncGroup answer).
 - ``assigned_partitions`` reads a ``ConsumerProtocolAssignment`` (int16 version,
   assigned_partitions ``[(topic string, partitions [int32])]``, user_data; the same prefix in
   every version) for the broker's status page.
@@ -17,7 +19,12 @@ Invariants:
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Mapping
+
 from sparklog.protocol.data_records import DataSchema, Field, decode
+
+_INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
 
 PROTOCOL_TYPE = "consumer"
 
@@ -35,6 +42,37 @@ _TOPIC_PARTITION = DataSchema("TopicPartition", (
 _ASSIGNMENT_PARTITIONS = DataSchema("ConsumerProtocolAssignment", (
     Field("assigned_partitions", struct=_TOPIC_PARTITION),
 ), newest=0)
+
+
+_SUBSCRIPTION = DataSchema("ConsumerProtocolSubscription", (
+    Field("topics", "[]string"),
+    Field("user_data", "bytes", nullable_from=0),
+    Field("owned_partitions", struct=_TOPIC_PARTITION, first=1),
+    Field("generation_id", "int32", first=2),
+    Field("rack_id", "string", first=3, nullable_from=3),
+), newest=3)
+
+
+def subscription(metadata: bytes) -> tuple[int, tuple[str, ...], dict[str, frozenset[int]],
+                                           str | None]:
+    """(version, topics, owned partitions by topic, rack) of a subscription (any version;
+    a v0 subscription owns nothing: its eager client revoked everything before joining)."""
+    version, decoded = decode(_SUBSCRIPTION, metadata, read_newer=True)
+    owned: dict[str, frozenset[int]] = {}
+    for tp in getattr(decoded, "owned_partitions", ()):
+        owned[tp.topic] = owned.get(tp.topic, frozenset()) | frozenset(tp.partitions)
+    return version, tuple(decoded.topics), owned, getattr(decoded, "rack_id", None)
+
+
+def assignment_bytes(version: int, partitions: Mapping[str, frozenset[int]]) -> bytes:
+    """A ``ConsumerProtocolAssignment`` of ``version`` (0-3: the same layout), no user data."""
+    out = bytearray(_INT16.pack(min(max(version, 0), 3)))
+    out += _INT32.pack(len(partitions))
+    for topic, numbers in sorted(partitions.items()):
+        name = topic.encode()
+        out += _INT16.pack(len(name)) + name + _INT32.pack(len(numbers))
+        out += b"".join(_INT32.pack(p) for p in sorted(numbers))
+    return bytes(out + _INT32.pack(-1))
 
 
 def subscribed_topics(metadata: bytes) -> tuple[str, ...]:

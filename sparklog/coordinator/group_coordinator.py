@@ -47,10 +47,14 @@ Invariants:
   unloads them; afterwards every API answers COORDINATOR_NOT_AVAILABLE.
 - A group id is a classic group or a KIP-848 consumer group (``consumer``, a
   ``ConsumerGroupCoordinator`` on the same store, loaded and unloaded with it), never both:
-  a classic JoinGroup for a consumer group with members is INCONSISTENT_GROUP_PROTOCOL (an
-  empty one is deleted first), a consumer-protocol member joining a classic group with
-  members is GROUP_ID_NOT_FOUND (an empty one is taken over); online migration between the
-  two is not done. Offsets of both kinds live in ``groups`` (for a consumer group an entry
+  an empty one of either kind is replaced by the other. Online migration (Kafka's
+  ``group.consumer.migration.policy``): a consumer-protocol member joining a classic group
+  with members upgrades it (``take_over``/``release``: GROUP_ID_NOT_FOUND if the policy
+  does not upgrade or the group's protocol type is not "consumer"); the classic members'
+  JoinGroup, SyncGroup, Heartbeat and LeaveGroup of a consumer group are served by the
+  consumer coordinator (``classic_*``); when only classic members remain it downgrades
+  (``adopt``: the classic group in one batch with the consumer group's tombstones, then a
+  rebalance). Offsets of both kinds live in ``groups`` (for a consumer group an entry
   holding only offsets, which ListGroups, DescribeGroups and expiration pass over while
   the consumer group has members); commits and fetches of a consumer group are checked
   against its members' epochs.
@@ -69,6 +73,8 @@ from typing import Any
 
 from sparklog.coordinator.consumer_group_coordinator import (
     CONSUMER_GROUP_TYPE,
+    ClassicGroupState,
+    ClassicMemberState,
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
     TopicCatalog,
@@ -230,16 +236,22 @@ class GroupCoordinator:
         self.consumer.unload(partition)
         for group in [g for g in self.groups.values()
                       if self.store.partition_for(g.group_id) == partition]:
-            if group.join_timer is not None:
-                group.join_timer.cancel()
-            for handle in group.pending_members.values():
-                handle.cancel()
-            for member in group.members.values():
-                if member.expiry is not None:
-                    member.expiry.cancel()
-                _answer_join(member, JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
-                _answer_sync(member, SyncResult(ErrorCode.NOT_COORDINATOR))
+            self._forget_members(group, ErrorCode.NOT_COORDINATOR)
             del self.groups[group.group_id]
+
+    @staticmethod
+    def _forget_members(group: Group, error: ErrorCode) -> None:
+        """Cancel the group's timers and answer its parked requests with ``error``."""
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+        for handle in group.pending_members.values():
+            handle.cancel()
+        group.pending_members.clear()
+        for member in group.members.values():
+            if member.expiry is not None:
+                member.expiry.cancel()
+            _answer_join(member, JoinResult(error, member.member_id))
+            _answer_sync(member, SyncResult(error))
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -256,18 +268,57 @@ class GroupCoordinator:
     def check_group(self, group_id: str) -> ErrorCode | None:
         return self._check(group_id)
 
-    def take_over(self, group_id: str) -> None:
+    def take_over(self, group_id: str, upgrade: bool) -> ClassicGroupState | None:
         """A consumer group starts with this id (see ``ClassicGroups.take_over``)."""
         group = self.groups.get(group_id)
         if group is None or group.protocol_type is None:
-            return
-        if group.state is not GroupState.EMPTY or group.pending_members:
+            return None
+        if group.members:
+            if not upgrade or group.protocol_type != PROTOCOL_TYPE or group.protocol is None:
+                raise KafkaError(f"Group {group_id} is not a consumer group.",
+                                 ErrorCode.GROUP_ID_NOT_FOUND)
+            return ClassicGroupState(group.generation, group.protocol, tuple(
+                ClassicMemberState(m.member_id, m.group_instance_id, m.client_id,
+                                   m.client_host, m.rebalance_timeout_ms, m.session_timeout_ms,
+                                   m.protocols, m.assignment)
+                for m in group.members.values()))
+        if group.pending_members:
             raise KafkaError(f"Group {group_id} is not a consumer group.",
                              ErrorCode.GROUP_ID_NOT_FOUND)
         if group.generation > 0:
             self.store.append(group_id, [(group_key(group_id), None)], self._now_ms())
         group.generation, group.protocol_type, group.protocol = 0, None, None
         log.info("group %s: the empty classic group becomes a consumer group", group_id)
+
+    def release(self, group_id: str) -> None:
+        """The upgrade is written (see ``ClassicGroups.release``)."""
+        group = self.groups[group_id]
+        self._forget_members(group, ErrorCode.REBALANCE_IN_PROGRESS)
+        group.members.clear()
+        group.static_members.clear()
+        group.generation, group.protocol_type, group.protocol, group.leader = 0, None, None, None
+        group.state = GroupState.EMPTY
+
+    def adopt(self, group_id: str, generation: int, members: Iterable[ClassicMemberState],
+              records: list[Record]) -> None:
+        """A downgrade (see ``ClassicGroups.adopt``)."""
+        old = self.groups.get(group_id)
+        group = Group(group_id, self._now_ms())
+        group.state, group.generation = GroupState.STABLE, generation
+        for m in members:
+            group.add(Member(m.member_id, m.instance_id, m.client_id, m.client_host,
+                             m.rebalance_timeout_ms, m.session_timeout_ms, PROTOCOL_TYPE,
+                             m.protocols, m.assignment))
+        group.protocol = group.select_protocol()
+        self.store.append(group_id, [*records, self._group_record(group)], self._now_ms())
+        if old is not None:
+            group.offsets, group.pending_txn_offsets = old.offsets, old.pending_txn_offsets
+        self.groups[group_id] = group
+        for member in group.members.values():
+            self._touch(group, member)
+        group.partition_counts = self._partition_counts(group)
+        self._prepare_rebalance(group, "the group converts from a consumer group to a "
+                                       "classic group")
 
     def _is_consumer_group(self, group_id: str) -> bool:
         return group_id in self.consumer.groups
@@ -296,6 +347,13 @@ class GroupCoordinator:
         if error is None and not (
                 self.config.min_session_ms <= session_timeout_ms <= self.config.max_session_ms):
             error = ErrorCode.INVALID_SESSION_TIMEOUT
+        if error is None and self.consumer.has_members(group_id):
+            return self.consumer.classic_join(
+                group_id, member_id, instance_id,
+                require_known_member_id=require_known_member_id, client_id=client_id,
+                client_host=client_host, rebalance_timeout_ms=rebalance_timeout_ms,
+                session_timeout_ms=session_timeout_ms, protocol_type=protocol_type,
+                protocols=protocols)
         if error is None and self._is_consumer_group(group_id):
             deleted = self.consumer.delete(group_id)  # a classic group replaces an empty one
             if deleted != ErrorCode.NONE:
@@ -573,6 +631,9 @@ class GroupCoordinator:
         """A SyncGroup; a ``protocol_type`` or ``protocol`` (v5+) other than the group's is
         INCONSISTENT_GROUP_PROTOCOL (None: not checked)."""
         error = self._check(group_id)
+        if error is None and self._is_consumer_group(group_id):
+            return self.consumer.classic_sync(group_id, generation, member_id, instance_id,
+                                              protocol_type, protocol)
         group = self.groups.get(group_id)
         if error is None:
             error = self._member_error(group, member_id, instance_id, generation)
@@ -629,6 +690,9 @@ class GroupCoordinator:
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None,
                   generation: int) -> ErrorCode:
         error = self._check(group_id)
+        if error is None and self._is_consumer_group(group_id):
+            return self.consumer.classic_heartbeat(group_id, member_id, instance_id,
+                                                   generation)
         group = self.groups.get(group_id)
         if error is None:
             error = self._member_error(group, member_id, instance_id, generation)
@@ -667,6 +731,9 @@ class GroupCoordinator:
         error = self._check(group_id)
         if error is not None:
             return error, []
+        if self._is_consumer_group(group_id):
+            return ErrorCode.NONE, [self.consumer.classic_leave(group_id, m, i)
+                                    for m, i in leaving]
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(leaving)
@@ -991,6 +1058,11 @@ class GroupCoordinator:
     # -- persistence ----------------------------------------------------------------------
     def _store_group(self, group: Group, assignments: Mapping[str, bytes] | None = None) -> None:
         """Append the group's metadata (with ``assignments``, else the current ones)."""
+        self.store.append(group.group_id, [self._group_record(group, assignments)],
+                          self._now_ms())
+
+    @staticmethod
+    def _group_record(group: Group, assignments: Mapping[str, bytes] | None = None) -> Record:
         members = tuple(
             MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                          m.rebalance_timeout_ms, m.session_timeout_ms,
@@ -999,8 +1071,7 @@ class GroupCoordinator:
             for m in group.members.values())
         record = GroupRecord(group.protocol_type or "", group.generation, group.protocol,
                              group.leader, group.state_timestamp, members)
-        self.store.append(group.group_id, [(group_key(group.group_id), group_value(record))],
-                          self._now_ms())
+        return group_key(group.group_id), group_value(record)
 
     def _restore(self, group: Group, record: GroupRecord) -> None:
         group.generation = record.generation

@@ -17,7 +17,8 @@ with an int16 version):
   epoch), subscription metadata (4: group; topics [id, name, partitions, partition racks
   (written empty, as Kafka 4 does)]), member subscription (5: group, member; instance id,
   rack, client id and host, subscribed topic names and regex, rebalance timeout, server
-  assignor), target assignment epoch (6: group; epoch), a member's target assignment (7:
+  assignor, and tagged (0) a classic member's session timeout and protocols), target
+  assignment epoch (6: group; epoch), a member's target assignment (7:
   group, member; [topic id, partitions]), a member's current assignment (8: group, member;
   member epoch, previous member epoch, state, assigned partitions and those pending
   revocation);
@@ -160,6 +161,16 @@ class ConsumerMemberRecord:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
+    """Set for a member that speaks the classic protocol inside a consumer group."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """A classic member's JoinGroup settings (the value's tagged ClassicMemberMetadata)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +224,12 @@ _MEMBER_VALUE = DataSchema("ConsumerGroupMemberMetadataValue", (
     Field("subscribed_topic_regex", "string", nullable_from=0),
     Field("rebalance_timeout_ms", "int32"),
     Field("server_assignor", "string", nullable_from=0),
+    Field("classic_member_metadata", tag=0, single=True, struct=DataSchema(
+        "ClassicMemberMetadata", (
+            Field("session_timeout_ms", "int32"),
+            Field("supported_protocols", struct=DataSchema("ClassicProtocol", (
+                Field("name", "string"), Field("metadata", "bytes")), flexible_from=0)),
+        ), flexible_from=0)),
 ), flexible_from=0)
 _TARGET_EPOCH_VALUE = DataSchema("ConsumerGroupTargetAssignmentMetadataValue", (
     Field("assignment_epoch", "int32"),), flexible_from=0)
@@ -339,7 +356,11 @@ def member_subscription_value(member: ConsumerMemberRecord) -> bytes:
         "subscribed_topic_names": member.subscribed_topic_names,
         "subscribed_topic_regex": member.subscribed_topic_regex,
         "rebalance_timeout_ms": member.rebalance_timeout_ms,
-        "server_assignor": member.server_assignor})
+        "server_assignor": member.server_assignor,
+        "classic_member_metadata": None if member.classic is None else {
+            "session_timeout_ms": member.classic.session_timeout_ms,
+            "supported_protocols": [{"name": name, "metadata": metadata}
+                                    for name, metadata in member.classic.protocols]}})
 
 
 def target_epoch_value(epoch: int) -> bytes:
@@ -413,7 +434,9 @@ def apply_consumer_record(groups: dict[str, ConsumerGroupRecords], key: Consumer
         group.members[member] = ConsumerMemberRecord(
             m.instance_id, m.rack_id, m.client_id, m.client_host,
             tuple(m.subscribed_topic_names), m.subscribed_topic_regex, m.rebalance_timeout_ms,
-            m.server_assignor)
+            m.server_assignor, None if m.classic_member_metadata is None else
+            ClassicMemberMetadata(m.classic_member_metadata.session_timeout_ms, tuple(
+                (p.name, p.metadata) for p in m.classic_member_metadata.supported_protocols)))
     elif kind is ConsumerRecordType.TARGET_ASSIGNMENT_EPOCH:
         group.assignment_epoch = decode(_TARGET_EPOCH_VALUE, value)[1].assignment_epoch
     elif kind is ConsumerRecordType.TARGET_ASSIGNMENT_MEMBER:

@@ -59,11 +59,15 @@ class Field:
     struct: DataSchema | None = None
     tag: int | None = None
     default: Any = None
+    single: bool = False
+    """With ``struct``: one (nullable) struct rather than an array of them."""
 
     def in_version(self, version: int) -> bool:
         return self.first <= version and (self.last is None or version <= self.last)
 
     def annotation(self, version: int) -> Any:
+        if self.struct is not None and self.single:
+            return self.struct.entity(version)  # tagged: absent is its default, None
         if self.struct is not None:
             base: Any = tuple[self.struct.entity(version), ...]  # type: ignore[name-defined]
         elif self.kafka_type.startswith("[]"):
@@ -74,6 +78,9 @@ class Field:
         return base | None if nullable else base
 
     def spec(self, version: int) -> tuple[str, Any, Any]:
+        if self.struct is not None and self.tag is not None:
+            return self.name, self.annotation(version), field(
+                metadata={"tag": self.tag}, default=self.default)
         if self.struct is not None:
             return self.name, self.annotation(version), field()
         kafka_type = self.kafka_type.removeprefix("[]")
@@ -128,7 +135,9 @@ def _build(schema: DataSchema, version: int, values: Mapping[str, Any]) -> Any:
         if not f.in_version(version):
             continue
         value = values[f.name] if f.tag is None else values.get(f.name, f.default)
-        if f.struct is not None and value is not None:
+        if f.struct is not None and f.single and value is not None:
+            value = _build(f.struct, version, value)
+        elif f.struct is not None and value is not None:
             value = tuple(_build(f.struct, version, item) for item in value)
         kwargs[f.name] = value
     return schema.entity(version)(**kwargs)
