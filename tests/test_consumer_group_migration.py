@@ -9,18 +9,28 @@ group downgrades to a classic group that rebalances its members).
 
 from __future__ import annotations
 
+import struct
+import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from broker_fixtures import create_topic, produce_per_partition, unique_topic, wait_until
 from consumer_members import Member, consumer_conf, every_partition, shared, start_members
+from test_consumer_group_protocol import assignment, connect, heartbeat, join, topic_id
 
+from sparklog.broker.config import BrokerConfig
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.state import Broker
+from sparklog.cli import main
+from sparklog.client.connection import BrokerConnection
 from sparklog.coordinator.consumer_group_coordinator import ConsumerGroupConfig, MigrationPolicy
+from sparklog.coordinator.consumer_protocol import assigned_partitions, assignment_bytes
 from sparklog.coordinator.group_records import partition_for
-from sparklog.errors import InvalidConfigError
+from sparklog.errors import ErrorCode, InvalidConfigError
+from sparklog.protocol.versions import ApiKey
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,7 +66,20 @@ def classic_members(embedded: EmbeddedBroker, group: str) -> tuple[str, int]:
     return embedded.call(state)
 
 
-def test_upgrade_replay_and_downgrade(embedded: EmbeddedBroker) -> None:
+def upgraded_column(embedded: EmbeddedBroker, group: str,
+                    capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """``sparklog groups describe --members --verbose``'s UPGRADED column, sorted."""
+    code = main(["groups", "describe", "--group", group, "--members", "--verbose",
+                 "--bootstrap", embedded.bootstrap])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    column = lines[0].index("UPGRADED")
+    return sorted(line[column] for line in lines[1:])
+
+
+def test_upgrade_replay_and_downgrade(embedded: EmbeddedBroker,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
     group = unique_topic("migrating")
     topic = create_topic(embedded.bootstrap, unique_topic("migrated"), partitions=6)
     partitions = every_partition(topic, 6)
@@ -76,6 +99,7 @@ def test_upgrade_replay_and_downgrade(embedded: EmbeddedBroker) -> None:
         produce_per_partition(embedded.bootstrap, topic, dict.fromkeys(range(6), 20))
         wait_until(lambda: sum(len(m.received) for m in (*classic, modern)) >= 240)
         assert all(not m.errors for m in (*classic, modern))
+        assert upgraded_column(embedded, group, capsys) == ["false", "false", "true"]
 
         # A coordinator failover keeps the converted group, its classic members included.
         def reload(broker: Broker) -> None:
@@ -106,4 +130,143 @@ def test_migration_policy_setting() -> None:
     config = ConsumerGroupConfig.from_props({"group.consumer.migration.policy": "Upgrade"})
     assert config.migration_policy.upgrades and not config.migration_policy.downgrades
     with pytest.raises(InvalidConfigError, match=r"group\.consumer\.migration\.policy"):
-        ConsumerGroupConfig.from_props({"group.consumer.migration.policy": "sideways"})
+        BrokerConfig({"group.consumer.migration.policy": "sideways"})
+
+
+# -- raw requests: each step and error path ------------------------------------------------
+
+
+@pytest.fixture
+def conn(embedded: EmbeddedBroker) -> Iterator[BrokerConnection]:
+    connection = connect(embedded.bootstrap)
+    yield connection
+    connection.close()
+
+
+def subscription_v0(*topics: str) -> bytes:
+    """A ``ConsumerProtocolSubscription`` v0 (an eager client's: it owns nothing)."""
+    body = struct.pack(">hi", 0, len(topics))
+    for topic in topics:
+        body += struct.pack(">h", len(topic)) + topic.encode()
+    return body + struct.pack(">i", -1)
+
+
+def classic_join(conn: BrokerConnection, group: str, member_id: str, topic: str, *,
+                 protocol_type: str = "consumer", protocol: str = "range") -> Any:
+    """JoinGroup v9 (a dynamic member's second join when MEMBER_ID_REQUIRED asks for it)."""
+    def request(member: str) -> Any:
+        return conn.request(ApiKey.JOIN_GROUP, 9, {
+            "group_id": group, "session_timeout": timedelta(seconds=30),
+            "rebalance_timeout": timedelta(seconds=30), "member_id": member,
+            "group_instance_id": None, "protocol_type": protocol_type,
+            "protocols": [{"name": protocol, "metadata": subscription_v0(topic)}],
+            "reason": None})
+
+    answer = request(member_id)
+    if answer.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+        answer = request(answer.member_id)
+    return answer
+
+
+def classic_sync(conn: BrokerConnection, group: str, member_id: str, generation: int, *,
+                 assignments: dict[str, bytes] | None = None, protocol: str = "range") -> Any:
+    return conn.request(ApiKey.SYNC_GROUP, 5, {
+        "group_id": group, "generation_id": generation, "member_id": member_id,
+        "group_instance_id": None, "protocol_type": "consumer", "protocol_name": protocol,
+        "assignments": [{"member_id": m, "assignment": a}
+                        for m, a in (assignments or {}).items()]})
+
+
+def classic_heartbeat(conn: BrokerConnection, group: str, member_id: str,
+                      generation: int) -> ErrorCode:
+    return ErrorCode(conn.request(ApiKey.HEARTBEAT, 4, {
+        "group_id": group, "generation_id": generation, "member_id": member_id,
+        "group_instance_id": None}).error_code)
+
+
+def classic_commit(conn: BrokerConnection, group: str, member_id: str, generation: int,
+                   topic: str) -> ErrorCode:
+    answer = conn.request(ApiKey.OFFSET_COMMIT, 8, {
+        "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member_id,
+        "group_instance_id": None, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "committed_offset": 3, "committed_leader_epoch": -1,
+             "committed_metadata": ""}]}]})
+    return ErrorCode(answer.topics[0].partitions[0].error_code)
+
+
+def test_upgrade_and_downgrade_by_raw_requests(embedded: EmbeddedBroker,
+                                               conn: BrokerConnection) -> None:
+    group = unique_topic("raw-migrating")
+    topic = create_topic(embedded.bootstrap, unique_topic("raw-migrated"), partitions=4)
+    tid = topic_id(embedded, topic)
+    # A classic group of one member that leads and assigns itself every partition.
+    joined = classic_join(conn, group, "", topic)
+    classic_id = joined.member_id
+    assert (joined.error_code, joined.leader, joined.generation_id) == (ErrorCode.NONE,
+                                                                        classic_id, 1)
+    everything = assignment_bytes(0, {topic: frozenset(range(4))})
+    synced = classic_sync(conn, group, classic_id, 1, assignments={classic_id: everything})
+    assert synced.error_code == ErrorCode.NONE
+
+    # A consumer-protocol member joins: the group upgrades, the classic member keeps its
+    # partitions (generation 1 became its member epoch) until it rejoins.
+    modern, first = join(conn, group, topic)
+    assert first.member_epoch == 2 and assignment(first) == {}
+    assert member_kinds(embedded, group) == {classic_id: True, modern: False}
+    assert classic_commit(conn, group, classic_id, 1, topic) == ErrorCode.NONE
+    assert classic_heartbeat(conn, group, classic_id, 1) == ErrorCode.REBALANCE_IN_PROGRESS
+    assert classic_sync(conn, group, classic_id, 1).error_code == \
+        ErrorCode.REBALANCE_IN_PROGRESS
+    assert classic_heartbeat(conn, group, classic_id, 7) == ErrorCode.ILLEGAL_GENERATION
+    assert classic_heartbeat(conn, group, "nobody", 1) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert classic_heartbeat(conn, group, modern, 2) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert classic_join(conn, group, "", topic, protocol_type="connect").error_code == \
+        ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert classic_join(conn, group, "", topic, protocol="roundrobin").error_code == \
+        ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+    # The classic member rejoins (eager: it revoked everything) and gets its half.
+    rejoined = classic_join(conn, group, classic_id, topic)
+    assert (rejoined.error_code, rejoined.generation_id, rejoined.leader,
+            rejoined.protocol_name) == (ErrorCode.NONE, 2, "", "range")
+    assert classic_sync(conn, group, classic_id, 2, protocol="other").error_code == \
+        ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    synced = classic_sync(conn, group, classic_id, 2)
+    assert synced.error_code == ErrorCode.NONE and synced.protocol_name == "range"
+    ((_, kept),) = assigned_partitions(synced.assignment)
+    assert len(kept) == 2
+    assert classic_heartbeat(conn, group, classic_id, 2) == ErrorCode.NONE
+    assert classic_commit(conn, group, classic_id, 2, topic) == ErrorCode.NONE
+    assert classic_commit(conn, group, classic_id, 1, topic) == ErrorCode.ILLEGAL_GENERATION
+    second = heartbeat(conn, group, modern, 2, owned={})
+    assert assignment(second) == {tid: set(range(4)) - set(kept)}
+
+    # The consumer member leaves: a classic group again, which rebalances (generation 4,
+    # after the group epoch 3 its leaving made).
+    assert heartbeat(conn, group, modern, -1).error_code == ErrorCode.NONE
+    assert member_kinds(embedded, group) is None
+    assert classic_heartbeat(conn, group, classic_id, 3) == ErrorCode.REBALANCE_IN_PROGRESS
+    back = classic_join(conn, group, classic_id, topic)
+    assert (back.error_code, back.generation_id, back.leader) == (ErrorCode.NONE, 4,
+                                                                  classic_id)
+
+
+def test_a_classic_group_that_cannot_upgrade(embedded: EmbeddedBroker, conn: BrokerConnection,
+                                             tmp_path: Path) -> None:
+    topic = create_topic(embedded.bootstrap, unique_topic("not-upgraded"), partitions=1)
+    other = unique_topic("connect-group")
+    assert classic_join(conn, other, "", topic, protocol_type="connect").error_code == \
+        ErrorCode.NONE
+    answer = heartbeat(conn, other, str(uuid.uuid4()), 0, topics=[topic])
+    assert answer.error_code == ErrorCode.GROUP_ID_NOT_FOUND  # not the consumer protocol
+    config = CONFIG | {"group.consumer.migration.policy": "downgrade"}
+    with EmbeddedBroker(tmp_path / "data", config) as refusing:
+        other_conn = connect(refusing.bootstrap)
+        try:
+            group = unique_topic("policy")
+            topic = create_topic(refusing.bootstrap, unique_topic("policy"), partitions=1)
+            assert classic_join(other_conn, group, "", topic).error_code == ErrorCode.NONE
+            answer = heartbeat(other_conn, group, str(uuid.uuid4()), 0, topics=[topic])
+            assert answer.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        finally:
+            other_conn.close()

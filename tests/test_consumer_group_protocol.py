@@ -41,10 +41,14 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroke
         yield proc
 
 
+def connect(bootstrap: str) -> BrokerConnection:
+    host, port = bootstrap.rsplit(":", 1)
+    return BrokerConnection(host, int(port), ClientConfig(((host, int(port)),)))
+
+
 @pytest.fixture
 def conn(embedded: EmbeddedBroker) -> Iterator[BrokerConnection]:
-    host, port = embedded.bootstrap.rsplit(":", 1)
-    connection = BrokerConnection(host, int(port), ClientConfig(((host, int(port)),)))
+    connection = connect(embedded.bootstrap)
     yield connection
     connection.close()
 

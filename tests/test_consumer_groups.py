@@ -304,10 +304,10 @@ def test_groups_describe_shows_type_epochs_and_assignments(
                                                     "1"]
         header = ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
                   "#PARTITIONS", "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
-                  "TARGET-ASSIGNMENT"]
+                  "TARGET-ASSIGNMENT", "UPGRADED"]
         (member,) = lines[lines.index(header) + 1:]
         assert member[2] == "tool-1" and member[5:] == [
-            "2", "1", f"{topic}(0,1)", "1", f"{topic}(0,1)"]
+            "2", "1", f"{topic}(0,1)", "1", f"{topic}(0,1)", "true"]
     finally:
         for m in members:
             m.stop()

@@ -18,7 +18,8 @@ Invariants:
   security protocol in ``listener.security.protocol.map`` whose settings check out
   (``security.listener.ListenerSecurity.check``; TLS files are read later, before binding).
 - ``group.consumer.assignors`` names Kafka's server-side assignors (``uniform``, ``range``,
-  or their class names), checked here.
+  or their class names), and ``group.consumer.migration.policy`` is one of Kafka's
+  (``bidirectional``, ``upgrade``, ``downgrade``, ``disabled``; any case): both checked here.
 - ``client.telemetry.default.metrics``, ``.interval.ms`` and ``.match`` preset one client
   metrics subscription (KIP-714), checked here as Kafka checks a CLIENT_METRICS resource
   (``broker/client_metrics.py``); ``telemetry.max.bytes`` is at least 1.
@@ -73,6 +74,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "group.consumer.heartbeat.interval.ms": "5000",
     "group.consumer.assignors": "uniform,range",
     "group.consumer.max.size": "2147483647",
+    "group.consumer.migration.policy": "bidirectional",
     "producer.id.expiration.ms": "86400000",
     "transaction.state.log.num.partitions": "50",
     "transaction.state.log.segment.bytes": "104857600",
@@ -182,7 +184,7 @@ class BrokerConfig:
             raise InvalidConfigError(f"invalid value {self.props['telemetry.max.bytes']!r} "
                                      "for broker config telemetry.max.bytes: at least 1")
         preset_subscriptions(self.props)  # a bad preset stops the broker at start
-        ConsumerGroupConfig.from_props(self.props)  # an unknown assignor too
+        ConsumerGroupConfig.from_props(self.props)  # an unknown assignor or policy too
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:

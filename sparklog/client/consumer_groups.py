@@ -27,6 +27,9 @@ class ConsumerGroupEpochs:
     assignment_epoch: int
     member_epochs: dict[str, int]
     """Member id -> its member epoch."""
+    upgraded: dict[str, bool]
+    """Member id -> it speaks the consumer protocol (False: a classic member; ``member_type``,
+    ConsumerGroupDescribe v1)."""
 
 
 def describe_consumer_group(client: KafkaClient, group: str) -> ConsumerGroupEpochs | None:
@@ -41,4 +44,6 @@ def describe_consumer_group(client: KafkaClient, group: str) -> ConsumerGroupEpo
         raise KafkaClientError(f"group {group!r}: {error_name(described.error_code)}")
     return ConsumerGroupEpochs(described.group_state, described.assignor_name,
                                described.group_epoch, described.assignment_epoch,
-                               {m.member_id: m.member_epoch for m in described.members})
+                               {m.member_id: m.member_epoch for m in described.members},
+                               {m.member_id: getattr(m, "member_type", 1) != 0
+                                for m in described.members})

@@ -12,7 +12,9 @@ Like ``kafka-consumer-groups.sh``, through confluent-kafka's AdminClient:
   coordinator's (Assigning, Reconciling too); ``--verbose`` adds, as Kafka's tool, the
   group's TYPE (classic or consumer), GROUP-EPOCH and TARGET-ASSIGNMENT-EPOCH to the state
   table and each member's GROUP-INSTANCE-ID, CURRENT-EPOCH, CURRENT-ASSIGNMENT, TARGET-EPOCH
-  and TARGET-ASSIGNMENT to the members table (epochs ``-`` for a classic group);
+  TARGET-ASSIGNMENT and UPGRADED (Kafka 4.1's: ``true`` for a consumer-protocol member,
+  ``false`` for a classic member of an upgraded group) to the members table (``-`` for a
+  classic group);
 - ``reset-offsets (--group G ... | --all-groups) (--topic T[:P,P...] ... | --all-topics)
   --to-...`` prints the plan (GROUP TOPIC PARTITION NEW-OFFSET) and commits it only with
   ``--execute``; targets are Kafka's: ``--to-earliest``, ``--to-latest``, ``--to-current``
@@ -357,13 +359,15 @@ def _members_table(group: str, description: ConsumerGroupDescription,
                      for m in members])
         return
     print_table(("GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
-                 "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"),
+                 "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT",
+                 "UPGRADED"),
                 [(group, m.member_id, m.group_instance_id, m.host, m.client_id,
                   len(m.assignment.topic_partitions),
                   epochs and epochs.member_epochs.get(m.member_id),
                   _member_assignment(m.assignment), epochs and epochs.assignment_epoch,
                   None if m.target_assignment is None
-                  else _member_assignment(m.target_assignment))
+                  else _member_assignment(m.target_assignment),
+                  epochs and str(epochs.upgraded.get(m.member_id, True)).lower())
                  for m in members])
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from sparklog.coordinator.consumer_protocol import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
 from sparklog.coordinator.group_records import (
     ClassicMemberMetadata,
     ConsumerMemberRecord,
@@ -154,6 +155,8 @@ class ConsumerGroup:
         """When ``subscription_metadata`` is next checked against the topics."""
         self.session_timers: dict[str, asyncio.TimerHandle] = {}
         self.rebalance_timers: dict[str, asyncio.TimerHandle] = {}
+        self.join_timers: dict[str, asyncio.TimerHandle] = {}
+        """Classic members told to rejoin (REBALANCE_IN_PROGRESS) that have not yet."""
 
     @property
     def state(self) -> str:
@@ -186,6 +189,17 @@ class ConsumerGroup:
         """Kafka's ``allMembersUseClassicProtocolExcept``: every member but ``but``."""
         return all(m.classic is not None for m in self.members.values() if m.member_id != but)
 
+    def supports_classic_protocols(self, protocol_type: str, member_id: str,
+                                   names: set[str]) -> bool:
+        """Kafka's ``supportsClassicProtocols``: a "consumer" JoinGroup naming a protocol
+        every other classic member supports."""
+        if protocol_type != CONSUMER_PROTOCOL_TYPE or not names:
+            return False
+        for member in self.members.values():
+            if member.classic is not None and member.member_id != member_id:
+                names = names & {name for name, _ in member.classic.protocols}
+        return bool(names)
+
     def waits_on_unreleased(self, member: ConsumerMember) -> bool:
         """Kafka's ``waitingOnUnreleasedPartition``: a partition of its target another
         member still holds."""
@@ -202,7 +216,7 @@ class ConsumerGroup:
         if member.instance_id is not None and \
                 self.static_members.get(member.instance_id) == member_id:
             del self.static_members[member.instance_id]
-        for timers in (self.session_timers, self.rebalance_timers):
+        for timers in (self.session_timers, self.rebalance_timers, self.join_timers):
             handle = timers.pop(member_id, None)
             if handle is not None:
                 handle.cancel()
@@ -214,7 +228,7 @@ class ConsumerGroup:
                 del self.partition_epochs[tp]
 
     def cancel_timers(self) -> None:
-        for timers in (self.session_timers, self.rebalance_timers):
+        for timers in (self.session_timers, self.rebalance_timers, self.join_timers):
             for handle in timers.values():
                 handle.cancel()
             timers.clear()

@@ -25,8 +25,33 @@ Behaviour:
   member UNKNOWN_MEMBER_ID; a static member (``InstanceId``) whose instance another live
   member holds UNRELEASED_INSTANCE_ID, whose member id is not the instance's current one
   FENCED_INSTANCE_ID; a malformed request INVALID_REQUEST, a bad regular expression
-  INVALID_REGULAR_EXPRESSION; a group id that is a classic group with members
-  GROUP_ID_NOT_FOUND (online migration is not done: an empty classic group is taken over).
+  INVALID_REGULAR_EXPRESSION; a group id that is a classic group with members which the
+  migration policy does not let upgrade, or whose protocol type is not "consumer",
+  GROUP_ID_NOT_FOUND (an empty classic group is taken over).
+- Online migration (Kafka's ``group.consumer.migration.policy``: ``bidirectional``, the
+  default, ``upgrade``, ``downgrade``, ``disabled``). Upgrade: a consumer-protocol member
+  joining a classic group with members converts it (``_convert``, Kafka's
+  ``fromClassicGroup``): each classic member becomes a Stable member at the generation
+  (which becomes the group and assignment epoch) whose target is its current assignment,
+  written with the classic group's tombstone in the joining heartbeat's batch; the classic
+  group's parked requests are answered REBALANCE_IN_PROGRESS. Classic members then speak
+  their protocol inside the consumer group: JoinGroup (``classic_join``) takes the
+  subscription, rack and owned partitions from the metadata (a v0 subscription owns
+  nothing: its eager client revoked everything) and reconciles the member like a
+  heartbeat, answering at once with the member epoch as the generation and no leader;
+  SyncGroup gives the member's assigned partitions as a ``ConsumerProtocolAssignment`` of
+  its subscription's version (ILLEGAL_GENERATION for another generation,
+  INCONSISTENT_GROUP_PROTOCOL for another protocol, REBALANCE_IN_PROGRESS when the group
+  epoch moved on and the member is not revoking); Heartbeat answers REBALANCE_IN_PROGRESS
+  when the member must rejoin (the group epoch moved on, it must revoke, or the partitions
+  it waits for are free) and it must rejoin within its rebalance timeout or be removed;
+  LeaveGroup removes it; its session is its JoinGroup's session timeout; OffsetCommit at
+  any version checks its generation against its member epoch (ILLEGAL_GENERATION). A
+  JoinGroup of another protocol type is INCONSISTENT_GROUP_PROTOCOL. Downgrade: when a
+  member is removed and only classic members remain, the consumer group's records are
+  tombstoned and the classic group of its members (generation: the group epoch,
+  assignments: their assigned partitions) written in one batch (``ClassicGroups.adopt``),
+  which then rebalances.
 - Epoch -1 leaves the group (the member is removed, the group epoch bumped); -2 is a static
   member's temporary leave: it keeps its assignment, and a new member with its instance id
   takes it over at once. A member silent for ``group.consumer.session.timeout.ms`` (45 s) is
@@ -41,6 +66,8 @@ Invariants:
 - ``load`` replays a partition's consumer groups back to the same epochs, members, target
   and current assignments (sessions restart; a member being revoked gets a fresh rebalance
   timeout), so a coordinator failover keeps every member's assignment.
+- A member with ``classic`` set speaks the classic protocol; its ``ClassicMemberMetadata``
+  (session timeout, protocols) is persisted with its subscription, so a failover keeps it.
 - State is touched only from the event loop; timers are ``loop.call_later`` callbacks.
 - The coordinator never reaches into the broker: topics through ``TopicCatalog``, the
   classic groups through ``ClassicGroups``, a clock, its settings.
@@ -432,9 +459,9 @@ class ConsumerGroupCoordinator:
             upgrading = self.classic.take_over(request.group_id,
                                                self.config.migration_policy.upgrades)
         group = self._group(request.group_id, create=request.member_epoch == 0)
+        converted = [] if upgrading is None else self._convert(group, upgrading)
         change = _Change(group)
-        if upgrading is not None:
-            self._convert(change, upgrading)
+        change.records.extend(converted)
         member_id = request.member_id or str(uuid.uuid4())
         if classic is None:
             member = self._member(change, member_id, request)
@@ -511,14 +538,17 @@ class ConsumerGroupCoordinator:
                              ErrorCode.GROUP_ID_NOT_FOUND)
         return ConsumerGroup(group_id)
 
-    def _convert(self, change: _Change, classic: ClassicGroupState) -> None:
+    def _convert(self, group: ConsumerGroup, classic: ClassicGroupState) -> list[Record]:
         """Kafka's ``ConsumerGroup.fromClassicGroup``: every classic member becomes a Stable
-        member at the generation, its target its current assignment."""
-        group_id = change.group.group_id
+        member at the generation, its target its current assignment. ``group`` is new (not
+        yet among ``groups``: a failed append forgets it); the records of the conversion
+        are returned."""
+        group_id = group.group_id
         if len(classic.members) >= self.config.max_size:
             raise KafkaError(f"Group {group_id} is not a consumer group (too many members "
                              f"to upgrade).", ErrorCode.GROUP_ID_NOT_FOUND)
-        generation = change.group_epoch = change.assignment_epoch = classic.generation
+        generation = group.group_epoch = group.assignment_epoch = classic.generation
+        change = _Change(group)
         change.records.append((group_key(group_id), None))
         for m in classic.members:
             try:
@@ -543,6 +573,8 @@ class ConsumerGroupCoordinator:
                        current_assignment_value(member.current_record()), m.member_id)
         change.add(ConsumerRecordType.GROUP_EPOCH, group_epoch_value(generation))
         change.add(ConsumerRecordType.TARGET_ASSIGNMENT_EPOCH, target_epoch_value(generation))
+        change.apply()
+        return change.records
 
     def _topic_ids(self, partitions: Mapping[str, Iterable[int]]
                    ) -> dict[uuid.UUID, frozenset[int]]:
@@ -787,7 +819,8 @@ class ConsumerGroupCoordinator:
         with its member epoch as the generation (it is never the leader: the coordinator
         assigns)."""
         group = self.groups[group_id]
-        if protocol_type != PROTOCOL_TYPE or not protocols:
+        if not group.supports_classic_protocols(protocol_type, member_id,
+                                                {name for name, _ in protocols}):
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         try:
             _, topics, owned, rack = subscription(protocols[0][1])
@@ -813,6 +846,7 @@ class ConsumerGroupCoordinator:
         except (KafkaError, FencedMemberEpoch) as exc:
             code = exc.code if isinstance(exc, KafkaError) else ErrorCode.UNKNOWN_MEMBER_ID
             return JoinResult(code, member_id)
+        _cancel(self.groups[group_id].join_timers, member_id)
         return JoinResult(ErrorCode.NONE, member_id, result.member_epoch, protocols[0][0])
 
     def _classic_member(self, group_id: str, member_id: str, instance_id: str | None
@@ -851,6 +885,7 @@ class ConsumerGroupCoordinator:
             return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if group.group_epoch > member.member_epoch and \
                 member.state is not MemberState.UNREVOKED_PARTITIONS:
+            self._schedule_join(group, member)
             return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
         self._schedule_session(group, member_id)
         return SyncResult(ErrorCode.NONE, assignment_bytes(
@@ -874,6 +909,7 @@ class ConsumerGroupCoordinator:
                 member.state is MemberState.UNREVOKED_PARTITIONS or \
                 (member.state is MemberState.UNRELEASED_PARTITIONS
                  and not group.waits_on_unreleased(member)):
+            self._schedule_join(group, member)
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
@@ -898,17 +934,28 @@ class ConsumerGroupCoordinator:
             else member.classic.session_timeout_ms
         group.session_timers[member_id] = self.loop.call_later(
             timeout_ms / 1000, self._expire, group, member_id,
-            "failed its session timeout", None)
+            "failed its session timeout", group.session_timers)
 
     def _schedule_rebalance(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         _cancel(group.rebalance_timers, member.member_id)
         group.rebalance_timers[member.member_id] = self.loop.call_later(
             max(member.rebalance_timeout_ms, 0) / 1000, self._expire, group, member.member_id,
-            "did not revoke its partitions within its rebalance timeout", member.member_epoch)
+            "did not revoke its partitions within its rebalance timeout",
+            group.rebalance_timers, member.member_epoch)
+
+    def _schedule_join(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """A classic member told to rejoin must do so within its rebalance timeout (Kafka's
+        ``scheduleConsumerGroupJoinTimeoutIfAbsent``): until then it keeps partitions others
+        may wait for."""
+        if member.member_id not in group.join_timers:
+            group.join_timers[member.member_id] = self.loop.call_later(
+                max(member.rebalance_timeout_ms, 0) / 1000, self._expire, group,
+                member.member_id, "did not rejoin within its rebalance timeout",
+                group.join_timers)
 
     def _expire(self, group: ConsumerGroup, member_id: str, why: str,
-                revoking_epoch: int | None) -> None:
-        timers = group.session_timers if revoking_epoch is None else group.rebalance_timers
+                timers: dict[str, asyncio.TimerHandle],
+                revoking_epoch: int | None = None) -> None:
         timers.pop(member_id, None)
         member = group.members.get(member_id)
         if self.groups.get(group.group_id) is not group or member is None:

@@ -16,7 +16,8 @@ translates):
 - ConsumerGroupDescribe: each group's state, group and assignment epochs, assignor, and
   every member with its epoch, subscription, current and target assignment (topic ids and
   names); an unknown group, or a classic one, is GROUP_ID_NOT_FOUND. v1 adds each member's
-  ``member_type`` (1: the consumer protocol, the only kind of member here).
+  ``member_type`` (1: the consumer protocol; 0: a classic member of a group that was
+  upgraded, served through JoinGroup, SyncGroup and Heartbeat).
 - With an authorizer, as Kafka's: a heartbeat needs READ on the GROUP and DESCRIBE on each
   subscribed TOPIC it names (TOPIC_AUTHORIZATION_FAILED naming those it may not see); a
   describe needs DESCRIBE on the GROUP, and with ``include_authorized_operations`` answers
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 _UNREQUESTED_OPERATIONS = -(1 << 31)
 _NO_INTERVAL = timedelta(0)
 _CLIENT_MEMBER_ID = 1  # ConsumerGroupHeartbeat v1+: the client generates its member id
-_CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1's member_type of a consumer-protocol member
+_CLASSIC_MEMBER, _CONSUMER_MEMBER = 0, 1  # ConsumerGroupDescribe v1's member_type
 
 
 @handles(ApiKey.CONSUMER_GROUP_HEARTBEAT, versions=(0, 1))
@@ -146,7 +147,8 @@ async def consumer_group_describe(broker: Broker, header: RequestHeader,
                       build, m.member.assigned, names)),
                   target_assignment=build("Assignment", topic_partitions=_topic_partitions(
                       build, m.target, names)),
-                  member_type=_CONSUMER_MEMBER)
+                  member_type=_CONSUMER_MEMBER if m.member.classic is None
+                  else _CLASSIC_MEMBER)
             for m in description.members)
         operations = security.authorized_operations(ResourceType.GROUP, group_id) \
             if request.include_authorized_operations else _UNREQUESTED_OPERATIONS

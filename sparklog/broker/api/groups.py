@@ -22,7 +22,10 @@ Behaviour (the group logic itself is ``sparklog.coordinator``; this module trans
   (KIP-814): a static leader rejoining a Stable group with unchanged protocols is told it
   leads, with the members, and ``skip_assignment`` set: it syncs without computing a new
   assignment; before v9 it is answered with its old member id as the leader instead, so it
-  does not act as one.
+  does not act as one. A JoinGroup, SyncGroup, Heartbeat or LeaveGroup of a KIP-848
+  consumer group with members is a classic member's inside it (online migration, see
+  ``consumer_group_coordinator``): the join is answered at once with the member epoch as the
+  generation and no leader (the coordinator assigns), once what it stored is replicated.
 - SyncGroup v4 is flexible; v5 checks the request's ``protocol_type`` and
   ``protocol_name`` against the group's (INCONSISTENT_GROUP_PROTOCOL when one is given and
   differs) and answers the group's. Heartbeat v4 is flexible.
@@ -53,12 +56,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from sparklog.broker.api.offset_commit import COMMIT_REPLICATION_TIMEOUT_S
 from sparklog.broker.registry import handles
 from sparklog.broker.request_context import client_host, listener_name
 from sparklog.broker.security.acls import Operation, ResourceType
 from sparklog.broker.security.broker_security import REFUSED
 from sparklog.broker.state import Broker
-from sparklog.coordinator.group import GroupState
+from sparklog.coordinator.group import GroupState, JoinResult
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
 from sparklog.coordinator.txn_records import TRANSACTION_TOPIC
 from sparklog.errors import ErrorCode
@@ -167,6 +171,13 @@ async def join_group(broker: Broker, header: RequestHeader,
         protocols=tuple((p.name, p.metadata) for p in request.protocols),
         reason=getattr(request, "reason", None),
         supports_skip_assignment=version >= _SKIP_ASSIGNMENT)
+    if result.error == ErrorCode.NONE and request.group_id in broker.coordinator.consumer.groups:
+        # A classic member of a consumer group: what its join stored must survive the
+        # coordinator, as a heartbeat's does.
+        replicated = await broker.replicas.offsets_replicated(request.group_id,
+                                                              COMMIT_REPLICATION_TIMEOUT_S)
+        if replicated != ErrorCode.NONE:
+            result = JoinResult(replicated, result.member_id)
     members = tuple(build("JoinGroupResponseMember", member_id=member_id,
                           group_instance_id=member_instance, metadata=metadata)
                     for member_id, member_instance, metadata in result.members)
