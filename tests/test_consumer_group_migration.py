@@ -4,12 +4,19 @@
 upgrades; every partition stays assigned exactly once, the classic members keep consuming
 and committing), the coordinator is unloaded and loaded again (the converted group and its
 classic members come back from ``__consumer_offsets``), and the consumer member leaves (the
-group downgrades to a classic group that rebalances its members).
+group downgrades to a classic group that rebalances its members); kafka-python 3 members
+(eager, v0 subscriptions) upgrade the same way and their commits land. Raw requests walk
+each step and every error path (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+INCONSISTENT_GROUP_PROTOCOL, REBALANCE_IN_PROGRESS, GROUP_ID_NOT_FOUND where the group or
+the policy does not allow an upgrade).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -18,7 +25,9 @@ from typing import Any
 
 import pytest
 from broker_fixtures import create_topic, produce_per_partition, unique_topic, wait_until
+from confluent_kafka import Consumer, TopicPartition
 from consumer_members import Member, consumer_conf, every_partition, shared, start_members
+from kafka import KafkaConsumer
 from test_consumer_group_protocol import assignment, connect, heartbeat, join, topic_id
 
 from sparklog.broker.config import BrokerConfig
@@ -26,9 +35,20 @@ from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.state import Broker
 from sparklog.cli import main
 from sparklog.client.connection import BrokerConnection
+from sparklog.commands.record_decoders import DECODERS
 from sparklog.coordinator.consumer_group_coordinator import ConsumerGroupConfig, MigrationPolicy
 from sparklog.coordinator.consumer_protocol import assigned_partitions, assignment_bytes
-from sparklog.coordinator.group_records import partition_for
+from sparklog.coordinator.group_records import (
+    ClassicMemberMetadata,
+    ConsumerGroupKey,
+    ConsumerGroupRecords,
+    ConsumerMemberRecord,
+    ConsumerRecordType,
+    apply_consumer_record,
+    consumer_key,
+    member_subscription_value,
+    partition_for,
+)
 from sparklog.errors import ErrorCode, InvalidConfigError
 from sparklog.protocol.versions import ApiKey
 
@@ -123,6 +143,75 @@ def test_upgrade_replay_and_downgrade(embedded: EmbeddedBroker,
         for member in (*classic, *([modern] if modern else [])):
             member.stop()
     assert all(not m.errors for m in (*classic, modern))
+
+
+class KafkaPythonMember(Member):
+    """A kafka-python 3 consumer (the classic protocol, an eager assignor's v0 subscription)
+    polling on its own thread."""
+
+    def run(self) -> None:
+        consumer = KafkaConsumer(*self.topics, bootstrap_servers=self.conf["bootstrap.servers"],
+                                 group_id=self.conf["group.id"], auto_offset_reset="earliest",
+                                 enable_auto_commit=True, auto_commit_interval_ms=200,
+                                 heartbeat_interval_ms=300, session_timeout_ms=10000)
+        try:
+            while not self.stopping.is_set():
+                for tp, records in consumer.poll(timeout_ms=50).items():
+                    self.received.extend((time.monotonic(), tp.topic, tp.partition, r.offset)
+                                         for r in records)
+                self.assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+        finally:
+            consumer.close()
+            self.assigned = set()
+
+
+def test_kafka_python_members_upgrade_and_commit(embedded: EmbeddedBroker) -> None:
+    group = unique_topic("kafka-python-migrating")
+    topic = create_topic(embedded.bootstrap, unique_topic("kafka-python"), partitions=4)
+    partitions = every_partition(topic, 4)
+    conf = consumer_conf(embedded.bootstrap, group)
+    classic = [KafkaPythonMember(conf, [topic]) for _ in range(2)]
+    for member in classic:
+        member.start()
+    modern = Member(conf, [topic])
+    try:
+        wait_until(lambda: shared(classic, partitions))
+        modern.start()
+        wait_until(lambda: shared([*classic, modern], partitions))
+        kinds = member_kinds(embedded, group)
+        assert kinds is not None and sorted(kinds.values()) == [False, True, True]
+        produce_per_partition(embedded.bootstrap, topic, dict.fromkeys(range(4), 25))
+        every = {(topic, p, o) for p in range(4) for o in range(25)}
+        wait_until(lambda: {r for m in (*classic, modern) for r in m.records()} == every)
+        # every member's commits land: the group's committed offsets reach the log end
+        committed = Consumer(conf | {"group.protocol": "classic"})
+        try:
+            wait_until(lambda: [tp.offset for tp in committed.committed(
+                [TopicPartition(topic, p) for p in range(4)], timeout=10)] == [25] * 4)
+        finally:
+            committed.close()
+    finally:
+        for member in (*classic, modern):
+            member.stop()
+    assert all(not m.errors for m in (*classic, modern))
+
+
+def test_a_classic_members_record_round_trips_and_dumps() -> None:
+    """ConsumerGroupMemberMetadataValue's tagged ClassicMemberMetadata: replayed as written,
+    and shown by ``dump-log --offsets-decoder`` (left out for a consumer-protocol member)."""
+    classic = ConsumerMemberRecord(None, None, "client", "/127.0.0.1", ("events",), None, 300,
+                                   None, ClassicMemberMetadata(10000, (("range", b"\0\1"),)))
+    key = ConsumerGroupKey("g", ConsumerRecordType.MEMBER_SUBSCRIPTION, "m")
+    raw_key = consumer_key(ConsumerRecordType.MEMBER_SUBSCRIPTION, "g", "m")
+    for record in (classic, dataclasses.replace(classic, classic=None)):
+        groups: dict[str, ConsumerGroupRecords] = {}
+        apply_consumer_record(groups, key, member_subscription_value(record))
+        assert groups["g"].members["m"] == record
+        _, shown = DECODERS["offsets"](raw_key, member_subscription_value(record))
+        data = json.loads(shown)["data"]
+        assert data.get("classicMemberMetadata") == (None if record.classic is None else {
+            "sessionTimeoutMs": 10000, "supportedProtocols": [{"name": "range",
+                                                               "metadata": "AAE="}]})
 
 
 def test_migration_policy_setting() -> None:

@@ -95,13 +95,17 @@ def _key_fields(key: Any) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    """A decoded record (kio entities, tuples, topic ids) as JSON-ready data, camelCase."""
+    """A decoded record (kio entities, tuples, topic ids, bytes) as JSON-ready data,
+    camelCase; a tagged field at its default is left out, as Kafka's JSON leaves it."""
     if is_dataclass(value) and not isinstance(value, type):
-        return {_camel(f.name): _jsonable(getattr(value, f.name)) for f in fields(value)}
+        return {_camel(f.name): _jsonable(getattr(value, f.name)) for f in fields(value)
+                if "tag" not in f.metadata or getattr(value, f.name) != f.default}
     if isinstance(value, tuple):
         return [_jsonable(item) for item in value]
     if isinstance(value, uuid.UUID):
         return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+    if isinstance(value, bytes):  # a classic member's protocol metadata: base64, as Kafka's
+        return base64.b64encode(value).decode()
     return value
 
 
