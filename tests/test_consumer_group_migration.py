@@ -54,9 +54,11 @@ from sparklog.protocol.versions import ApiKey
 
 pytestmark = pytest.mark.timeout(120)
 
+CONSUMER_SESSION_MS = 3000
 CONFIG = {
     "offsets.topic.num.partitions": "3",
     "group.consumer.heartbeat.interval.ms": "500",
+    "group.consumer.session.timeout.ms": str(CONSUMER_SESSION_MS),
     "group.initial.rebalance.delay.ms": "0",
 }
 
@@ -84,6 +86,16 @@ def classic_members(embedded: EmbeddedBroker, group: str) -> tuple[str, int]:
         return ("", 0) if found is None else (str(found.state), len(found.members))
 
     return embedded.call(state)
+
+
+def reload(embedded: EmbeddedBroker, group: str) -> None:
+    """A coordinator failover in place: the group's partition unloaded and replayed."""
+    def again(broker: Broker) -> None:
+        partition = partition_for(group, 3)
+        broker.coordinator.unload(partition)
+        broker.coordinator.load(partition)
+
+    embedded.call(again)
 
 
 def upgraded_column(embedded: EmbeddedBroker, group: str,
@@ -122,12 +134,7 @@ def test_upgrade_replay_and_downgrade(embedded: EmbeddedBroker,
         assert upgraded_column(embedded, group, capsys) == ["false", "false", "true"]
 
         # A coordinator failover keeps the converted group, its classic members included.
-        def reload(broker: Broker) -> None:
-            partition = partition_for(group, 3)
-            broker.coordinator.unload(partition)
-            broker.coordinator.load(partition)
-
-        embedded.call(reload)
+        reload(embedded, group)
         assert member_kinds(embedded, group) == kinds
         produce_per_partition(embedded.bootstrap, topic, dict.fromkeys(range(6), 20))
         wait_until(lambda: sum(len(m.received) for m in (*classic, modern)) >= 360)
@@ -335,9 +342,35 @@ def test_upgrade_and_downgrade_by_raw_requests(embedded: EmbeddedBroker,
     assert heartbeat(conn, group, modern, -1).error_code == ErrorCode.NONE
     assert member_kinds(embedded, group) is None
     assert classic_heartbeat(conn, group, classic_id, 3) == ErrorCode.REBALANCE_IN_PROGRESS
+    # ... as it is in __consumer_offsets: a failover finds the classic group, Stable
+    reload(embedded, group)
+    assert member_kinds(embedded, group) is None
+    assert classic_heartbeat(conn, group, classic_id, 3) == ErrorCode.NONE
+    assert classic_commit(conn, group, classic_id, 3, topic) == ErrorCode.NONE
     back = classic_join(conn, group, classic_id, topic)
     assert (back.error_code, back.generation_id, back.leader) == (ErrorCode.NONE, 4,
                                                                   classic_id)
+
+
+def test_a_silent_consumer_member_downgrades_the_group(embedded: EmbeddedBroker,
+                                                      conn: BrokerConnection) -> None:
+    """The last consumer-protocol member's session runs out (a killed consumer): the group
+    becomes classic again as if it had left."""
+    group = unique_topic("raw-expiring")
+    topic = create_topic(embedded.bootstrap, unique_topic("raw-expired"), partitions=2)
+    joined = classic_join(conn, group, "", topic)
+    classic_id = joined.member_id
+    assert classic_sync(conn, group, classic_id, 1, assignments={
+        classic_id: assignment_bytes(0, {topic: frozenset({0, 1})})}).error_code == \
+        ErrorCode.NONE
+    join(conn, group, topic)  # and never heard of again
+    assert member_kinds(embedded, group) is not None
+    started = time.monotonic()
+    wait_until(lambda: member_kinds(embedded, group) is None)
+    assert time.monotonic() - started >= CONSUMER_SESSION_MS / 1000 - 1
+    assert classic_members(embedded, group) == ("PreparingRebalance", 1)
+    back = classic_join(conn, group, classic_id, topic)
+    assert (back.error_code, back.leader) == (ErrorCode.NONE, classic_id)
 
 
 def test_a_classic_group_that_cannot_upgrade(embedded: EmbeddedBroker, conn: BrokerConnection,
