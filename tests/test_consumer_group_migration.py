@@ -110,12 +110,16 @@ def upgraded_column(embedded: EmbeddedBroker, group: str,
     return sorted(line[column] for line in lines[1:])
 
 
-def test_upgrade_replay_and_downgrade(embedded: EmbeddedBroker,
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_upgrade_replay_and_downgrade(embedded: EmbeddedBroker, strategy: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Eager classic members (range: they revoke everything to rejoin) and cooperative ones
+    (their subscriptions report what they own, and they give up only what moves)."""
     group = unique_topic("migrating")
     topic = create_topic(embedded.bootstrap, unique_topic("migrated"), partitions=6)
     partitions = every_partition(topic, 6)
-    classic = start_members(2, consumer_conf(embedded.bootstrap, group, "classic"), [topic])
+    classic = start_members(2, consumer_conf(embedded.bootstrap, group, "classic", **{
+        "partition.assignment.strategy": strategy}), [topic])
     modern: Member | None = None
     try:
         wait_until(lambda: shared(classic, partitions))
