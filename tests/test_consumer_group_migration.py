@@ -252,13 +252,14 @@ def subscription_v0(*topics: str) -> bytes:
 
 
 def classic_join(conn: BrokerConnection, group: str, member_id: str, topic: str, *,
-                 protocol_type: str = "consumer", protocol: str = "range") -> Any:
+                 protocol_type: str = "consumer", protocol: str = "range",
+                 instance_id: str | None = None) -> Any:
     """JoinGroup v9 (a dynamic member's second join when MEMBER_ID_REQUIRED asks for it)."""
     def request(member: str) -> Any:
         return conn.request(ApiKey.JOIN_GROUP, 9, {
             "group_id": group, "session_timeout": timedelta(seconds=30),
             "rebalance_timeout": timedelta(seconds=30), "member_id": member,
-            "group_instance_id": None, "protocol_type": protocol_type,
+            "group_instance_id": instance_id, "protocol_type": protocol_type,
             "protocols": [{"name": protocol, "metadata": subscription_v0(topic)}],
             "reason": None})
 
@@ -278,10 +279,10 @@ def classic_sync(conn: BrokerConnection, group: str, member_id: str, generation:
 
 
 def classic_heartbeat(conn: BrokerConnection, group: str, member_id: str,
-                      generation: int) -> ErrorCode:
+                      generation: int, instance_id: str | None = None) -> ErrorCode:
     return ErrorCode(conn.request(ApiKey.HEARTBEAT, 4, {
         "group_id": group, "generation_id": generation, "member_id": member_id,
-        "group_instance_id": None}).error_code)
+        "group_instance_id": instance_id}).error_code)
 
 
 def classic_commit(conn: BrokerConnection, group: str, member_id: str, generation: int,
@@ -375,6 +376,35 @@ def test_a_silent_consumer_member_downgrades_the_group(embedded: EmbeddedBroker,
     assert classic_members(embedded, group) == ("PreparingRebalance", 1)
     back = classic_join(conn, group, classic_id, topic)
     assert (back.error_code, back.leader) == (ErrorCode.NONE, classic_id)
+
+
+def test_static_members_across_protocols(embedded: EmbeddedBroker,
+                                        conn: BrokerConnection) -> None:
+    """A static classic member restarting replaces its old self under a new member id (the
+    old one is fenced); one replacing the last consumer-protocol member's instance
+    downgrades the group."""
+    group = unique_topic("raw-static")
+    topic = create_topic(embedded.bootstrap, unique_topic("raw-static"), partitions=2)
+    joined = classic_join(conn, group, "", topic, instance_id="classic-1")
+    first = joined.member_id
+    assert classic_sync(conn, group, first, 1, assignments={
+        first: assignment_bytes(0, {topic: frozenset({0, 1})})}).error_code == ErrorCode.NONE
+    _, answer = join(conn, group, topic, instance_id="modern-1")
+    assert answer.member_epoch == 2
+    restarted = classic_join(conn, group, "", topic, instance_id="classic-1")
+    assert restarted.error_code == ErrorCode.NONE and restarted.member_id != first
+    assert classic_heartbeat(conn, group, first, 1, "classic-1") == ErrorCode.FENCED_INSTANCE_ID
+    assert classic_join(conn, group, first, topic, instance_id="classic-1").error_code == \
+        ErrorCode.FENCED_INSTANCE_ID
+    assert classic_join(conn, group, first, topic, instance_id="unknown").error_code == \
+        ErrorCode.UNKNOWN_MEMBER_ID
+    kinds = member_kinds(embedded, group)
+    assert kinds is not None and sorted(kinds.values()) == [False, True]
+    # The consumer-protocol instance comes back speaking the classic protocol: downgrade.
+    replaced = classic_join(conn, group, "", topic, instance_id="modern-1")
+    assert replaced.error_code == ErrorCode.NONE
+    assert member_kinds(embedded, group) is None
+    assert classic_members(embedded, group) == ("PreparingRebalance", 2)
 
 
 def test_a_classic_group_that_cannot_upgrade(embedded: EmbeddedBroker, conn: BrokerConnection,

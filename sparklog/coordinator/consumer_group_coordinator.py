@@ -47,11 +47,15 @@ Behaviour:
   it waits for are free) and it must rejoin within its rebalance timeout or be removed;
   LeaveGroup removes it; its session is its JoinGroup's session timeout; OffsetCommit at
   any version checks its generation against its member epoch (ILLEGAL_GENERATION). A
-  JoinGroup of another protocol type is INCONSISTENT_GROUP_PROTOCOL. Downgrade: when a
+  JoinGroup of another protocol type, or naming no protocol every classic member supports,
+  is INCONSISTENT_GROUP_PROTOCOL. A static classic member joining without a member id
+  replaces its instance's member under a new id (the old id is then FENCED_INSTANCE_ID,
+  an unknown instance with a member id UNKNOWN_MEMBER_ID). Downgrade: when a
   member is removed and only classic members remain, the consumer group's records are
   tombstoned and the classic group of its members (generation: the group epoch,
   assignments: their assigned partitions) written in one batch (``ClassicGroups.adopt``),
-  which then rebalances.
+  which then rebalances; likewise when a static classic member replaces the last
+  consumer-protocol member.
 - Epoch -1 leaves the group (the member is removed, the group epoch bumped); -2 is a static
   member's temporary leave: it keeps its assignment, and a new member with its instance id
   takes it over at once. A member silent for ``group.consumer.session.timeout.ms`` (45 s) is
@@ -466,7 +470,11 @@ class ConsumerGroupCoordinator:
         if classic is None:
             member = self._member(change, member_id, request)
         else:
-            member = change.members.get(member_id) or ConsumerMember(member_id)
+            static_id = None if request.instance_id is None \
+                else group.static_members.get(request.instance_id)
+            member = self._replace_static(change, change.members[static_id], member_id) \
+                if static_id is not None and static_id != member_id \
+                else change.members.get(member_id) or ConsumerMember(member_id)
         updated = dataclasses.replace(
             member,
             instance_id=request.instance_id or member.instance_id,
@@ -616,18 +624,7 @@ class ConsumerGroupCoordinator:
                                  f"cannot join the group because the instance id is owned by "
                                  f"{member.member_id} member.",
                                  ErrorCode.UNRELEASED_INSTANCE_ID)
-            # The static member comes back: the new member id takes its partitions over.
-            target = change.targets.get(member.member_id, {})
-            change.remove_member(member.member_id)
-            change.targets[member_id] = target
-            change.add(ConsumerRecordType.TARGET_ASSIGNMENT_MEMBER, target_member_value(target),
-                       member_id)
-            replaced = dataclasses.replace(member, member_id=member_id, member_epoch=0,
-                                           previous_member_epoch=0)
-            change.put(replaced)
-            log.info("group %s: static member %s rejoins as %s (was %s)", group.group_id,
-                     instance_id, member_id, member.member_id)
-            return replaced
+            return self._replace_static(change, member, member_id)
         if member is None:
             what = f"Instance id {instance_id}" if instance_id is not None \
                 else f"Member {member_id}"
@@ -646,6 +643,23 @@ class ConsumerGroupCoordinator:
                                     f"({member.member_epoch}). The member must abandon all "
                                     f"its partitions and rejoin.")
         return member
+
+    @staticmethod
+    def _replace_static(change: _Change, member: ConsumerMember, member_id: str
+                        ) -> ConsumerMember:
+        """The static member comes back as ``member_id``, which takes its partitions over
+        (Kafka's ``replaceMember``)."""
+        target = change.targets.get(member.member_id, {})
+        change.remove_member(member.member_id)
+        change.targets[member_id] = target
+        change.add(ConsumerRecordType.TARGET_ASSIGNMENT_MEMBER, target_member_value(target),
+                   member_id)
+        replaced = dataclasses.replace(member, member_id=member_id, member_epoch=0,
+                                       previous_member_epoch=0)
+        change.put(replaced)
+        log.info("group %s: static member %s rejoins as %s (was %s)", change.group.group_id,
+                 member.instance_id, member_id, member.member_id)
+        return replaced
 
     def _update_epoch(self, change: _Change, bump: bool) -> None:
         """Recompute the subscribed topics' metadata (when a subscription changed, else at
@@ -826,15 +840,19 @@ class ConsumerGroupCoordinator:
             _, topics, owned, rack = subscription(protocols[0][1])
         except ValueError:
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
-        if instance_id is not None and instance_id in group.static_members:
-            static_id = group.static_members[instance_id]
-            if member_id and member_id != static_id:
-                return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id)
-            member_id = static_id
-        elif not member_id:
+        static_id = None if instance_id is None else group.static_members.get(instance_id)
+        replacing = None
+        if not member_id:
             member_id = str(uuid.uuid4())
             if require_known_member_id:
                 return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id)
+            if static_id is not None:  # a static member restarted: it replaces its old self
+                replacing = group.members[static_id]
+        elif instance_id is not None:
+            if static_id is None:
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+            if static_id != member_id:
+                return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id)
         if member_id not in group.members and len(group.members) >= self.config.max_size:
             return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id)
         request = HeartbeatRequest(
@@ -846,7 +864,15 @@ class ConsumerGroupCoordinator:
         except (KafkaError, FencedMemberEpoch) as exc:
             code = exc.code if isinstance(exc, KafkaError) else ErrorCode.UNKNOWN_MEMBER_ID
             return JoinResult(code, member_id)
-        _cancel(self.groups[group_id].join_timers, member_id)
+        _cancel(group.join_timers, member_id)
+        if replacing is not None and replacing.classic is None and \
+                group.uses_classic_protocol_only() and self.config.migration_policy.downgrades:
+            # Kafka's validateOnlineDowngradeWithReplacedMemberId: the last consumer-protocol
+            # member was this static member's old self.
+            try:
+                self._downgrade(_Change(group), f"was replaced by classic member {member_id}")
+            except KafkaError as exc:
+                log.warning("group %s: cannot downgrade: %s", group_id, exc)
         return JoinResult(ErrorCode.NONE, member_id, result.member_epoch, protocols[0][0])
 
     def _classic_member(self, group_id: str, member_id: str, instance_id: str | None
