@@ -2,7 +2,9 @@
 confluent-kafka members at ``group.protocol=consumer``. When the group coordinator's broker
 (the leader of the group's ``__consumer_offsets`` partition) is SIGKILLed while the members
 consume, the new coordinator replays the group: every member keeps its epoch and its
-partitions (nobody rejoins, no partition moves), and no record is consumed twice.
+partitions (nobody rejoins, no partition moves), and no record is consumed twice. The same
+holds for a group that migrated online: two ``group.protocol=classic`` members upgraded by a
+consumer-protocol member (the classic members' epochs and protocols are replayed too).
 """
 
 from __future__ import annotations
@@ -41,18 +43,20 @@ def cluster(zookeeper: ZooKeeperServer,
         running.stop()
 
 
-def epochs(cluster: Cluster) -> ConsumerGroupEpochs:
+def epochs(cluster: Cluster, group: str) -> ConsumerGroupEpochs:
     config = ClientConfig(parse_bootstrap(cluster.bootstrap, "bootstrap"))
     with KafkaClient(config, RetryPolicy(TIMEOUT, 0.1)) as client:
-        found = describe_consumer_group(client, GROUP)
+        found = describe_consumer_group(client, group)
     assert found is not None
     return found
 
 
-def test_a_coordinator_kill_keeps_every_assignment(cluster: Cluster) -> None:
-    create_topic(cluster.bootstrap, TOPIC, 6, replication_factor=3)
+@pytest.mark.parametrize("classic", [0, 2], ids=["consumer", "migrated"])
+def test_a_coordinator_kill_keeps_every_assignment(cluster: Cluster, classic: int) -> None:
+    topic, group = f"{TOPIC}-{classic}", f"{GROUP}-{classic}"
+    create_topic(cluster.bootstrap, topic, 6, replication_factor=3)
     for partition in range(6):
-        cluster.wait_for_isr(TOPIC, {0, 1, 2}, partition)
+        cluster.wait_for_isr(topic, {0, 1, 2}, partition)
     stop = threading.Event()
     produced: set[bytes] = set()
 
@@ -61,18 +65,24 @@ def test_a_coordinator_kill_keeps_every_assignment(cluster: Cluster) -> None:
                              "enable.idempotence": True, "log_level": 3})
         n = 0
         while not stop.is_set():
-            producer.produce(TOPIC, str(n).encode(), partition=n % 6,
+            producer.produce(topic, str(n).encode(), partition=n % 6,
                              on_delivery=lambda err, msg: err or produced.add(msg.value()))
             producer.poll(0)
             n += 1
             time.sleep(0.005)
         assert producer.flush(TIMEOUT) == 0
 
-    members = start_members(3, consumer_conf(cluster.bootstrap, GROUP, log_level=3), [TOPIC])
+    conf = consumer_conf(cluster.bootstrap, group, log_level=3)
+    members = start_members(classic, conf | {"group.protocol": "classic"}, [topic])
     producing = threading.Thread(target=produce, daemon=True)
     try:
-        wait_until(lambda: shared(members, every_partition(TOPIC, 6)))
-        before = epochs(cluster)
+        if classic:  # a classic group first, upgraded by the consumer-protocol members
+            wait_until(lambda: shared(members, every_partition(topic, 6)))
+        members += start_members(3 - classic, conf, [topic])
+        wait_until(lambda: shared(members, every_partition(topic, 6)))
+        wait_until(lambda: epochs(cluster, group).state == "Stable")
+        before = epochs(cluster, group)
+        assert sorted(before.upgraded.values()) == [False] * classic + [True] * (3 - classic)
         held = [set(m.assigned) for m in members]
         producing.start()
         wait_until(lambda: all(m.received for m in members))
@@ -81,7 +91,7 @@ def test_a_coordinator_kill_keeps_every_assignment(cluster: Cluster) -> None:
         wait_until(lambda: cluster.partition("__consumer_offsets").leader
                    not in (-1, coordinator), message="a new coordinator")
         time.sleep(3)  # six heartbeats on the new coordinator, under load
-        after = epochs(cluster)
+        after = epochs(cluster, group)
         assert [set(m.assigned) for m in members] == held
         stop.set()
         producing.join(TIMEOUT)
@@ -94,8 +104,8 @@ def test_a_coordinator_kill_keeps_every_assignment(cluster: Cluster) -> None:
         for broker in cluster.brokers:
             if not broker.running:
                 broker.start()
-    assert (after.group_epoch, after.assignment_epoch, after.member_epochs) == (
-        before.group_epoch, before.assignment_epoch, before.member_epochs)
+    assert (after.group_epoch, after.assignment_epoch, after.member_epochs, after.upgraded) == (
+        before.group_epoch, before.assignment_epoch, before.member_epochs, before.upgraded)
     consumed = Counter(record for m in members for record in m.records())
     assert [record for record, count in consumed.items() if count > 1] == []
     assert len(consumed) == len(produced)
