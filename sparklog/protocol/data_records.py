@@ -13,7 +13,8 @@ Invariants:
   section: the transaction log's value v1, KIP-848's consumer group records, whose unknown
   tagged fields are dropped on reading); a field with a ``tag`` lives in that section
   (written only when it differs from its ``default``, as Kafka writes tagged fields), so
-  older readers skip it.
+  older readers skip it; a tagged ``single`` struct (one struct, not an array: a consumer
+  group member's ClassicMemberMetadata) is absent when None.
 - ``encode`` writes the version the caller names, ``decode`` reads any version the schema
   describes and raises ``ValueError`` for anything else or for bytes that do not
   decode (never another error), so callers handle one exception for bad data.
