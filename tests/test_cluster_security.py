@@ -53,7 +53,7 @@ from sparklog.broker.process import BrokerProcess
 from sparklog.broker.replication.inter_broker import InterBrokerSecurity, inter_broker_listener
 from sparklog.broker.security.acls import Operation
 from sparklog.cli import main as sparklog_main
-from sparklog.cluster import security_store
+from sparklog.cluster import config_changes
 from sparklog.cluster.security_store import SecurityStore
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
 from sparklog.errors import ErrorCode, InvalidConfigError
@@ -351,8 +351,8 @@ def test_change_notifications_reach_other_stores_and_expire(
         wait_until(lambda: heard[1].users_heard.get("bob smith") == {"producer_byte_rate": "1"},
                    message="the other store hears the user")
         assert clients[0].exists("/config/users/bob%20smith") is not None
-        monkeypatch.setattr(security_store, "NOTIFICATION_EXPIRY_MS", -1)
-        monkeypatch.setattr(security_store, "PURGE_INTERVAL_MS", -1)
+        monkeypatch.setattr(config_changes, "NOTIFICATION_EXPIRY_MS", -1)
+        monkeypatch.setattr(config_changes, "PURGE_INTERVAL_MS", -1)
         entry = {"principal": "User:bob", "permissionType": "Allow", "operation": "Read",
                  "host": "*"}
         writer.alter_acls(("PREFIXED", "Group", "g"), lambda entries: [*entries, entry])

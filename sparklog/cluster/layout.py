@@ -40,7 +40,7 @@ DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CLUSTER_ID = "/cluster/id"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, "/config/changes", DELETE_TOPICS,
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, CONFIG_CHANGES, DELETE_TOPICS,
                     "/isr_change_notification")
 
 NO_LEADER = -1
@@ -239,16 +239,6 @@ def encode_topic_config(config: dict[str, str]) -> bytes:
 
 def decode_topic_config(data: bytes) -> dict[str, str]:
     return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
-
-
-def encode_config_change(topic: str) -> bytes:
-    return _dump({"version": 2, "entity_path": f"topics/{topic}"})
-
-
-def decode_config_change(data: bytes) -> str | None:
-    """The topic a change notification names; None for another entity (brokers, users)."""
-    entity_type, _, name = str(json.loads(data).get("entity_path", "")).partition("/")
-    return name if entity_type == "topics" and name else None
 
 
 def encode_partitions(partitions: list[tuple[str, int]]) -> bytes:

@@ -23,12 +23,15 @@ Invariants:
   ZooKeeper transaction that compares-and-sets the znode version it read (or creates the
   znode); a conflict (someone wrote first) reads again and retries. A change that changes
   nothing writes nothing. Keys of a user's config other than SCRAM's (quotas) are kept.
-- ``start`` loads every user and ACL (the listener hears each), then watches the three
-  notification paths: each new notification (sequence above the last one handled) makes
-  the listener hear the current content of the entity it names, read again (so a replayed
-  or coalesced notification is harmless). After a lost session, everything is loaded again.
-  Notifications older than ``NOTIFICATION_EXPIRY_MS`` (Kafka's 15 minutes) are deleted by
-  whoever reads them (a broker reads the ones it already handled at most once a minute).
+- Writes go through ``config_changes.alter`` (the one writer of configs and ACLs).
+- ``start`` loads every user and ACL (the listener hears each), then listens to the
+  session's watchers (``config_changes``) of ``/config/changes`` (entity types ``users``,
+  ``clients``, ``users/clients``) and of the two ACL notification paths, from the sequence
+  each had before the load: each new notification makes the listener hear the current
+  content of the entity it names, read again (so a replayed or coalesced notification is
+  harmless). After a lost session, everything is loaded again. Expired notifications are
+  purged by those watchers (``config_changes``: Kafka's 15 minutes). ``close`` stops
+  listening.
 - The listener's callbacks run on kazoo's threads and must not block.
 """
 
@@ -36,16 +39,25 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Protocol
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from sparklog.cluster.config_changes import (
+    CONFIG_CHANGES,
+    ConfigChanges,
+    Listener,
+    alter,
+    alter_config,
+    decode_config,
+    dump,
+    notifications,
+)
 from sparklog.cluster.session import ClusterError, split_connect
 
 log = logging.getLogger(__name__)
@@ -53,17 +65,13 @@ log = logging.getLogger(__name__)
 USERS = "/config/users"
 CLIENTS = "/config/clients"
 DEFAULT_ENTITY = "<default>"
-CONFIG_CHANGES = "/config/changes"
-CONFIG_CHANGE_PREFIX = "config_change_"
 ACL_CHANGE_PREFIX = "acl_changes_"
 LITERAL_ACLS = "/kafka-acl"
 PREFIXED_ACLS = "/kafka-acl-extended/prefixed"
 LITERAL_CHANGES = "/kafka-acl-changes"
 EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 ACL_ROOTS = {"LITERAL": LITERAL_ACLS, "PREFIXED": PREFIXED_ACLS}
-NOTIFICATION_EXPIRY_MS = 15 * 60 * 1000
-PURGE_INTERVAL_MS = 60 * 1000
-"""How often a broker looks for expired notifications among those it already handled."""
+QUOTA_ENTITY_TYPES = ("users", "clients", "users/clients")
 
 AclResource = tuple[str, str, str]
 """(pattern type LITERAL or PREFIXED, Kafka's resource type name such as ``Topic``, name)."""
@@ -78,10 +86,6 @@ class SecurityListener(Protocol):
         ``clients/<client-id>``, ``users/<user>/clients/<client-id>`` (names as in the
         path: URL-encoded, ``<default>``)."""
     def acls(self, resource: AclResource, entries: list[AclEntry]) -> None: ...
-
-
-def _dump(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def sanitize(user: str) -> str:
@@ -102,7 +106,7 @@ def _encode_notification(resource: AclResource) -> tuple[str, bytes]:
     pattern, kind, name = resource
     if pattern == "LITERAL":
         return f"{LITERAL_CHANGES}/{ACL_CHANGE_PREFIX}", f"{kind}:{name}".encode()
-    return f"{EXTENDED_CHANGES}/{ACL_CHANGE_PREFIX}", _dump(
+    return f"{EXTENDED_CHANGES}/{ACL_CHANGE_PREFIX}", dump(
         {"version": 1, "resourceType": kind, "name": name, "patternType": pattern})
 
 
@@ -112,19 +116,6 @@ def _decode_notification(path: str, data: bytes) -> AclResource:
         return "LITERAL", kind, name
     value = json.loads(data)
     return str(value["patternType"]).upper(), value["resourceType"], value["name"]
-
-
-def _config(data: bytes) -> dict[str, str]:
-    """The ``config`` of an entity's znode (``/config/users/<user>``; one created empty as
-    the parent of a user's client entity has none)."""
-    if not data:
-        return {}
-    return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
-
-
-def _sequence(child: str) -> int:
-    digits = child.rpartition("_")[2]
-    return int(digits) if digits.isdigit() else -1
 
 
 @contextmanager
@@ -159,8 +150,7 @@ class SecurityStore:
     def __init__(self, zk: KazooClient, listener: SecurityListener | None) -> None:
         self.zk = zk
         self.listener = listener
-        self._seen: dict[str, int] = {}
-        self._purged_at: dict[str, float] = {}
+        self._listening: list[Listener] = []
         self._closed = False
         self._lost = False
 
@@ -173,7 +163,7 @@ class SecurityStore:
                 data = self.zk.get(f"{USERS}/{child}")[0]
             except NoNodeError:
                 continue
-            found[urllib.parse.unquote(child)] = _config(data)
+            found[urllib.parse.unquote(child)] = decode_config(data)
         return found
 
     def start(self) -> None:
@@ -182,15 +172,22 @@ class SecurityStore:
                      *(f"{root}/{kind}" for root in ACL_ROOTS.values()
                        for kind in ("Topic", "Group", "Cluster", "TransactionalId"))):
             self.zk.ensure_path(path)
-        for path in (CONFIG_CHANGES, LITERAL_CHANGES, EXTENDED_CHANGES):
-            self._seen[path] = max(map(_sequence, self.zk.get_children(path)), default=-1)
+        configs = ConfigChanges(self.zk)
+        acls = [notifications(self.zk, path) for path in (LITERAL_CHANGES, EXTENDED_CHANGES)]
+        since = [configs.latest(), *(watcher.latest() for watcher in acls)]
         self._load()
         self.zk.add_listener(self._on_session)
-        for path in (CONFIG_CHANGES, LITERAL_CHANGES, EXTENDED_CHANGES):
-            self._watch(path)
+        self._listening.append(configs.listen(QUOTA_ENTITY_TYPES, self._read_config, since[0]))
+        for watcher, seen in zip(acls, since[1:], strict=True):
+            def handle(data: bytes, path: str = watcher.path) -> None:
+                self._read_acls(_decode_notification(path, data))
+
+            self._listening.append(watcher.listen(handle, seen))
 
     def close(self) -> None:
         self._closed = True
+        for listener in self._listening:
+            listener.leave()
 
     def entity_paths(self) -> list[str]:
         """Every quota entity's path below ``/config`` (``users/<default>``, ``clients/c``,
@@ -209,7 +206,7 @@ class SecurityStore:
     def entity_config(self, path: str) -> dict[str, str]:
         """The config of the entity at ``/config/<path>`` (empty: none), read now."""
         try:
-            return _config(self.zk.get(f"/config/{path}")[0])
+            return decode_config(self.zk.get(f"/config/{path}")[0])
         except NoNodeError:
             return {}
 
@@ -239,7 +236,7 @@ class SecurityStore:
 
     def _read_user(self, user: str) -> None:
         try:
-            config = _config(self.zk.get(user_path(user))[0])
+            config = decode_config(self.zk.get(user_path(user))[0])
         except NoNodeError:
             config = {}
         assert self.listener is not None
@@ -257,51 +254,13 @@ class SecurityStore:
         assert self.listener is not None
         self.listener.acls(resource, entries)
 
-    def _watch(self, path: str) -> None:
-        def changed(children: list[str]) -> bool:
-            if self._closed:
-                return False
-            try:
-                self._on_notifications(path, children)
-            except Exception:
-                if not self._closed:  # a closing session's reads fail: nothing to report
-                    log.exception("handling the change notifications of %s failed", path)
-            return True
-
-        self.zk.ChildrenWatch(path, changed)
-
-    def _on_notifications(self, path: str, children: list[str]) -> None:
-        now = time.time() * 1000
-        purge = now - self._purged_at.get(path, 0) > PURGE_INTERVAL_MS
-        if purge:
-            self._purged_at[path] = now
-        for child in sorted(children, key=_sequence):
-            sequence = _sequence(child)
-            if sequence <= self._seen[path] and not purge:
-                continue
-            try:
-                data, stat = self.zk.get(f"{path}/{child}")
-            except NoNodeError:
-                continue
-            if sequence > self._seen[path]:
-                self._seen[path] = sequence
-                self._handle(path, data)
-            if now - stat.ctime > NOTIFICATION_EXPIRY_MS:
-                try:
-                    self.zk.delete(f"{path}/{child}")
-                except NoNodeError:
-                    pass
-
-    def _handle(self, path: str, data: bytes) -> None:
-        if path == CONFIG_CHANGES:
-            entity = str(json.loads(data).get("entity_path", ""))
-            kind, _, name = entity.partition("/")
-            if kind == "users" and name and "/" not in name and name != DEFAULT_ENTITY:
-                self._read_user(urllib.parse.unquote(name))
-            elif kind in ("users", "clients") and name:
-                self._read_entity(entity)
+    def _read_config(self, entity: str) -> None:
+        """Hear the entity a ``/config/changes`` notification names."""
+        kind, _, name = entity.partition("/")
+        if kind == "users" and "/" not in name and name != DEFAULT_ENTITY:
+            self._read_user(urllib.parse.unquote(name))
         else:
-            self._read_acls(_decode_notification(path, data))
+            self._read_entity(entity)
 
     # -- writing (blocking: call from a worker thread) -----------------------------------
     def alter_user(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]
@@ -313,47 +272,13 @@ class SecurityStore:
                      ) -> dict[str, str]:
         """Apply ``change`` to the config of the entity at ``/config/<path>`` (a user's, a
         client's, a user's client's: compare-and-set, retried); the new config."""
-        notification = _dump({"version": 2, "entity_path": path})
-        return self._alter(f"/config/{path}", lambda raw: json.loads(raw).get("config", {}),
-                           change, lambda config: _dump({"version": 1, "config": config}),
-                           f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", notification,
-                           delete_when_empty=False)
+        return alter_config(self.zk, path, change)
 
     def alter_acls(self, resource: AclResource,
                    change: Callable[[list[AclEntry]], list[AclEntry]]) -> list[AclEntry]:
         """Apply ``change`` to the resource's ACLs (compare-and-set, retried; the znode goes
         when none is left); the new ACLs."""
         notify_at, notification = _encode_notification(resource)
-        return self._alter(acl_path(resource), lambda raw: json.loads(raw).get("acls", []),
-                           change, lambda acls: _dump({"version": 1, "acls": acls}),
-                           notify_at, notification, delete_when_empty=True)
-
-    def _alter(self, path: str, decode: Callable[[bytes], Any], change: Callable[[Any], Any],
-               encode: Callable[[Any], bytes], notify_at: str, notification: bytes,
-               delete_when_empty: bool) -> Any:
-        while True:
-            try:
-                raw, stat = self.zk.get(path)
-                old, version = decode(raw or b"{}"), stat.version
-            except NoNodeError:
-                old, version = decode(b"{}"), None
-            new = change(json.loads(json.dumps(old)))
-            if new == old:
-                return new
-            if version is None:
-                self.zk.ensure_path(path.rpartition("/")[0])
-            transaction = self.zk.transaction()
-            if version is None:
-                transaction.create(path, encode(new))
-            elif delete_when_empty and not new:
-                transaction.delete(path, version)
-            else:
-                transaction.set_data(path, encode(new), version)
-            transaction.create(notify_at, notification, sequence=True)
-            results = transaction.commit()
-            failures = [r for r in results if isinstance(r, Exception)]
-            if not failures:
-                return new
-            if not any(isinstance(f, (BadVersionError, NodeExistsError, NoNodeError,
-                                      NotEmptyError)) for f in failures):
-                raise failures[0]
+        return alter(self.zk, acl_path(resource), lambda raw: json.loads(raw).get("acls", []),
+                     change, lambda acls: dump({"version": 1, "acls": acls}), notify_at,
+                     notification, delete_when_empty=True)

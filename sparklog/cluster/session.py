@@ -26,14 +26,16 @@ Invariants:
   wrote first. ``update_topic`` is the compare-and-set of a topic's assignment (added
   partitions, reassignments), retried on a fresh read until it wins; ``delete_topic`` asks
   the controller to delete a topic (``/admin/delete_topics/<t>``).
-- Topic configs, as Kafka 2.x's: ``write_topic_config`` replaces ``/config/topics/<t>`` then
-  announces it with a sequential ``/config/changes/config_change_<seq>``; every broker
-  watches ``/config/changes`` and hands each topic named by a notification it has not
-  processed yet (a higher sequence) to ``listener.topic_config`` with the znode's current
-  config, so all brokers end on the last config written (at start-up, every notification
-  still there is replayed). The writer deletes notifications older than 15 minutes
-  (Kafka's ``changeExpirationMs``); a broker that was away longer gets the config with
-  the topic's assignment (``topic``) when it starts.
+- Topic configs, as Kafka 2.x's: ``write_topic_config`` replaces ``/config/topics/<t>`` and
+  announces it with a sequential ``/config/changes/config_change_<seq>`` in one transaction
+  (``config_changes.alter_config``; an unchanged config is not written). The session's one
+  watcher of ``/config/changes`` (``config_changes.ConfigChanges``, which the security
+  store and entity configs on this session share) hands each topic named by a notification
+  not processed yet to ``listener.topic_config`` with the znode's current config, so all
+  brokers end on the last config written (at start-up, every notification still there is
+  replayed). Notifications older than 15 minutes are purged by the watchers (Kafka's
+  ``changeExpirationMs``); a broker that was away longer gets the config with the topic's
+  assignment (``topic``) when it starts.
 """
 
 from __future__ import annotations
@@ -55,12 +57,11 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
+from sparklog.cluster.config_changes import ConfigChanges, Listener, alter_config
 from sparklog.cluster.controller import Controller, ControllerConfig
 from sparklog.cluster.layout import (
     BROKER_IDS,
     CLUSTER_ID,
-    CONFIG_CHANGE_PREFIX,
-    CONFIG_CHANGES,
     CONTROLLER,
     CONTROLLER_EPOCH,
     PERSISTENT_PATHS,
@@ -72,13 +73,11 @@ from sparklog.cluster.layout import (
     broker_path,
     config_path,
     decode_cluster_id,
-    decode_config_change,
     decode_controller,
     decode_producer_id_block_end,
     decode_topic_config,
     delete_topic_path,
     encode_cluster_id,
-    encode_config_change,
     encode_controller,
     encode_producer_id_block,
     encode_topic_config,
@@ -88,10 +87,6 @@ from sparklog.cluster.layout import (
 from sparklog.errors import UnknownTopicOrPartitionError
 
 log = logging.getLogger(__name__)
-
-CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
-"""Notifications older than this are purged (Kafka's ``changeExpirationMs``)."""
-
 
 class ClusterError(Exception):
     """The broker cannot join the cluster; the message is one line naming the cause."""
@@ -132,7 +127,7 @@ class ClusterSession:
         self.controller: Controller | None = None
         self._topics: set[str] = set()
         self._states: set[tuple[str, int]] = set()
-        self._config_sequence = -1  # the last config change notification processed
+        self._config_changes: Listener | None = None
         self.cluster_id = ""
         self._lock = threading.Lock()
         self._closed = False
@@ -156,7 +151,8 @@ class ClusterSession:
         self.zk.ChildrenWatch(BROKER_IDS, self._quiet(self._on_brokers))
         self.zk.ChildrenWatch(TOPICS, self._quiet(self._on_topics))
         self.zk.DataWatch(CONTROLLER, self._quiet(self._on_controller))
-        self.zk.ChildrenWatch(CONFIG_CHANGES, self._quiet(self._on_config_changes))
+        self._config_changes = ConfigChanges(self.zk).listen(
+            ("topics",), self._on_config_change, since=-1)
 
     def deregister(self, timeout_s: float) -> bool:
         """Delete ``/brokers/ids/<id>`` but keep the session (and its watches): the
@@ -184,6 +180,8 @@ class ClusterSession:
     def close(self) -> None:
         """Leave the cluster: the registration (and ``/controller``) go at once."""
         self._closed = True
+        if self._config_changes is not None:
+            self._config_changes.leave()
         if self.controller is not None:
             self.controller.stop()
         self.zk.stop()
@@ -343,46 +341,19 @@ class ClusterSession:
 
         self.zk.DataWatch(state_path(topic, partition), self._quiet(changed))
 
-    def _on_config_changes(self, children: list[str]) -> bool:
-        """Hand each topic of the notifications not processed yet to the listener, with the
-        topic's current config (module invariants)."""
-        fresh = sorted((int(c.removeprefix(CONFIG_CHANGE_PREFIX)), c) for c in children
-                       if c.startswith(CONFIG_CHANGE_PREFIX))
-        topics: list[str] = []
-        for sequence, child in fresh:
-            if sequence <= self._config_sequence:
-                continue
-            self._config_sequence = sequence
-            try:
-                topic = decode_config_change(self.zk.get(f"{CONFIG_CHANGES}/{child}")[0])
-            except NoNodeError:  # purged meanwhile: a newer one follows it
-                continue
-            if topic is not None and topic not in topics:
-                topics.append(topic)
-        for topic in topics:
-            try:
-                config = decode_topic_config(self.zk.get(config_path(topic))[0])
-            except NoNodeError:
-                continue
-            self.listener.topic_config(topic, config)
-        return not self._closed
+    def _on_config_change(self, entity: str) -> None:
+        """Hand the topic a notification names to the listener with its current config."""
+        topic = entity.partition("/")[2]
+        try:
+            config = decode_topic_config(self.zk.get(config_path(topic))[0])
+        except NoNodeError:
+            return
+        self.listener.topic_config(topic, config)
 
     # -- writes (blocking: call from a worker thread) ------------------------------------
     def write_topic_config(self, topic: str, config: dict[str, str]) -> None:
         """Replace the topic's config overrides and announce the change to every broker."""
-        self.zk.ensure_path(config_path(topic))
-        self.zk.set(config_path(topic), encode_topic_config(config))
-        self.zk.create(f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", encode_config_change(topic),
-                       sequence=True)
-        expired_ms = time.time() * 1000 - CONFIG_CHANGE_EXPIRATION_MS
-        for child in self.zk.get_children(CONFIG_CHANGES):
-            path = f"{CONFIG_CHANGES}/{child}"
-            stat = self.zk.exists(path)
-            if stat is not None and stat.ctime < expired_ms:
-                try:
-                    self.zk.delete(path)
-                except NoNodeError:  # another writer purged it first
-                    continue
+        alter_config(self.zk, f"topics/{topic}", lambda _: config)
 
     def create_topic(self, topic: str, assignment: TopicAssignment,
                      config: dict[str, str]) -> bool:
