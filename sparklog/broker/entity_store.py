@@ -5,8 +5,9 @@ subscriptions, dynamic broker configs).
 Invariants:
 - ``alter`` validates, writes the store (blocking: in a worker thread; one write at a time,
   applied in that order), then applies here; the other brokers apply it when the store's
-  notification reaches them (``EntityConfigs``), and a broker hearing its own write changes
-  nothing (``apply`` of the same config is a no-op in each subclass).
+  notification reaches them (``EntityConfigs``, a listener of the session's one
+  ``/config/changes`` watcher), and a broker hearing its own write changes nothing
+  (``apply`` of the same config is a no-op in each subclass).
 - ``join_cluster`` drops what the data directory's file gave (with a warning when it held
   any: it is not read in a cluster) and loads ZooKeeper's before it returns.
 """

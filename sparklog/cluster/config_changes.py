@@ -18,8 +18,10 @@ Invariants:
 - A listener hears the notifications above the ``since`` it is added with: ``latest()``
   taken before it loaded its state, so a change written while it loaded is heard after the
   load (a pass runs as it is added), never lost; -1 replays every notification still there.
-  Passes run one at a time, on kazoo's threads, and a listener's handler must not block on
-  anything but ZooKeeper reads. A handler's failure is logged and does not stop the others.
+  Passes run one at a time (on kazoo's threads, or the thread adding a listener), and a
+  listener's handler must not block on anything but ZooKeeper reads. A handler's failure
+  is logged and does not stop the others; a failed read leaves that notification and the
+  later ones to the next pass (kazoo's watch passes again after a reconnection).
 - ``ConfigChanges(zk)`` dispatches ``/config/changes`` by entity type: a listener names
   the types it wants and hears each entity path of theirs.
 - Purge (Kafka's ``changeExpirationMs``): notifications older than ``NOTIFICATION_EXPIRY_MS``
@@ -141,6 +143,21 @@ class ChangeNotifications:
         if purge:
             self._purged_at = now
         heard: dict[Listener, list[bytes]] = {listener: [] for listener in self._listeners}
+        try:
+            self._read(children, heard, purge, now)
+        finally:  # what was read is handled even when a later read failed
+            for listener in self._listeners:
+                for data in heard[listener]:
+                    try:
+                        listener.handle(data)
+                    except Exception:
+                        log.exception("handling the change notification %r of %s failed",
+                                      data, self.path)
+
+    def _read(self, children: list[str], heard: dict[Listener, list[bytes]], purge: bool,
+              now: float) -> None:
+        """Read the notifications some listener has not handled into ``heard`` (a listener's
+        ``seen`` moves past each one read), deleting expired ones when ``purge``."""
         for number, child in sorted((sequence(c), c) for c in children):
             targets = [listener for listener in self._listeners if listener.seen < number]
             if not targets and not purge:
@@ -158,14 +175,6 @@ class ChangeNotifications:
                     self.zk.delete(f"{self.path}/{child}")
                 except NoNodeError:  # another reader purged it first
                     pass
-        for listener in self._listeners:
-            for data in heard[listener]:
-                try:
-                    listener.handle(data)
-                except Exception:
-                    log.exception("handling the change notification %r of %s failed",
-                                  data, self.path)
-
 
 _WATCHERS: weakref.WeakKeyDictionary[KazooClient, dict[str, ChangeNotifications]] = \
     weakref.WeakKeyDictionary()
