@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from broker_fixtures import TIMEOUT, wait_until, zookeeper
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 
 from sparklog.cluster.config_changes import CONFIG_CHANGES, ConfigChanges, alter_config
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
@@ -99,3 +100,27 @@ def test_writer_puts_config_and_notification_in_one_transaction(
     assert len(writer.get_children(CONFIG_CHANGES)) == 8  # an unchanged config: no write
     alter_config(writer, "clients/c", lambda _: {}, delete_when_empty=True)
     assert writer.exists("/config/clients/c") is None
+
+
+@pytest.mark.internal_errors_expected  # the failed read is logged
+def test_a_failed_read_leaves_the_rest_to_the_next_pass(
+        sessions: tuple[KazooClient, KazooClient]) -> None:
+    writer, reader = sessions
+    for name in ("a", "b"):
+        alter_config(writer, f"topics/{name}", lambda _: {"retention.ms": "1"})
+    heard: list[str] = []
+    get = reader.get
+    failed: list[str] = []
+
+    def failing_get(path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.endswith("0000000001") and not failed:  # the second notification, once
+            failed.append(path)
+            raise ConnectionLoss()
+        return get(path, *args, **kwargs)
+
+    reader.get = failing_get  # type: ignore[method-assign]
+    ConfigChanges(reader).listen(("topics",), heard.append, since=-1)
+    assert heard == ["topics/a"] and failed  # what was read before the failure is heard
+    alter_config(writer, "topics/c", lambda _: {"retention.ms": "1"})
+    wait_until(lambda: heard == ["topics/a", "topics/b", "topics/c"],
+               message="the next pass hears the one whose read failed")
