@@ -9,8 +9,10 @@ by the Spark source's decoders, compiled and aiokafka's, and the broker's; ``t``
 PushTelemetry payload, compressed with the codec its api key names, decoded by the broker
 into at most ``TELEMETRY_MAX_BYTES``), int16 api key (or schema index, or codec), int16
 version, int32 length, the bytes. On stdout, per input:
-one status byte (``0`` decoded, ``1`` refused with the decoder's own error) and the
-process's peak RSS in KiB (int64).
+one status byte (``0`` decoded, ``1`` refused with the decoder's own error) and how far
+that input raised the process's peak RSS above its resident size before it, in KiB (int64;
+the peak is reset before each input through ``/proc/self/clear_refs``, so an earlier
+input's peak is not counted against a later one).
 Any other exception is written to stderr and ends the process with exit code 3.
 
 Before its first input it builds every reader its parent may ask for, writes ``ready``
@@ -81,6 +83,13 @@ def _status_kib(name: str) -> int:
             if line.startswith(name + ":"):
                 return int(line.split()[1])
     raise LookupError(name)
+
+
+def _reset_peak() -> int:
+    """Reset the peak RSS to the resident size (Linux's ``clear_refs`` 5); that size, KiB."""
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+    return _status_kib("VmRSS")
 
 
 def _read_records(data: bytes) -> None:
@@ -164,7 +173,7 @@ def main() -> int:
     limit = _status_kib("VmSize") * 1024 + budget
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     out, stdin = sys.stdout.buffer, sys.stdin.buffer
-    out.write(b"ready" + _ANSWER.pack(0, _status_kib("VmHWM")))
+    out.write(b"ready" + _ANSWER.pack(0, 0))
     out.flush()
     while True:
         head = stdin.read(_HEAD.size)
@@ -172,6 +181,7 @@ def main() -> int:
             return 0
         kind, key, version, length = _HEAD.unpack(head)
         data = stdin.read(length)
+        before_kib = _reset_peak()
         try:
             _decode(kind, key, version, data)
             status = 0
@@ -180,7 +190,7 @@ def main() -> int:
         except BaseException:
             traceback.print_exc()
             return 3
-        out.write(_ANSWER.pack(status, _status_kib("VmHWM")))
+        out.write(_ANSWER.pack(status, _status_kib("VmHWM") - before_kib))
         out.flush()
 
 
