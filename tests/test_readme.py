@@ -112,6 +112,7 @@ PLANS: list[tuple[str, Plan]] = [
     ("sparklog topics create --bootstrap-server 127.0.0.1:9092", Plan("shell", (BROKER,))),
     ("sparklog cluster up", Plan("shell")),
     ("from confluent_kafka import Producer", Plan("python", (BROKER, EVENTS))),
+    ('"group.protocol": "consumer"', Plan("python", (BROKER, EVENTS))),
     ("import sparklog.datasource", Plan("spark", (BROKER, EVENTS))),
     ("ConsumerLoop(", Plan("until_signal", READS_EVENTS)),
     ("df = spark.createDataFrame", Plan("spark", (BROKER, EVENTS))),
