@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from broker_fixtures import TIMEOUT, Cluster, create_topic, wait_until, zookeeper
+from broker_fixtures import TIMEOUT, Cluster, create_topic, running_cluster, wait_until, zookeeper
 from confluent_kafka import Producer
 from consumer_members import consumer_conf, every_partition, shared, start_members
 
@@ -36,11 +36,9 @@ GROUP = "kip848-readers"
 @pytest.fixture(scope="module")
 def cluster(zookeeper: ZooKeeperServer,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    running = Cluster(zookeeper, tmp_path_factory.mktemp("kip848"), "kip848", config=CONFIG)
-    try:
-        yield running.start()
-    finally:
-        running.stop()
+    with running_cluster(zookeeper, tmp_path_factory.mktemp("kip848"), "kip848",
+                         CONFIG) as running:
+        yield running
 
 
 def epochs(cluster: Cluster, group: str) -> ConsumerGroupEpochs:

@@ -35,6 +35,7 @@ from sparklog.broker.api.offset_commit import COMMIT_REPLICATION_TIMEOUT_S
 from sparklog.broker.registry import handles
 from sparklog.broker.request_context import client_host
 from sparklog.broker.security.acls import Operation, ResourceType
+from sparklog.broker.security.broker_security import OPERATIONS_NOT_ASKED
 from sparklog.broker.state import Broker
 from sparklog.coordinator.consumer_group_coordinator import HeartbeatRequest
 from sparklog.coordinator.group_records import TopicAssignment
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
     from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 
-_UNREQUESTED_OPERATIONS = -(1 << 31)
 _NO_INTERVAL = timedelta(0)
 _CLIENT_MEMBER_ID = 1  # ConsumerGroupHeartbeat v1+: the client generates its member id
 _CLASSIC_MEMBER, _CONSUMER_MEMBER = 0, 1  # ConsumerGroupDescribe v1's member_type
@@ -112,7 +112,7 @@ async def consumer_group_describe(broker: Broker, header: RequestHeader,
     for group_id in request.group_ids:
         empty = {"group_id": group_id, "group_state": "", "group_epoch": -1,
                  "assignment_epoch": -1, "assignor_name": "", "members": (),
-                 "authorized_operations": _UNREQUESTED_OPERATIONS}
+                 "authorized_operations": OPERATIONS_NOT_ASKED}
         if not security.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
             described.append(build("DescribedGroup",
                                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
@@ -150,8 +150,8 @@ async def consumer_group_describe(broker: Broker, header: RequestHeader,
                   member_type=_CONSUMER_MEMBER if m.member.classic is None
                   else _CLASSIC_MEMBER)
             for m in description.members)
-        operations = security.authorized_operations(ResourceType.GROUP, group_id) \
-            if request.include_authorized_operations else _UNREQUESTED_OPERATIONS
+        operations = security.authorized_operations(ResourceType.GROUP, group_id,
+                                                    request.include_authorized_operations)
         described.append(build(
             "DescribedGroup", error_code=ErrorCode.NONE, error_message=None, group_id=group_id,
             group_state=description.state, group_epoch=description.group_epoch,

@@ -60,7 +60,7 @@ from sparklog.broker.api.offset_commit import COMMIT_REPLICATION_TIMEOUT_S
 from sparklog.broker.registry import handles
 from sparklog.broker.request_context import client_host, listener_name
 from sparklog.broker.security.acls import Operation, ResourceType
-from sparklog.broker.security.broker_security import REFUSED
+from sparklog.broker.security.broker_security import OPERATIONS_NOT_ASKED, REFUSED
 from sparklog.broker.state import Broker
 from sparklog.coordinator.group import GroupState, JoinResult
 from sparklog.coordinator.group_records import OFFSETS_TOPIC
@@ -82,7 +82,6 @@ if TYPE_CHECKING:
 
 
 # Kafka's AclOperation codes READ (3), DELETE (6), DESCRIBE (8): all a group supports.
-_UNREQUESTED_OPERATIONS = -(1 << 31)
 _BATCHED_FIND_COORDINATOR = 4  # FindCoordinator v4+: coordinator_keys, one answer per key
 _SHARE_KEY_TYPE = 2  # FindCoordinator v6: share groups (KIP-932), not served here
 _SKIP_ASSIGNMENT = 9  # JoinGroup v9+: a rejoining static leader may skip the assignment
@@ -274,10 +273,10 @@ async def describe_groups(broker: Broker, header: RequestHeader,
                                    error_message=f"not authorized to describe {group_id}",
                                    group_id=group_id, group_state="", protocol_type="",
                                    protocol_data="", members=(),
-                                   authorized_operations=_UNREQUESTED_OPERATIONS))
+                                   authorized_operations=OPERATIONS_NOT_ASKED))
             continue
-        operations = security.authorized_operations(ResourceType.GROUP, group_id) \
-            if with_operations else _UNREQUESTED_OPERATIONS
+        operations = security.authorized_operations(ResourceType.GROUP, group_id,
+                                                    with_operations)
         error, summary = broker.coordinator.describe(group_id)
         message = None if error == ErrorCode.NONE else f"group {group_id}: {error.name}"
         if (error == ErrorCode.NONE and summary.state == GroupState.DEAD

@@ -19,8 +19,8 @@ style: its error code and leader -1.
 With an authorizer, as Kafka's: an all-topics request lists only the topics the principal
 may DESCRIBE; a named topic it may not describe is TOPIC_AUTHORIZATION_FAILED, and so is a
 missing topic it may not create (CREATE on the CLUSTER or the TOPIC). The authorized
-operations (v8) are Kafka's bit fields when asked for, else ``OMITTED``; the cluster's are 0
-without DESCRIBE on the CLUSTER.
+operations (v8) are Kafka's bit fields when asked for, else ``OPERATIONS_NOT_ASKED``; the
+cluster's are 0 without DESCRIBE on the CLUSTER.
 
 v9+ matter to librdkafka: only from Metadata v9 does it trust the leader epochs it is
 given (KIP-320), and without them it follows a partition's new leader after a failover one
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from sparklog.broker.registry import handles
 from sparklog.broker.request_context import listener_name
 from sparklog.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
+from sparklog.broker.security.broker_security import OPERATIONS_NOT_ASKED
 from sparklog.broker.state import Broker
 from sparklog.errors import ErrorCode, KafkaError
 from sparklog.protocol.entities import Build
@@ -53,8 +54,6 @@ if TYPE_CHECKING:
 
 
 
-OMITTED = -(2**31)
-"""Authorized operations not asked for (Kafka's Integer.MIN_VALUE)."""
 
 
 @handles(ApiKey.METADATA, versions=(0, 13))
@@ -88,11 +87,11 @@ async def metadata(broker: Broker, header: RequestHeader,
 
 
 def cluster_operations(broker: Broker, asked: bool) -> int:
-    """The cluster operations the principal may do, when asked for (``OMITTED`` if not):
-    0 without DESCRIBE on the CLUSTER, as Kafka answers Metadata v8-v10 and
+    """The cluster operations the principal may do, when asked for (``OPERATIONS_NOT_ASKED``
+    if not): 0 without DESCRIBE on the CLUSTER, as Kafka answers Metadata v8-v10 and
     DescribeCluster."""
     if not asked:
-        return OMITTED
+        return OPERATIONS_NOT_ASKED
     security = broker.security
     if not security.allows_cluster(Operation.DESCRIBE):
         return 0
@@ -114,8 +113,7 @@ def _refused(build: Build, name: str, code: int) -> Any:
 
 
 def _operations(broker: Broker, name: str, with_operations: bool) -> int:
-    return broker.security.authorized_operations(ResourceType.TOPIC, name) \
-        if with_operations else OMITTED
+    return broker.security.authorized_operations(ResourceType.TOPIC, name, with_operations)
 
 
 async def _topic(build: Build, broker: Broker, name: str, auto_create: bool,

@@ -52,6 +52,9 @@ REFUSED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
 """The error answered when an operation on a resource of the type is refused."""
 
 
+OPERATIONS_NOT_ASKED = -(1 << 31)
+"""Authorized operations a request did not ask for (Kafka's Integer.MIN_VALUE)."""
+
 class BrokerSecurity:
     def __init__(self, props: Mapping[str, str], data_dir: Path,
                  session: Callable[[], Session | None] = lambda: None) -> None:
@@ -147,7 +150,12 @@ class BrokerSecurity:
             return True
         return self.authorizer.any_allowed(*self._who(), operation, resource_type)
 
-    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+    def authorized_operations(self, resource_type: ResourceType, name: str,
+                              asked: bool = True) -> int:
+        """Kafka's bit field of what the principal may do to the resource, or
+        ``OPERATIONS_NOT_ASKED`` when the request did not ask for it."""
+        if not asked:
+            return OPERATIONS_NOT_ASKED
         if self.authorizer is None:
             return sum(1 << op for op in SUPPORTED[resource_type])
         return self.authorizer.authorized_operations(*self._who(), resource_type, name)
