@@ -14,8 +14,10 @@ Invariants:
   slices of ``SLICE_S`` and raise the recorded failure after each, so it ends the wait
   within one slice (a record, a served callback or an empty queue ends it as before).
   Their ``list_topics`` serves no callback: it waits in slices of ``METADATA_SLICE_S`` and
-  diagnoses between them. An ``AdminClient`` serves its callbacks only in ``poll``, so
-  ``connected_admin`` polls until the cluster first answers (``ADMIN_WAIT_S`` at most).
+  diagnoses between them (a slice that ends in a dropped connection or in its own timeout
+  is followed by the next, until the caller's timeout). An ``AdminClient`` serves its
+  callbacks only in ``poll``, so ``connected_admin`` polls until the cluster first answers
+  (``ADMIN_WAIT_S`` at most).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ ADMIN_WAIT_S = 30.0
 
 _CONNECTION_ERRORS = frozenset({KafkaError._TRANSPORT, KafkaError._SSL,
                                 KafkaError._ALL_BROKERS_DOWN})
+_SLICE_ENDS = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT})
+"""How a ``list_topics`` slice ends without an answer: the connection dropped, or the slice
+passed first (librdkafka's reconnect backoff can outlast a slice on a loaded machine)."""
 _BROKER = re.compile(r"^\w+://([^/\s]+)/")
 
 
@@ -147,7 +152,7 @@ class _Watched:
             try:
                 return super().list_topics(topic, timeout=max(0.001, wait))  # type: ignore[misc]
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError._TRANSPORT:
+                if exc.args[0].code() not in _SLICE_ENDS:
                     raise
                 failed = exc
                 self._watch.diagnose()
