@@ -253,12 +253,13 @@ def subscription_v0(*topics: str) -> bytes:
 
 def classic_join(conn: BrokerConnection, group: str, member_id: str, topic: str, *,
                  protocol_type: str = "consumer", protocol: str = "range",
-                 instance_id: str | None = None) -> Any:
+                 instance_id: str | None = None,
+                 rebalance_timeout: timedelta = timedelta(seconds=30)) -> Any:
     """JoinGroup v9 (a dynamic member's second join when MEMBER_ID_REQUIRED asks for it)."""
     def request(member: str) -> Any:
         return conn.request(ApiKey.JOIN_GROUP, 9, {
             "group_id": group, "session_timeout": timedelta(seconds=30),
-            "rebalance_timeout": timedelta(seconds=30), "member_id": member,
+            "rebalance_timeout": rebalance_timeout, "member_id": member,
             "group_instance_id": instance_id, "protocol_type": protocol_type,
             "protocols": [{"name": protocol, "metadata": subscription_v0(topic)}],
             "reason": None})
@@ -355,6 +356,28 @@ def test_upgrade_and_downgrade_by_raw_requests(embedded: EmbeddedBroker,
     back = classic_join(conn, group, classic_id, topic)
     assert (back.error_code, back.generation_id, back.leader) == (ErrorCode.NONE, 4,
                                                                   classic_id)
+
+
+def test_a_classic_member_that_never_syncs_is_removed(embedded: EmbeddedBroker,
+                                                     conn: BrokerConnection) -> None:
+    """A classic member of a consumer group must follow its JoinGroup with a SyncGroup
+    within its rebalance timeout (Kafka's sync timeout): one that went silent after joining
+    is removed then, long before its 30 s session runs out, and holds nothing meanwhile."""
+    group = unique_topic("raw-unsynced")
+    topic = create_topic(embedded.bootstrap, unique_topic("raw-unsynced"), partitions=2)
+    modern, first = join(conn, group, topic)
+    joined = classic_join(conn, group, "", topic, rebalance_timeout=timedelta(seconds=1))
+    assert joined.error_code == ErrorCode.NONE
+    assert member_kinds(embedded, group) == {modern: False, joined.member_id: True}
+    started, epoch = time.monotonic(), first.member_epoch
+
+    def removed() -> bool:
+        nonlocal epoch
+        epoch = heartbeat(conn, group, modern, epoch, owned={}).member_epoch  # stays alive
+        return member_kinds(embedded, group) == {modern: False}
+
+    wait_until(removed, timeout=15)
+    assert time.monotonic() - started < 15
 
 
 def test_a_silent_consumer_member_downgrades_the_group(embedded: EmbeddedBroker,

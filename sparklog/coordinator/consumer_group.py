@@ -157,6 +157,13 @@ class ConsumerGroup:
         self.rebalance_timers: dict[str, asyncio.TimerHandle] = {}
         self.join_timers: dict[str, asyncio.TimerHandle] = {}
         """Classic members told to rejoin (REBALANCE_IN_PROGRESS) that have not yet."""
+        self.sync_timers: dict[str, asyncio.TimerHandle] = {}
+        """Classic members that joined and have not yet sent their SyncGroup."""
+
+    @property
+    def timers(self) -> tuple[dict[str, asyncio.TimerHandle], ...]:
+        return (self.session_timers, self.rebalance_timers, self.join_timers,
+                self.sync_timers)
 
     @property
     def state(self) -> str:
@@ -216,7 +223,7 @@ class ConsumerGroup:
         if member.instance_id is not None and \
                 self.static_members.get(member.instance_id) == member_id:
             del self.static_members[member.instance_id]
-        for timers in (self.session_timers, self.rebalance_timers, self.join_timers):
+        for timers in self.timers:
             handle = timers.pop(member_id, None)
             if handle is not None:
                 handle.cancel()
@@ -228,7 +235,7 @@ class ConsumerGroup:
                 del self.partition_epochs[tp]
 
     def cancel_timers(self) -> None:
-        for timers in (self.session_timers, self.rebalance_timers, self.join_timers):
+        for timers in self.timers:
             for handle in timers.values():
                 handle.cancel()
             timers.clear()

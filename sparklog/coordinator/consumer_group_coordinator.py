@@ -39,7 +39,8 @@ Behaviour:
   subscription, rack and owned partitions from the metadata (a v0 subscription owns
   nothing: its eager client revoked everything) and reconciles the member like a
   heartbeat, answering at once with the member epoch as the generation and no leader;
-  SyncGroup gives the member's assigned partitions as a ``ConsumerProtocolAssignment`` of
+  SyncGroup, which must follow within the member's rebalance timeout or it is removed,
+  gives the member's assigned partitions as a ``ConsumerProtocolAssignment`` of
   its subscription's version (ILLEGAL_GENERATION for another generation,
   INCONSISTENT_GROUP_PROTOCOL for another protocol, REBALANCE_IN_PROGRESS when the group
   epoch moved on and the member is not revoking); Heartbeat answers REBALANCE_IN_PROGRESS
@@ -865,6 +866,7 @@ class ConsumerGroupCoordinator:
             code = exc.code if isinstance(exc, KafkaError) else ErrorCode.UNKNOWN_MEMBER_ID
             return JoinResult(code, member_id)
         _cancel(group.join_timers, member_id)
+        self._schedule_sync(group, group.members[member_id])
         if replacing is not None and replacing.classic is None and \
                 group.uses_classic_protocol_only() and self.config.migration_policy.downgrades:
             # Kafka's validateOnlineDowngradeWithReplacedMemberId: the last consumer-protocol
@@ -913,6 +915,7 @@ class ConsumerGroupCoordinator:
                 member.state is not MemberState.UNREVOKED_PARTITIONS:
             self._schedule_join(group, member)
             return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        _cancel(group.sync_timers, member_id)
         self._schedule_session(group, member_id)
         return SyncResult(ErrorCode.NONE, assignment_bytes(
             subscription(metadata)[0], self._topic_names(member.assigned)),
@@ -978,6 +981,14 @@ class ConsumerGroupCoordinator:
                 max(member.rebalance_timeout_ms, 0) / 1000, self._expire, group,
                 member.member_id, "did not rejoin within its rebalance timeout",
                 group.join_timers)
+
+    def _schedule_sync(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """A classic member that joined must send its SyncGroup within its rebalance timeout
+        (Kafka's ``scheduleConsumerGroupSyncTimeout``), or it is removed."""
+        _cancel(group.sync_timers, member.member_id)
+        group.sync_timers[member.member_id] = self.loop.call_later(
+            max(member.rebalance_timeout_ms, 0) / 1000, self._expire, group, member.member_id,
+            "did not send its SyncGroup within its rebalance timeout", group.sync_timers)
 
     def _expire(self, group: ConsumerGroup, member_id: str, why: str,
                 timers: dict[str, asyncio.TimerHandle],
