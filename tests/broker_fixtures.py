@@ -57,6 +57,7 @@ from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.protocol.api_message import ApiMessage
@@ -991,6 +992,16 @@ class Cluster:
                     failures.append(failure)
         if failures:
             raise failures[0]
+
+
+def registry_serves(client: SchemaRegistryClient) -> bool:
+    """Whether the registry answers (a cluster creates ``_schemas`` on its first request, and
+    answers once it has a leader)."""
+    try:
+        client.get_subjects()
+        return True
+    except Exception:
+        return False
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ import json
 import threading
 from pathlib import Path
 
-from broker_fixtures import running_cluster, wait_until, zookeeper
+from broker_fixtures import registry_serves, running_cluster, wait_until, zookeeper
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
@@ -29,7 +29,7 @@ def test_every_broker_serves_the_same_registry_and_it_survives_its_writer(
         clients = [SchemaRegistryClient({"url": b.schema_registry_url})
                    for b in cluster.brokers]
         # the topic is created on the first request: retried until it has a leader
-        wait_until(lambda: _registers(clients[0]), message="_schemas to have a leader")
+        wait_until(lambda: registry_serves(clients[0]), message="_schemas to have a leader")
         # three brokers register different schemas at the same time: ids unique, versions
         # of one subject consecutive
         ids: dict[int, list[int]] = {}
@@ -53,7 +53,7 @@ def test_every_broker_serves_the_same_registry_and_it_survives_its_writer(
         leader = cluster.leader("_schemas")
         cluster.brokers[leader].kill()
         survivors = [c for i, c in enumerate(clients) if i != leader]
-        wait_until(lambda: _registers(survivors[0]) and _registers(survivors[1]),
+        wait_until(lambda: registry_serves(survivors[0]) and registry_serves(survivors[1]),
                    message="a new _schemas leader serving")
         for client in survivors:
             fresh = SchemaRegistryClient({"url": client._rest_client.base_urls[0]})
@@ -66,10 +66,3 @@ def test_every_broker_serves_the_same_registry_and_it_survives_its_writer(
         assert survivors[1].register_schema("after-value", Schema(avro_record("N", 99),
                                                                   "AVRO")) == new_id
 
-
-def _registers(client: SchemaRegistryClient) -> bool:
-    try:
-        client.get_subjects()
-        return True
-    except Exception:
-        return False

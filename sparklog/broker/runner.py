@@ -43,7 +43,8 @@ Invariants:
   broker cleanly and ``start`` raises a ``StartupError`` naming ``metrics.listener``.
 - With ``schema.registry.listeners`` set, the schema registry (``schema_registry``) replays
   ``_schemas`` and accepts connections before ``start`` returns (``run`` prints ``sparklog
-  broker schema registry on URL``); ``stop`` closes it before the broker's state.
+  broker schema registry on URL``) and is then attached to ``Broker.schema_validation``
+  (validated produce); ``stop`` detaches and closes it before the broker's state.
 """
 
 from __future__ import annotations
@@ -229,6 +230,7 @@ class BrokerService:
             self._registry = RegistryListener(SchemaHost(broker, security.values()), *registry_at)
             try:
                 await self._registry.start()
+                broker.schema_validation.attach(self._registry)
             except OSError as exc:
                 await self.stop()
                 raise StartupError(str(exc)) from None
@@ -291,6 +293,8 @@ class BrokerService:
         if self._listener is not None:
             await self._listener.stop()
         if self._registry is not None:
+            if self.broker is not None:
+                self.broker.schema_validation.close()
             await self._registry.stop()
         for task in self._tasks:
             task.cancel()

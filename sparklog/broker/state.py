@@ -25,7 +25,9 @@ Invariants:
 - With ``schema.registry.listeners`` set on a single node, ``schemas_topic`` is
   ``_schemas`` (one partition, compacted, internal), the schema registry's store
   (``schema_registry``, created with the other internal topics); else None (a cluster
-  creates it through the replica manager: ``schema_host``).
+  creates it through the replica manager: ``schema_host``). ``schema_validation`` checks
+  the batches of topics with Confluent's schema validation configs against it, once the
+  runner attached the started registry (before: refused, retriable).
 - ``client_metrics`` keeps the telemetry subscriptions and what clients push (KIP-714):
   the configured subscriptions are the store's (the data directory's, or ZooKeeper's once
   the replica manager joined a cluster) and outlive a restart; the clients and what they
@@ -54,6 +56,7 @@ from sparklog.broker.replication.partition import Partition
 from sparklog.broker.replication.replica_manager import ReplicaManager
 from sparklog.broker.request_context import current, current_session
 from sparklog.broker.schema_registry.records import TOPIC as SCHEMAS_TOPIC
+from sparklog.broker.schema_validation import SchemaValidation
 from sparklog.broker.security.broker_security import BrokerSecurity
 from sparklog.cluster.layout import Endpoint
 from sparklog.coordinator.consumer_group_coordinator import ConsumerGroupConfig
@@ -134,6 +137,10 @@ class Broker:
         self.schemas_topic = None if config.schema_registry_listener() is None \
             or config.zookeeper_connect else LogTopic(
             self.logs, SCHEMAS_TOPIC, 1, {}, self.replicas.leader_epoch, self.replicas.appended)
+        self.schema_validation = SchemaValidation(
+            config.schema_registry_listener() is not None,
+            (inter_broker.username, inter_broker.password)
+            if inter_broker is not None and inter_broker.sasl else None)
 
     @property
     def cluster_id(self) -> str:

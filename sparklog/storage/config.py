@@ -1,7 +1,10 @@
 """Topic-level log configs with Kafka's names, types, defaults and broker-level synonyms.
 
 Invariants:
-- Every key here is a topic config Apache Kafka knows, with Kafka's default.
+- Every key here is a topic config Apache Kafka knows, with Kafka's default, or one of
+  Confluent Server's schema validation configs (``confluent.*.schema.validation`` and
+  ``confluent.*.subject.name.strategy``, topic-level only: no broker synonym), with
+  Confluent's default.
 - ``LogConfig`` is immutable: an alter builds a new one. Values are typed (int, float, str,
   bool, list of str); ``validate`` raises ``InvalidConfigError`` naming the key and what is
   allowed, so a bad ``--set`` or AlterConfigs answers with a clear message.
@@ -15,11 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from sparklog.errors import InvalidConfigError
 
 LONG_MAX = (1 << 63) - 1
+SUBJECT_NAME_STRATEGIES = tuple(f"io.confluent.kafka.serializers.subject.{name}" for name in (
+    "TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy"))
+"""Confluent's subject name strategies (their Java class names), the default first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +139,14 @@ _KEYS = [
     ConfigKey("message.timestamp.after.max.ms", "long", 3600000, "Largest allowed lead of a "
               "CreateTime timestamp over the broker clock.",
               "log.message.timestamp.after.max.ms", minimum=0),
+    *(ConfigKey(f"confluent.{field}.schema.validation", "boolean", False, f"Refuse a produced "
+                f"batch whose record {field}s lack a schema id registered for the topic's "
+                f"subject (needs schema.registry.listeners).") for field in ("key", "value")),
+    *(ConfigKey(f"confluent.{field}.subject.name.strategy", "string", SUBJECT_NAME_STRATEGIES[0],
+                f"How a record {field}'s subject is named for its validation: <topic>-{field} "
+                "(TopicNameStrategy), the schema's record name (RecordNameStrategy) or "
+                "<topic>-<record name> (TopicRecordNameStrategy).",
+                allowed=SUBJECT_NAME_STRATEGIES) for field in ("key", "value")),
     ConfigKey("message.format.version", "string", "3.0-IV1", "Deprecated: ignored, every "
               "batch is stored in the format the producer sent (v2).",
               "log.message.format.version"),
@@ -259,3 +274,10 @@ class LogConfig:
     @property
     def max_message_bytes(self) -> int:
         return self.get("max.message.bytes")
+
+    @cached_property
+    def schema_validation(self) -> bool:
+        """Whether produced keys or values must carry a registered schema id (computed once
+        per config: a topic without validation costs Produce one attribute read)."""
+        return bool(self.get("confluent.key.schema.validation")
+                    or self.get("confluent.value.schema.validation"))

@@ -43,7 +43,9 @@ Behaviour:
 - AlterConfigs replaces a topic's overrides with the given set; IncrementalAlterConfigs
   applies SET, DELETE, APPEND and SUBTRACT (the last two on list configs such as
   ``cleanup.policy``). Bad keys or values are INVALID_CONFIG naming the key and what is
-  allowed; ``validate_only`` changes nothing. Changes apply to the live logs at once.
+  allowed (Confluent's ``confluent.*.schema.validation`` on a broker without
+  ``schema.registry.listeners`` too); ``validate_only`` changes nothing. Changes apply to
+  the live logs at once.
 - A topic's config lives in the replica manager's store: an alteration is validated here,
   then written there (``ReplicaManager.set_topic_config``; in a cluster ZooKeeper's
   ``/config/topics/<t>`` with a change notification), which every broker applies, so every
@@ -260,6 +262,7 @@ async def _alter_topic(broker: Broker, resource: Any, incremental: bool,
     else:
         overrides = {c.name: c.value for c in resource.configs if c.value is not None}
     config = broker.logs.set_topic_config(topic.name, overrides, validate_only=True)
+    broker.schema_validation.check_config(config)
     if not validate_only:
         await broker.replicas.set_topic_config(
             topic.name, {k: render(v) for k, v in config.overrides.items()})

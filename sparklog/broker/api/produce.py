@@ -37,6 +37,12 @@ Behaviour:
   transaction.version 2 client (finalized here): the partition is added to the
   transaction instead, no AddPartitionsToTxn needed. One question per partition and
   transaction: later batches find the transaction ongoing.
+- Schema validation (Confluent Server's ``confluent.key.schema.validation`` /
+  ``confluent.value.schema.validation`` topic configs, ``broker.schema_validation``): a
+  batch of such a topic is checked whole before any append of the request; one record
+  without a schema id registered under its subject refuses the batch, INVALID_RECORD with
+  ``record_errors`` (v8+) and the reason, nothing appended; while the registry cannot
+  answer, REQUEST_TIMED_OUT (retriable). A topic without validation pays one lookup.
 - Client quotas: with a ``producer_byte_rate`` quota for the client (``broker/quotas.py``),
   the request's record bytes count towards it once appended; a request taking the rate
   over it is answered (acks 1 and -1) with the throttle time, and its connection reads
@@ -95,13 +101,15 @@ async def produce(broker: Broker, header: RequestHeader,
     denials = [refused or (ErrorCode.UNKNOWN_TOPIC_ID if name is None else None) or (
         None if security.authorize(Operation.WRITE, ResourceType.TOPIC, name)
         else ErrorCode.TOPIC_AUTHORIZATION_FAILED) for name in names]
+    refusals = await _schema_refusals(broker, names, request.topic_data, denials)
     guards: dict[tuple[str, int], VerificationStateEntry | ErrorCode] = {}
     if transactional_id is not None:
         batches = {(name, data.index): batch
                    for name, topic, denied in zip(names, request.topic_data, denials,
                                                   strict=True)
                    if name is not None and denied is None for data in topic.partition_data
-                   if (batch := parse_transactional(data.records)) is not None}
+                   if (name, data.index) not in refusals
+                   and (batch := parse_transactional(data.records)) is not None}
         guards = await verified(
             broker, transactional_id, batches,
             add=transactions_v2(header.api_version, IMPLICIT_ADD_SINCE),
@@ -113,7 +121,8 @@ async def produce(broker: Broker, header: RequestHeader,
             guard = guards.get((name or "", data.index))
             appends.append(_append(
                 build, broker, name or "", data, request.acks, now, request.timeout,
-                denied or (guard if isinstance(guard, ErrorCode) else None),
+                denied or refusals.get((name or "", data.index))
+                or (guard if isinstance(guard, ErrorCode) else None),
                 None if isinstance(guard, ErrorCode) else guard))
     throttle = broker.quotas.record(PRODUCER_BYTE_RATE, header.client_id, sum(
         len(data.records or b"") for topic in request.topic_data for data in topic.partition_data
@@ -140,6 +149,26 @@ async def produce(broker: Broker, header: RequestHeader,
         for node, (endpoint, rack) in sorted(broker.listed_endpoints(listener_name()).items())
         if node in leaders) if leaders else ())  # the brokers are listed only when named
     return with_throttle(response, throttle) if throttle else response
+
+
+async def _schema_refusals(broker: Broker, names: list[str | None], topic_data: Any,
+                           denials: list[ErrorCode | None]
+                           ) -> dict[tuple[str, int], KafkaError]:
+    """The batches of topics with schema validation that it refuses (``schema_validation``;
+    topics without it cost one lookup each), checked only where this broker leads the
+    partition and the request may write."""
+    batches = {}
+    for name, topic, denied in zip(names, topic_data, denials, strict=True):
+        metadata = None if name is None or denied is not None else broker.logs.topics.get(name)
+        if metadata is None or not metadata.config.schema_validation:
+            continue
+        for data in topic.partition_data:
+            try:
+                broker.leader_partition(name, data.index)
+            except KafkaError:
+                continue  # not led here: its append answers that
+            batches[(name, data.index)] = (metadata.config, data.records)
+    return await broker.schema_validation.refusals(batches) if batches else {}
 
 
 def _topic_name(broker: Broker, topic: Any) -> str | None:
@@ -199,7 +228,7 @@ def parse_transactional(records: bytes | None) -> tuple[int, int] | None:
 
 
 def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now: int,
-            timeout: timedelta, denied: ErrorCode | None,
+            timeout: timedelta, denied: ErrorCode | KafkaError | None,
             guard: VerificationStateEntry | None) -> Any:
     """Append the partition's records now; its answer, or an awaitable of it while acks=all
     waits for the ISR."""
@@ -226,6 +255,8 @@ def _append(build: Build, broker: Broker, topic: str, data: Any, acks: int, now:
 
     if acks not in VALID_ACKS:
         return answer(ErrorCode.INVALID_REQUIRED_ACKS, message=f"acks={acks} is not -1, 0 or 1")
+    if isinstance(denied, KafkaError):
+        return refused(denied)
     if denied is not None:
         return answer(denied)
     try:

@@ -9,8 +9,10 @@ Behaviour:
   ``num_partitions`` -1 means ``num.partitions``. Every replica then creates its log and
   the controller elects leaders, which the answer waits for (up to the request's
   ``timeout_ms``; a single node's are led at once). Configs are validated with Kafka's
-  names (INVALID_CONFIG names the key and the allowed values). ``validate_only`` checks
-  everything and changes nothing. Errors are per topic, with a message (v1+).
+  names (INVALID_CONFIG names the key and the allowed values; Confluent's schema
+  validation configs need ``schema.registry.listeners``: ``broker.schema_validation``).
+  ``validate_only`` checks everything and changes nothing. Errors are per topic, with a
+  message (v1+).
 - DeleteTopics and CreatePartitions go through the store too
   (``replication/cluster_topics.py``): the controller deletes a topic, or elects the
   leaders of added partitions, and the answer waits for it up to the request's timeout.
@@ -112,6 +114,7 @@ async def create_topics(broker: Broker, header: RequestHeader,
         configs = {c.name: c.value for c in topic.configs if c.value is not None}
         metadata = broker.logs.create_topic(topic.name, partitions, configs,
                                             validate_only=True)
+        broker.schema_validation.check_config(metadata.config)
         factor = topic.replication_factor if topic.replication_factor != -1 else \
             broker.config.get_int("default.replication.factor")
         manual = _manual(topic)

@@ -137,6 +137,22 @@ class RegistryListener:
             self._httpd.server_close()
 
     # -- on the loop ---------------------------------------------------------------------
+    def leader_store(self) -> SchemaStore | None:
+        """The store, as ``_schemas`` holds it, while this broker leads ``_schemas``-0
+        (loaded again when its leader epoch there changed); None while another leads it."""
+        epoch = self._host.leader_epoch()
+        if epoch is None:
+            return None
+        if epoch != self._epoch:
+            self._load(epoch)
+        return self.store
+
+    async def leader_url(self) -> str | None:
+        """The registry URL of the broker leading ``_schemas``-0 (None: no leader yet)."""
+        await self._host.prepare()
+        leader = self._host.leader()
+        return None if leader is None else await self._host.url_of(leader)
+
     async def _serve(self, request: Request) -> Answer | str:
         """The answer, when this broker leads ``_schemas``; else the leader's URL."""
         if not self._serving:
@@ -148,16 +164,13 @@ class RegistryListener:
                 40301, f"User {request.principal} is not authorized to {needs[2]} "
                        f"{needs[0]} {needs[1]}").answer
         await self._host.prepare()
-        epoch = self._host.leader_epoch()
-        if epoch is None:
+        if self.leader_store() is None:
             leader = self._host.leader()
             url = None if leader is None or request.forwarded else \
                 await self._host.url_of(leader)
             return url or errors.RegistryError(
                 50003, f"Error while forwarding the request to the leader: {TOPIC} has "
                        f"no leader with a registry (leader: {leader})").answer
-        if epoch != self._epoch:
-            self._load(epoch)
         writes = self.store.writes
         try:
             answer = handle(self.store, *request.parts)

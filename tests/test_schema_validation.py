@@ -1,0 +1,285 @@
+"""Validated produce: Confluent Server's ``confluent.value.schema.validation`` /
+``confluent.key.schema.validation`` topic configs against the broker's own schema registry,
+driven by confluent-kafka's producer and serializers, kafka-python's protocol classes (raw
+Produce v11 for ``record_errors``) and the ``sparklog`` tools."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_fixtures import (
+    TIMEOUT,
+    RawConnection,
+    admin,
+    confluent_producer,
+    consume_confluent,
+    create_topic,
+    embedded,
+    embedded_module,
+    module_broker,
+    produce_request,
+    registry_serves,
+    running_cluster,
+    topic,
+    wait_until,
+    watermarks,
+    zookeeper,
+)
+from confluent_kafka import KafkaError as CkKafkaError
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.schema_registry import (
+    Schema,
+    SchemaRegistryClient,
+    record_subject_name_strategy,
+    topic_record_subject_name_strategy,
+)
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from kafka.protocol.producer import ProduceResponse
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from sparklog.broker.embedded import EmbeddedBroker
+from sparklog.broker.process import BrokerProcess
+from sparklog.cli import main
+from sparklog.cluster.zookeeper_server import ZooKeeperServer
+from sparklog.errors import ErrorCode
+
+__all__ = ["embedded", "embedded_module", "topic", "zookeeper"]
+
+REGISTRY = {"schema.registry.listeners": "http://127.0.0.1:0"}
+broker = module_broker(REGISTRY)
+VALUE_VALIDATION = {"confluent.value.schema.validation": "true"}
+KEY_VALIDATION = {"confluent.key.schema.validation": "true"}
+STRATEGY = "io.confluent.kafka.serializers.subject.{}"
+
+USER = json.dumps({"type": "record", "name": "User", "namespace": "com.example", "fields": [
+    {"name": "name", "type": "string"}]})
+USER_V2 = json.dumps({"type": "record", "name": "User", "namespace": "com.example",
+                      "fields": [{"name": "name", "type": "string"},
+                                 {"name": "age", "type": "int", "default": 0}]})
+ORDER = json.dumps({"type": "record", "name": "Order", "fields": [
+    {"name": "amount", "type": "int"}]})
+ORDER_V2 = json.dumps({"type": "record", "name": "Order", "fields": [
+    {"name": "amount", "type": "int"}, {"name": "note", "type": "string", "default": ""}]})
+
+
+def registry(broker: BrokerProcess) -> SchemaRegistryClient:
+    assert broker.schema_registry_url is not None
+    return SchemaRegistryClient({"url": broker.schema_registry_url})
+
+
+def wire(schema_id: int, body: bytes = b"\x02a") -> bytes:
+    """Confluent's wire format: magic byte 0, the id, the body."""
+    return b"\x00" + struct.pack(">I", schema_id) + body
+
+
+def avro_user(broker: BrokerProcess, topic: str, field: MessageField = MessageField.VALUE,
+              **conf: Any) -> bytes:
+    serializer = AvroSerializer(registry(broker), USER, conf=conf or None)
+    encoded = serializer({"name": "ada"}, SerializationContext(topic, field))
+    assert encoded is not None
+    return encoded
+
+
+def deliver(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]],
+            **conf: Any) -> list[CkKafkaError | None]:
+    """Produce each record with confluent-kafka: its delivery report's error (None: stored)."""
+    producer = confluent_producer(bootstrap, **{"message.timeout.ms": 10000, **conf})
+    reports: list[CkKafkaError | None] = [None] * len(records)
+
+    def report(index: int) -> Any:
+        return lambda error, _msg: reports.__setitem__(index, error)
+
+    for index, (key, value) in enumerate(records):
+        producer.produce(topic, key=key, value=value, on_delivery=report(index))
+        producer.flush(TIMEOUT)  # one batch per record: each is refused on its own
+    assert producer.flush(TIMEOUT) == 0
+    return reports
+
+
+def produce_v11(bootstrap: str, topic: str, values: list[bytes | None],
+                keys: list[bytes | None] | None = None, compression: int = 0) -> Any:
+    """One batch of ``values`` produced with Produce v11 (kafka-python's classes)."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression,
+                                        is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for offset, value in enumerate(values):
+        builder.append(offset, timestamp=None, key=keys[offset] if keys else None, value=value,
+                       headers=[])
+    with RawConnection(bootstrap) as conn:
+        response = conn.call(produce_request(topic, 0, bytes(builder.build()), version=11),
+                             ProduceResponse)
+    ((answer,),) = [t.partition_responses for t in response.responses]
+    return answer
+
+
+def test_avro_serializer_accepted_and_records_without_a_valid_id_refused(
+        broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, config=VALUE_VALIDATION)
+    good = avro_user(broker, topic)  # auto-registers <topic>-value
+    other_id = registry(broker).register_schema(f"{topic}-other-value", Schema(ORDER, "AVRO"))
+    assert deliver(broker.bootstrap, topic, [(None, good), (b"k", None)]) == [None, None]
+    assert watermarks(broker.bootstrap, topic) == (0, 2)
+    refused = deliver(broker.bootstrap, topic, [
+        (None, b"plain bytes"), (None, wire(999_999)), (None, wire(other_id)), (None, b"")])
+    assert [e.code() if e else None for e in refused] == [CkKafkaError.INVALID_RECORD] * 4
+    assert watermarks(broker.bootstrap, topic) == (0, 2)  # nothing of them appended
+    assert [m.value for m in consume_confluent(broker.bootstrap, topic, 2)] == [good, None]
+
+
+def test_a_batch_with_one_bad_record_is_refused_whole_naming_it(
+        broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, config=VALUE_VALIDATION)
+    good = avro_user(broker, topic)
+    user_id = struct.unpack(">I", good[1:5])[0]
+    order_id = registry(broker).register_schema(f"{topic}-x-value", Schema(ORDER, "AVRO"))
+    for codec in (0, 1):  # uncompressed, gzip: the records are read decompressed
+        answer = produce_v11(broker.bootstrap, topic,
+                             [good, None, b"not avro", good, wire(order_id)],
+                             compression=codec)
+        assert answer.error_code == ErrorCode.INVALID_RECORD
+        assert [(e.batch_index, e.batch_index_error_message) for e in answer.record_errors] \
+            == [(2, f"Record 2 of topic {topic}: value has no schema id (magic byte 0 and a "
+                    "4-byte id expected)"),
+                (4, f"Record 4 of topic {topic}: value: schema id {order_id} is not "
+                    f"registered under subject {topic}-value")]
+        assert answer.error_message == answer.record_errors[0].batch_index_error_message \
+            + " (and 1 more)"
+        assert watermarks(broker.bootstrap, topic) == (0, 0)
+    answer = produce_v11(broker.bootstrap, topic, [good, None, wire(user_id, b"\x04bob")])
+    assert (answer.error_code, answer.base_offset) == (ErrorCode.NONE, 0)
+    assert watermarks(broker.bootstrap, topic) == (0, 3)
+
+
+def test_a_schema_registered_after_a_refusal_validates_at_once(
+        broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, config=VALUE_VALIDATION)
+    # the same schema registered elsewhere first: its id exists, not under <topic>-value
+    elsewhere = registry(broker).register_schema(f"{topic}-elsewhere", Schema(ORDER, "AVRO"))
+    assert produce_v11(broker.bootstrap, topic, [wire(elsewhere)]).error_code \
+        == ErrorCode.INVALID_RECORD
+    assert registry(broker).register_schema(f"{topic}-value", Schema(ORDER, "AVRO")) \
+        == elsewhere
+    assert produce_v11(broker.bootstrap, topic, [wire(elsewhere)]).error_code == ErrorCode.NONE
+    # a new id, registered just now (a compatible next version)
+    new_id = registry(broker).register_schema(f"{topic}-value", Schema(ORDER_V2, "AVRO"))
+    assert new_id != elsewhere
+    assert produce_v11(broker.bootstrap, topic, [wire(new_id)]).error_code == ErrorCode.NONE
+
+
+def test_key_validation_and_record_name_strategies(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, config={
+        **KEY_VALIDATION, **VALUE_VALIDATION,
+        "confluent.value.subject.name.strategy": STRATEGY.format("RecordNameStrategy"),
+        "confluent.key.subject.name.strategy": STRATEGY.format("TopicRecordNameStrategy")})
+    key = avro_user(broker, topic, MessageField.KEY, **{
+        "subject.name.strategy": topic_record_subject_name_strategy})
+    value = avro_user(broker, topic, **{"subject.name.strategy": record_subject_name_strategy})
+    assert {f"{topic}-com.example.User", "com.example.User"} <= set(
+        registry(broker).get_subjects())
+    assert produce_v11(broker.bootstrap, topic, [value], keys=[key]).error_code \
+        == ErrorCode.NONE
+    assert produce_v11(broker.bootstrap, topic, [value], keys=[None]).error_code \
+        == ErrorCode.NONE  # a null key passes
+    answer = produce_v11(broker.bootstrap, topic, [value, value], keys=[key, b"plain"])
+    assert answer.error_code == ErrorCode.INVALID_RECORD
+    assert [e.batch_index for e in answer.record_errors] == [1]
+    assert "key has no schema id" in answer.error_message
+    # a second version of com.example.User: a valid value, but not under <topic>-com.example.User
+    v2 = registry(broker).register_schema("com.example.User", Schema(USER_V2, "AVRO"))
+    assert produce_v11(broker.bootstrap, topic, [wire(v2)], keys=[key]).error_code \
+        == ErrorCode.NONE
+    answer = produce_v11(broker.bootstrap, topic, [value], keys=[wire(v2)])
+    assert answer.error_code == ErrorCode.INVALID_RECORD
+    assert answer.error_message == (f"Record 0 of topic {topic}: key: schema id {v2} is not "
+                                    f"registered under subject {topic}-com.example.User")
+    assert watermarks(broker.bootstrap, topic) == (0, 3)
+
+
+def test_configs_round_trip_and_are_checked(broker: BrokerProcess, topic: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    create_topic(broker.bootstrap, topic, config=VALUE_VALIDATION)
+    client = admin(broker.bootstrap)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+
+    def described() -> dict[str, str]:
+        found = client.describe_configs([resource])[resource].result(TIMEOUT)
+        return {k: v.value for k, v in found.items() if k.startswith("confluent.")}
+
+    assert described() == {
+        "confluent.value.schema.validation": "true", "confluent.key.schema.validation": "false",
+        "confluent.value.subject.name.strategy": STRATEGY.format("TopicNameStrategy"),
+        "confluent.key.subject.name.strategy": STRATEGY.format("TopicNameStrategy")}
+    entity = ["configs", "--bootstrap-server", broker.bootstrap, "--entity-type", "topics",
+              "--entity-name", topic]
+    assert main([*entity, "--alter", "--add-config",
+                 "confluent.key.schema.validation=true,confluent.value.subject.name.strategy="
+                 + STRATEGY.format("TopicRecordNameStrategy")]) == 0
+    capsys.readouterr()
+    assert main([*entity, "--describe"]) == 0
+    assert "confluent.key.schema.validation=true" in capsys.readouterr().out
+    assert described()["confluent.value.subject.name.strategy"] \
+        == STRATEGY.format("TopicRecordNameStrategy")
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("confluent.value.subject.name.strategy", "MyStrategy",
+                    incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as refused:
+        client.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+    assert refused.value.args[0].code() == CkKafkaError.INVALID_CONFIG
+    assert "TopicNameStrategy" in refused.value.args[0].str()
+    assert main(["topics", "create", "--bootstrap-server", broker.bootstrap, "--topic",
+                 topic + "-cli", "--config", "confluent.value.schema.validation=true"]) == 0
+    assert produce_v11(broker.bootstrap, topic + "-cli", [b"plain"]).error_code \
+        == ErrorCode.INVALID_RECORD
+
+
+def test_a_broker_without_a_registry_refuses_to_enable_validation(
+        embedded: EmbeddedBroker, topic: str) -> None:
+    with pytest.raises(KafkaException) as refused:
+        create_topic(embedded.bootstrap, topic, config=VALUE_VALIDATION)
+    error = refused.value.args[0]
+    assert error.code() == CkKafkaError.INVALID_CONFIG
+    assert "schema.registry.listeners" in error.str()
+    create_topic(embedded.bootstrap, topic)
+    client = admin(embedded.bootstrap)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic,
+                              set_config={"confluent.key.schema.validation": "true"})
+    with pytest.warns(DeprecationWarning), pytest.raises(KafkaException) as refused:
+        client.alter_configs([resource])[resource].result(TIMEOUT)  # AlterConfigs too
+    assert "schema.registry.listeners" in refused.value.args[0].str()
+    # unvalidated topics are untouched
+    assert produce_v11(embedded.bootstrap, topic, [b"plain"]).error_code == ErrorCode.NONE
+
+
+def test_a_partition_led_away_from_the_registry_leader_validates(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    with running_cluster(zookeeper, tmp_path, "validation", REGISTRY) as cluster:
+        sr = SchemaRegistryClient({"url": cluster.brokers[0].schema_registry_url})
+        wait_until(lambda: registry_serves(sr), message="_schemas to have a leader")
+        leader = cluster.leader("_schemas")
+        away = next(i for i in range(3) if i != leader)
+        name = "validated-away"
+        create_topic(cluster.brokers[0].bootstrap, name, config=VALUE_VALIDATION,
+                     replicas=[[away]])  # broker ids are 0..2
+        bootstrap = ",".join(b.bootstrap for b in cluster.brokers)
+        serializer = AvroSerializer(sr, USER)
+        good = serializer({"name": "ada"}, SerializationContext(name, MessageField.VALUE))
+        assert good is not None
+        assert deliver(bootstrap, name, [(None, good)]) == [None]
+        assert [e.code() if e else None for e in deliver(bootstrap, name, [
+            (None, b"plain"), (None, wire(12345))])] == [CkKafkaError.INVALID_RECORD] * 2
+        # an id the partition's leader saw refused validates as soon as it is registered
+        # under the subject
+        v2 = sr.register_schema(f"{name}-elsewhere", Schema(USER_V2, "AVRO"))
+        assert [e.code() if e else None for e in deliver(bootstrap, name, [
+            (None, wire(v2))])] == [CkKafkaError.INVALID_RECORD]
+        assert sr.register_schema(f"{name}-value", Schema(USER_V2, "AVRO")) == v2
+        assert deliver(bootstrap, name, [(None, wire(v2))]) == [None]
+        assert watermarks(bootstrap, name) == (0, 2)
+
