@@ -5,8 +5,12 @@ Produce v11 for ``record_errors``) and the ``sparklog`` tools."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import struct
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +49,12 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.process import BrokerProcess
+from sparklog.broker.schema_validation import SchemaValidation
 from sparklog.cli import main
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
-from sparklog.errors import ErrorCode
+from sparklog.errors import ErrorCode, KafkaError
+from sparklog.record.records import build_batch
+from sparklog.storage.config import LogConfig
 
 __all__ = ["embedded", "embedded_module", "topic", "zookeeper"]
 
@@ -283,3 +290,108 @@ def test_a_partition_led_away_from_the_registry_leader_validates(
         assert deliver(bootstrap, name, [(None, wire(v2))]) == [None]
         assert watermarks(bootstrap, name) == (0, 2)
 
+
+
+def test_an_idempotent_producer_carries_on_after_a_refused_batch(
+        broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, config=VALUE_VALIDATION)
+    good = avro_user(broker, topic)
+    reports = deliver(broker.bootstrap, topic, [(None, good), (None, b"bad"), (None, good)],
+                      **{"enable.idempotence": True})
+    assert [e.code() if e else None for e in reports] == [None, CkKafkaError.INVALID_RECORD,
+                                                         None]
+    assert watermarks(broker.bootstrap, topic) == (0, 2)
+
+
+# -- fails closed, without blocking the loop (the check on its own, with stand-in registries)
+
+VALIDATED = LogConfig.of(VALUE_VALIDATION)
+
+
+class _Remote:
+    """A registry led by another broker, at ``url``."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+
+    def leader_store(self) -> None:
+        return None
+
+    async def leader_url(self) -> str | None:
+        return self.url
+
+
+def _refusal(validation: SchemaValidation, value: bytes) -> KafkaError | None:
+    batch = build_batch([(None, value, (), 0)])
+
+    async def check() -> KafkaError | None:
+        return (await validation.refusals({("t", 0): (VALIDATED, batch)})).get(("t", 0))
+    return asyncio.run(check())
+
+
+def test_the_check_fails_closed_with_a_retriable_error() -> None:
+    validation = SchemaValidation(registry_configured=True)
+    refused = _refusal(validation, wire(1))
+    assert refused is not None and refused.code == ErrorCode.REQUEST_TIMED_OUT
+    assert "not started yet" in str(refused)
+    validation.attach(_Remote(None))
+    refused = _refusal(validation, wire(1))
+    assert refused is not None and refused.code == ErrorCode.REQUEST_TIMED_OUT
+    assert "no leader" in str(refused)
+    with socket.socket() as unused:  # a port nobody listens on
+        unused.bind(("127.0.0.1", 0))
+        validation.attach(_Remote(f"http://127.0.0.1:{unused.getsockname()[1]}"))
+        refused = _refusal(validation, wire(1))
+    assert refused is not None and refused.code == ErrorCode.REQUEST_TIMED_OUT
+    assert "did not answer" in str(refused)
+    # a record without an id is refused without asking anyone
+    refused = _refusal(validation, b"plain")
+    assert refused is not None and refused.code == ErrorCode.INVALID_RECORD
+    validation.close()
+
+
+def test_a_slow_registry_does_not_hold_the_loop() -> None:
+    answered, held = threading.Event(), threading.Event()
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if not answered.wait(2):
+                held.set()  # the loop did not tick meanwhile: the lookup held it
+            body = json.dumps([{"subject": "t-value", "version": 1}] if "versions" in self.path
+                              else {"schema": USER}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    validation = SchemaValidation(registry_configured=True)
+    validation.attach(_Remote(f"http://127.0.0.1:{server.server_port}"))
+    batch = build_batch([(None, wire(7), (), 0)] * 3)
+
+    async def check() -> tuple[int, KafkaError | None]:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while not answered.is_set():
+                ticks += 1
+                await asyncio.sleep(0.01)
+                if ticks == 20:
+                    answered.set()  # the loop ran while the lookup waited: let it answer
+        ticker = asyncio.create_task(tick())
+        found = await validation.refusals({("t", 0): (VALIDATED, batch)})
+        await ticker
+        return ticks, found.get(("t", 0))
+
+    try:
+        ticks, refused = asyncio.run(check())
+    finally:
+        server.shutdown()
+        validation.close()
+    assert not held.is_set()
+    assert ticks >= 20 and refused is None
