@@ -31,17 +31,23 @@ Measures, in one run:
   ``sparklog certs`` test certificate, SASL/SCRAM-SHA-512), confluent-kafka with its
   default settings producing then consuming 1 KiB records on each, in runs ordered plain,
   TLS, TLS, plain, best of two each; the ratio of SASL_SSL to PLAINTEXT (target >= 0.5);
+- the cost of validated produce (``confluent.value.schema.validation``): one broker with
+  the schema registry, confluent-kafka (tuned) producing 100 B records in Confluent's wire
+  format (magic byte, a registered schema id, a body) to a topic without validation and to
+  one with it, in runs ordered plain, validated, validated, plain, best of two each; the
+  ratio of validated to plain, and the event loop's user CPU per record;
 - the broker's peak RSS (VmHWM).
 Prints a table with absolute figures and the ratio to the socket ceiling, then the metrics
 and the security rows (ratio to the run without metrics, to PLAINTEXT); the line
 ``produce_100B_records_per_s=<n>`` (confluent-kafka, tuned) closes the client table.
-``--only security`` (or ``clients``, ``metrics``) runs one part.
+``--only security`` (or ``clients``, ``metrics``, ``validated``) runs one part.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -132,9 +138,9 @@ def socket_ceiling(total_bytes: int) -> float:
     return received / elapsed / MB
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
+def create_topic(bootstrap: str, topic: str, config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+    for future in admin.create_topics([NewTopic(topic, 1, 1, config=config or {})]).values():
         future.result(30)
 
 
@@ -432,16 +438,57 @@ def security_cost(root: Path, count: int) -> tuple[dict[str, dict[str, float]], 
     return best, rss
 
 
+def register(url: str, subject: str, schema: str) -> int:
+    """Register an AVRO ``schema`` under ``subject`` with the registry at ``url``: its id."""
+    request = urllib.request.Request(
+        f"{url}/subjects/{subject}/versions", data=json.dumps({"schema": schema}).encode(),
+        method="POST", headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return int(json.loads(answer.read())["id"])
+
+
+def validation_cost(root: Path, count: int) -> dict[str, tuple[float, float]]:
+    """Per mode ("plain", "validated"): the best produce rate of ``count`` 100 B records in
+    Confluent's wire format and the least event loop user CPU microseconds per record."""
+    broker = BrokerProcess(root / "validated",
+                           {"schema.registry.listeners": "http://127.0.0.1:0"}).start()
+    url = broker.schema_registry_url
+    assert url is not None
+    schema = json.dumps({"type": "record", "name": "Bench", "fields": [
+        {"name": "payload", "type": "bytes"}]})
+    best = {"plain": (0.0, float("inf")), "validated": (0.0, float("inf"))}
+    try:
+        value = b"\x00" + register(url, "bench-value", schema).to_bytes(4, "big") \
+            + os.urandom(95)
+        for run, mode in enumerate(("plain", "validated", "validated", "plain")):
+            topic = f"bench-{mode}-{run}"
+            validated = mode == "validated"
+            create_topic(broker.bootstrap, topic,
+                         {"confluent.value.schema.validation": "true"} if validated else {})
+            if validated:  # the topic's subject (TopicNameStrategy) gets the same id
+                register(url, f"{topic}-value", schema)
+            loop_user = cpu_seconds(broker.pid, broker.pid, user_only=True)
+            seconds = measure(lambda t=topic: produce_confluent(
+                broker.bootstrap, t, value, count, TUNED["confluent-kafka"]["producer"]),
+                None).seconds
+            loop_user = cpu_seconds(broker.pid, broker.pid, user_only=True) - loop_user
+            best[mode] = (max(best[mode][0], count / seconds),
+                          min(best[mode][1], loop_user / count * 1e6))
+        return best
+    finally:
+        broker.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     parser.add_argument("--quick", action="store_true", help="small volumes (a smoke run)")
     parser.add_argument("--clients", default=",".join(CLIENTS),
                         help=f"comma-separated, of {', '.join(CLIENTS)}")
-    parser.add_argument("--only", choices=("clients", "metrics", "security"),
+    parser.add_argument("--only", choices=("clients", "metrics", "security", "validated"),
                         help="run one part of the benchmark")
     args = parser.parse_args()
-    parts = {args.only} if args.only else {"clients", "metrics", "security"}
+    parts = {args.only} if args.only else {"clients", "metrics", "security", "validated"}
     scale = 0.05 if args.quick else 1.0
     clients = [name.strip() for name in args.clients.split(",")]
     unknown = [name for name in clients if name not in CLIENTS]
@@ -455,6 +502,8 @@ def main() -> int:
             metrics_table(root, scale)
         if "security" in parts:
             security_table(root, scale)
+        if "validated" in parts:
+            validated_table(root, scale)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
@@ -541,6 +590,18 @@ def security_table(root: Path, scale: float) -> None:
                  "ratio", "consume rec/s", "MB/s", "ratio"], rows)
     print(f"sasl_ssl_ratio produce={rows[1][3]} consume={rows[1][6]} (target >= 0.5); broker "
           f"peak RSS {rss:.0f} MiB, bench process {peak_rss_mib():.0f} MiB")
+
+
+
+def validated_table(root: Path, scale: float) -> None:
+    best = validation_cost(root, max(20_000, int(2_000_000 * scale)))
+    plain, validated = best["plain"], best["validated"]
+    print_table(["topic (confluent-kafka tuned, 100 B)", "produce rec/s",
+                 "event loop user us / record", "ratio to plain"],
+                [Row("plain", f"{plain[0]:,.0f}", f"{plain[1]:.3f}", ""),
+                 Row("confluent.value.schema.validation", f"{validated[0]:,.0f}",
+                     f"{validated[1]:.3f}", f"{validated[0] / plain[0]:.3f}")])
+    print(f"validated_produce_ratio={validated[0] / plain[0]:.3f}")
 
 
 if __name__ == "__main__":

@@ -47,8 +47,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from kafka.protocol.producer import ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from sparklog.broker import schema_validation
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.process import BrokerProcess
+from sparklog.broker.schema_registry.store import SchemaStore
 from sparklog.broker.schema_validation import SchemaValidation
 from sparklog.cli import main
 from sparklog.cluster.zookeeper_server import ZooKeeperServer
@@ -395,3 +397,55 @@ def test_a_slow_registry_does_not_hold_the_loop() -> None:
         validation.close()
     assert not held.is_set()
     assert ticks >= 20 and refused is None
+
+
+class _Leader:
+    """This broker leads ``_schemas``: the store itself answers."""
+
+    def __init__(self, store: SchemaStore) -> None:
+        self.store = store
+
+    def leader_store(self) -> SchemaStore:
+        return self.store
+
+    async def leader_url(self) -> str | None:
+        raise AssertionError("the leader asks no one")
+
+
+@pytest.mark.parametrize("decoder", ["compiled", "python"])
+@pytest.mark.parametrize("codec", [0, 1, 3])
+def test_the_compiled_and_python_decoders_refuse_the_same_records(
+        decoder: str, codec: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    if decoder == "python":
+        monkeypatch.setattr(schema_validation, "RecordColumns", None)
+    else:
+        assert schema_validation.RecordColumns is not None, "the compiled decoder is not built"
+    store = SchemaStore(lambda records: None)
+    store.set_level("t-value", "NONE")
+    user = store.register("t-value", store.parse("AVRO", USER, ())).id
+    order = store.register("t-other", store.parse("AVRO", ORDER, ())).id
+    validation = SchemaValidation(registry_configured=True)
+    validation.attach(_Leader(store))
+    values = [wire(user), None, b"plain", wire(user, b""), wire(order), b"", b"\x00\x00",
+              wire(user + 100)]
+    batch = build_batch([(None, v, (), 0) for v in values], codec=codec)
+
+    async def check() -> KafkaError | None:
+        return (await validation.refusals({("t", 0): (VALIDATED, batch)})).get(("t", 0))
+    refused = asyncio.run(check())
+    assert refused is not None and refused.code == ErrorCode.INVALID_RECORD
+    no_id = "has no schema id (magic byte 0 and a 4-byte id expected)"
+    assert refused.record_errors == (
+        (2, f"Record 2 of topic t: value {no_id}"),
+        (4, f"Record 4 of topic t: value: schema id {order} is not registered under subject "
+            "t-value"),
+        (5, f"Record 5 of topic t: value {no_id}"),
+        (6, f"Record 6 of topic t: value {no_id}"),
+        (7, f"Record 7 of topic t: value has schema id {user + 100}, which is not registered"))
+    # the same records but the bad ones pass; the store's change is seen at once
+    store.register("t-value", store.parse("AVRO", ORDER, ()))
+    good = build_batch([(None, v, (), 0) for v in (wire(user), None, wire(order))], codec=codec)
+
+    async def check_good() -> dict[tuple[str, int], KafkaError]:
+        return await validation.refusals({("t", 0): (VALIDATED, good)})
+    assert asyncio.run(check_good()) == {}

@@ -6,7 +6,10 @@ Invariants:
 - A topic without validation costs Produce one attribute read per topic
   (``LogConfig.schema_validation``, computed once per config); nothing here runs for it.
 - Every record of a validated batch is checked before anything of it is appended (the
-  batch's framing and CRC first, then its records, decompressed): each non-null key and
+  batch's framing and CRC first, then its records, decompressed, read by the compiled
+  decoder into columns whose first five bytes Arrow's kernels reduce to the distinct
+  prefixes: a Python object per distinct id, not per record; without the extension the
+  records are decoded one by one, with the same answers): each non-null key and
   value (as configured; a null one, a tombstone, passes) must start with magic byte 0 and a
   4-byte schema id registered, live, under the subject its strategy names:
   ``<topic>-key``/``-value`` (TopicNameStrategy), the id's schema's record name
@@ -44,15 +47,20 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from sparklog.broker.schema_registry import ids
 from sparklog.broker.schema_registry.ids import RegistryUnavailable, SchemaIdInfo
 from sparklog.broker.schema_registry.store import SchemaStore
 from sparklog.errors import ErrorCode, InvalidConfigError, InvalidRecordError, KafkaError
-from sparklog.record.batch import validate_produced
-from sparklog.record.records import decode_records
+from sparklog.record.batch import BatchHeader, validate_produced
+from sparklog.record.records import decode_section, records_section
 from sparklog.storage.config import SUBJECT_NAME_STRATEGIES, LogConfig
+
+try:
+    from sparklog.record._columns import RecordColumns
+except ImportError:  # not built: records decoded one by one
+    RecordColumns = None
 
 TOPIC_NAME, RECORD_NAME, TOPIC_RECORD_NAME = SUBJECT_NAME_STRATEGIES
 FIELDS = ("key", "value")
@@ -101,6 +109,69 @@ def _schema_id(data: bytes) -> int | None:
     return int.from_bytes(data[1:ID_END], "big")
 
 
+class _Prefixes(Protocol):
+    """One field (key or value) of a batch's records, by their first ``ID_END`` bytes."""
+
+    def distinct(self) -> set[bytes]:
+        """The distinct prefixes of the non-null keys or values (shorter ones whole)."""
+        ...
+
+    def where(self, failed: Mapping[bytes, str]) -> list[tuple[int, str]]:
+        """(batch index, reason) of each record whose prefix is failed."""
+        ...
+
+
+class _ListedPrefixes:
+    """Prefixes of records decoded one by one (``sparklog.record.records``)."""
+
+    def __init__(self, prefixes: list[bytes | None]) -> None:
+        self._prefixes = prefixes
+
+    def distinct(self) -> set[bytes]:
+        return {p for p in self._prefixes if p is not None}
+
+    def where(self, failed: Mapping[bytes, str]) -> list[tuple[int, str]]:
+        return [(i, failed[p]) for i, p in enumerate(self._prefixes)
+                if p is not None and p in failed]
+
+
+class _ColumnPrefixes:
+    """Prefixes of a column the compiled decoder (``record._columns``) filled, read with
+    Arrow's kernels: no Python object per record unless one fails."""
+
+    def __init__(self, column: Any) -> None:
+        import pyarrow as pa  # the broker loads Arrow only once a validated batch comes
+        import pyarrow.compute as pc
+        self._pa, self._pc = pa, pc
+        validity = pa.py_buffer(column.validity) if column.null_count else None
+        values = pa.Array.from_buffers(pa.binary(), column.length, [
+            validity, pa.py_buffer(column.offsets), pa.py_buffer(column.data)],
+            null_count=column.null_count)
+        self._prefixes = pc.binary_slice(values, 0, ID_END)
+
+    def distinct(self) -> set[bytes]:
+        return {p for p in self._prefixes.unique().to_pylist() if p is not None}
+
+    def where(self, failed: Mapping[bytes, str]) -> list[tuple[int, str]]:
+        pc = self._pc
+        found = pc.indices_nonzero(pc.is_in(self._prefixes, value_set=self._pa.array(
+            list(failed), self._pa.binary())))
+        return [(i, failed[self._prefixes[i].as_py()]) for i in found.to_pylist()]
+
+
+def _prefixes(records: bytes, header: BatchHeader, fields: tuple[_Field, ...]
+              ) -> list[_Prefixes]:
+    section = records_section(records, header)
+    if RecordColumns is None:
+        decoded = decode_section(bytes(section), header)
+        return [_ListedPrefixes([None if (d := r.key if f.name == "key" else r.value) is None
+                                 else d[:ID_END] for r in decoded]) for f in fields]
+    columns = RecordColumns(False)
+    columns.add(section, header, -(1 << 63), (1 << 63) - 1)  # every record
+    taken = columns.take()
+    return [_ColumnPrefixes(taken.keys if f.name == "key" else taken.values) for f in fields]
+
+
 class SchemaValidation:
     """The broker's validated produce (module invariants)."""
 
@@ -146,50 +217,46 @@ class SchemaValidation:
         header = validate_produced(records)  # CORRUPT_MESSAGE / INVALID_RECORD as the log's
         if header.is_control:
             return  # the log refuses a producer's control batch
-        wanted: list[tuple[int, _Field, int | None]] = []
-        for index, record in enumerate(decode_records(records, header)):
-            for field in fields:
-                data = record.key if field.name == "key" else record.value
-                if data is not None:
-                    wanted.append((index, field, _schema_id(data)))
-        if not wanted:
-            return
-        known = await self._lookup({sid for _, _, sid in wanted if sid is not None})
-        failures = self._failures(topic, wanted, known)
-        stale = {sid for _, _, sid, _ in failures if sid is not None}
+        columns = _prefixes(records, header, fields)
+        distinct = {(field, prefix) for field, column in zip(fields, columns, strict=True)
+                    for prefix in column.distinct()}
+        ids_of = {prefix: _schema_id(prefix) for _, prefix in distinct}
+        known = await self._lookup({sid for sid in ids_of.values() if sid is not None})
+        failed = self._failures(topic, distinct, ids_of, known)
+        stale = {ids_of[prefix] for _, prefix in failed} - {None}
         if stale:  # absent or not under the subject: ask again before refusing
             known.update(await self._lookup(stale, fresh=True))
-            failures = self._failures(topic, wanted, known)
-        if failures:
-            errors = tuple((index, reason) for index, _, _, reason in failures)
-            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            raise InvalidRecordError(errors[0][1] + more, record_errors=errors)
+            failed = self._failures(topic, distinct, ids_of, known)
+        if not failed:
+            return
+        errors = sorted((index, f"Record {index} of topic {topic}: {field.name}{reason}")
+                        for field, column in zip(fields, columns, strict=True)
+                        for index, reason in column.where(
+                            {p: r for (f, p), r in failed.items() if f == field}))
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise InvalidRecordError(errors[0][1] + more, record_errors=tuple(errors))
 
     @staticmethod
-    def _failures(topic: str, wanted: Iterable[tuple[int, _Field, int | None]],
-                  known: Mapping[int, SchemaIdInfo | None]
-                  ) -> list[tuple[int, _Field, int | None, str]]:
-        failures = []
-        for index, field, sid in wanted:
-            prefix = f"Record {index} of topic {topic}: {field.name}"
+    def _failures(topic: str, distinct: Iterable[tuple[_Field, bytes]],
+                  ids_of: Mapping[bytes, int | None], known: Mapping[int, SchemaIdInfo | None]
+                  ) -> dict[tuple[_Field, bytes], str]:
+        """Why each failing (field, prefix) fails, said after ``Record i of topic t: key``."""
+        failed = {}
+        for field, prefix in distinct:
+            sid = ids_of[prefix]
+            info = None if sid is None else known.get(sid)
             if sid is None:
-                failures.append((index, field, sid, f"{prefix} has no schema id (magic byte "
-                                                     f"{MAGIC} and a 4-byte id expected)"))
-                continue
-            info = known.get(sid)
-            if info is None:
-                failures.append((index, field, sid, f"{prefix} has schema id {sid}, which "
-                                                     "is not registered"))
-                continue
-            subject = field.subject(topic, info)
-            if subject is None:
-                failures.append((index, field, sid, f"{prefix} has schema id {sid}, whose "
-                                                     "schema has no record name for "
-                                                     f"{field.strategy.rsplit('.', 1)[-1]}"))
+                failed[(field, prefix)] = (f" has no schema id (magic byte {MAGIC} and a "
+                                           "4-byte id expected)")
+            elif info is None:
+                failed[(field, prefix)] = f" has schema id {sid}, which is not registered"
+            elif (subject := field.subject(topic, info)) is None:
+                failed[(field, prefix)] = (f" has schema id {sid}, whose schema has no record "
+                                           f"name for {field.strategy.rsplit('.', 1)[-1]}")
             elif subject not in info.subjects:
-                failures.append((index, field, sid, f"{prefix}: schema id {sid} is not "
-                                                     f"registered under subject {subject}"))
-        return failures
+                failed[(field, prefix)] = (f": schema id {sid} is not registered under "
+                                           f"subject {subject}")
+        return failed
 
     # -- lookups -------------------------------------------------------------------------
     async def _lookup(self, wanted: set[int], fresh: bool = False
