@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import kafka.errors
 import pytest
 from broker_fixtures import (
     TIMEOUT,
@@ -44,6 +45,7 @@ from confluent_kafka.schema_registry import (
 )
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from kafka import KafkaProducer
 from kafka.protocol.producer import ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -303,6 +305,20 @@ def test_an_idempotent_producer_carries_on_after_a_refused_batch(
     assert [e.code() if e else None for e in reports] == [None, CkKafkaError.INVALID_RECORD,
                                                          None]
     assert watermarks(broker.bootstrap, topic) == (0, 2)
+
+
+def test_kafka_python_shows_the_brokers_reason(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, config=VALUE_VALIDATION)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        with pytest.raises(kafka.errors.InvalidRecordError) as refused:
+            producer.send(topic, b"plain").get(TIMEOUT)
+    finally:
+        producer.close()
+    assert str(refused.value) == (f"[Error 87] InvalidRecordError: Record 0 of topic {topic}: "
+                                  "value has no schema id (magic byte 0 and a 4-byte id "
+                                  "expected)")
+    assert watermarks(broker.bootstrap, topic) == (0, 0)
 
 
 # -- fails closed, without blocking the loop (the check on its own, with stand-in registries)

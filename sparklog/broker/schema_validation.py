@@ -284,7 +284,11 @@ class SchemaValidation:
                                      f"ids this broker does not know (at most "
                                      f"{MAX_LOOKUPS_PER_BATCH} looked up per batch)")
         if missing:
-            url = await registry.leader_url()
+            try:
+                url = await registry.leader_url()
+            except Exception as exc:  # ZooKeeper's read of the URL failed (kazoo's errors)
+                raise Unavailable(f"schema validation: the registry's leader is unknown: "
+                                  f"{exc!r}") from None
             if url is None:
                 raise Unavailable("schema validation: _schemas has no leader with a registry")
             answers = await asyncio.gather(*(self._fetch(url, sid) for sid in missing))
