@@ -127,3 +127,25 @@ def sasl_raw(address: str, user: str, password: str | None = None) -> RawConnect
                        kp_response(ApiKey.SASL_AUTHENTICATE))
     assert answer.error_code == 0, answer
     return conn
+
+
+def inter_broker_config(certs: Path, login: str) -> dict[str, str]:
+    """Clients on a PLAINTEXT listener (CLIENT), replication on a SASL_SSL one (REPLICATION)
+    where each broker logs in with PLAIN as ``login``; only ``User:broker`` is a super user
+    among them."""
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            f'username="{login}" password="{login}-secret" user_broker="broker-secret" '
+            'user_rogue="rogue-secret";')
+    return {
+        "listeners": "CLIENT://127.0.0.1:0,REPLICATION://127.0.0.1:0",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:SASL_SSL",
+        "inter.broker.listener.name": "REPLICATION",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certs / "broker.pem"),
+        "ssl.truststore.location": str(certs / "ca.crt"),
+        "listener.name.replication.sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.replication.plain.sasl.jaas.config": jaas,
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:broker;User:ANONYMOUS",
+    }

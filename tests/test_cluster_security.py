@@ -47,7 +47,7 @@ from broker_fixtures import (
 )
 from confluent_kafka import KafkaError, Producer
 from kazoo.client import KazooClient
-from security_support import certificates, plain_jaas, sasl_raw
+from security_support import certificates, inter_broker_config, plain_jaas, sasl_raw
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.broker.replication.inter_broker import InterBrokerSecurity, inter_broker_listener
@@ -219,28 +219,6 @@ def test_metadata_lists_only_describable_topics_on_every_broker(cluster: Cluster
     named = bob_metadata(third, ["hidden", "missing"]).topics
     assert [t.error_code for t in named] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED] * 2
     assert "missing" not in cluster.metadata().topics  # not created by whom may not
-
-
-def inter_broker_config(certs: Path, login: str) -> dict[str, str]:
-    """Clients on a PLAINTEXT listener (CLIENT), replication on a SASL_SSL one (REPLICATION)
-    where each broker logs in with PLAIN as ``login``; only ``User:broker`` is a super user
-    among them."""
-    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
-            f'username="{login}" password="{login}-secret" user_broker="broker-secret" '
-            'user_rogue="rogue-secret";')
-    return {
-        "listeners": "CLIENT://127.0.0.1:0,REPLICATION://127.0.0.1:0",
-        "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:SASL_SSL",
-        "inter.broker.listener.name": "REPLICATION",
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": str(certs / "broker.pem"),
-        "ssl.truststore.location": str(certs / "ca.crt"),
-        "listener.name.replication.sasl.enabled.mechanisms": "PLAIN",
-        "sasl.mechanism.inter.broker.protocol": "PLAIN",
-        "listener.name.replication.plain.sasl.jaas.config": jaas,
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:broker;User:ANONYMOUS",
-    }
 
 
 def test_replication_over_a_sasl_ssl_inter_broker_listener(

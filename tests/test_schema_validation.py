@@ -48,6 +48,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from kafka import KafkaProducer
 from kafka.protocol.producer import ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from security_support import certificates, inter_broker_config
 
 from sparklog.broker import schema_validation
 from sparklog.broker.embedded import EmbeddedBroker
@@ -60,7 +61,7 @@ from sparklog.errors import ErrorCode, KafkaError
 from sparklog.record.records import build_batch
 from sparklog.storage.config import LogConfig
 
-__all__ = ["embedded", "embedded_module", "topic", "zookeeper"]
+__all__ = ["certificates", "embedded", "embedded_module", "topic", "zookeeper"]
 
 REGISTRY = {"schema.registry.listeners": "http://127.0.0.1:0"}
 broker = module_broker(REGISTRY)
@@ -268,10 +269,18 @@ def test_a_broker_without_a_registry_refuses_to_enable_validation(
     assert produce_v11(embedded.bootstrap, topic, [b"plain"]).error_code == ErrorCode.NONE
 
 
+@pytest.mark.parametrize("listeners", ["plaintext", "sasl"])
 def test_a_partition_led_away_from_the_registry_leader_validates(
-        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
-    with running_cluster(zookeeper, tmp_path, "validation", REGISTRY) as cluster:
-        sr = SchemaRegistryClient({"url": cluster.brokers[0].schema_registry_url})
+        zookeeper: ZooKeeperServer, tmp_path: Path, listeners: str,
+        request: pytest.FixtureRequest) -> None:
+    """With a SASL listener the registry wants a login: the partition's leader asks the
+    registry's leader as its inter-broker user."""
+    config, login = dict(REGISTRY), {}
+    if listeners == "sasl":
+        config |= inter_broker_config(request.getfixturevalue("certificates"), "broker")
+        login = {"basic.auth.user.info": "broker:broker-secret"}
+    with running_cluster(zookeeper, tmp_path, f"validation-{listeners}", config) as cluster:
+        sr = SchemaRegistryClient({"url": cluster.brokers[0].schema_registry_url, **login})
         wait_until(lambda: registry_serves(sr), message="_schemas to have a leader")
         leader = cluster.leader("_schemas")
         away = next(i for i in range(3) if i != leader)
@@ -293,7 +302,6 @@ def test_a_partition_led_away_from_the_registry_leader_validates(
         assert sr.register_schema(f"{name}-value", Schema(USER_V2, "AVRO")) == v2
         assert deliver(bootstrap, name, [(None, wire(v2))]) == [None]
         assert watermarks(bootstrap, name) == (0, 2)
-
 
 
 def test_an_idempotent_producer_carries_on_after_a_refused_batch(
