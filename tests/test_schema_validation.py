@@ -44,6 +44,7 @@ from confluent_kafka.schema_registry import (
     topic_record_subject_name_strategy,
 )
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from kafka import KafkaProducer
 from kafka.protocol.producer import ProduceResponse
@@ -53,6 +54,7 @@ from security_support import certificates, inter_broker_config
 from sparklog.broker import schema_validation
 from sparklog.broker.embedded import EmbeddedBroker
 from sparklog.broker.process import BrokerProcess
+from sparklog.broker.schema_registry.ids import record_name
 from sparklog.broker.schema_registry.store import SchemaStore
 from sparklog.broker.schema_validation import SchemaValidation
 from sparklog.cli import main
@@ -212,6 +214,20 @@ def test_key_validation_and_record_name_strategies(broker: BrokerProcess, topic:
     assert answer.error_message == (f"Record 0 of topic {topic}: key: schema id {v2} is not "
                                     f"registered under subject {topic}-com.example.User")
     assert watermarks(broker.bootstrap, topic) == (0, 3)
+
+
+def test_json_schema_serializer_with_record_name_strategy(broker: BrokerProcess,
+                                                          topic: str) -> None:
+    create_topic(broker.bootstrap, topic, config={
+        **VALUE_VALIDATION,
+        "confluent.value.subject.name.strategy": STRATEGY.format("RecordNameStrategy")})
+    person = json.dumps({"title": f"Person{topic}", "type": "object",
+                         "properties": {"name": {"type": "string"}}})
+    serializer = JSONSerializer(person, registry(broker), conf={
+        "subject.name.strategy": record_subject_name_strategy})
+    value = serializer({"name": "ada"}, SerializationContext(topic, MessageField.VALUE))
+    assert deliver(broker.bootstrap, topic, [(None, value)]) == [None]
+    assert f"Person{topic}" in registry(broker).get_subjects()
 
 
 def test_configs_round_trip_and_are_checked(broker: BrokerProcess, topic: str,
@@ -473,3 +489,24 @@ def test_the_compiled_and_python_decoders_refuse_the_same_records(
     async def check_good() -> dict[tuple[str, int], KafkaError]:
         return await validation.refusals({("t", 0): (VALIDATED, good)})
     assert asyncio.run(check_good()) == {}
+
+
+@pytest.mark.parametrize(("schema_type", "text", "name"), [
+    ("AVRO", USER, "com.example.User"),
+    ("AVRO", ORDER, "Order"),
+    ("AVRO", json.dumps({"type": "enum", "name": "a.b.Suit", "namespace": "ignored",
+                         "symbols": ["S"]}), "a.b.Suit"),
+    ("AVRO", '"string"', "string"),
+    ("AVRO", json.dumps({"type": "array", "items": "int"}), "array"),
+    ("AVRO", json.dumps(["null", "int"]), None),
+    ("JSON", json.dumps({"title": "Person", "type": "object"}), "Person"),
+    ("JSON", json.dumps({"type": "object"}), None),
+    ("PROTOBUF", 'syntax = "proto3";\npackage shop.v1;\n\nmessage Order {\n  int32 id = 1;\n}\n'
+                 "message Line {}\n", "shop.v1.Order"),
+    ("PROTOBUF", 'syntax = "proto3";\nmessage Bare {}\n', "Bare"),
+])
+def test_record_names_are_what_confluents_serializers_name_subjects_by(
+        schema_type: str, text: str, name: str | None) -> None:
+    """confluent-kafka's record_subject_name_strategy gets an AVRO schema's full name, a JSON
+    schema's title and a Protobuf message's full name."""
+    assert record_name(schema_type, text) == name
