@@ -5,6 +5,8 @@ Invariants:
 - Every error is an ``OptionError`` whose message names the option and what is allowed; an
   unknown option also gets the nearest known name, in its documented spelling (Spark hands
   the data source its option names lower-cased, so an unknown one can only be quoted so).
+- An option with a fixed set of values (``parse_choice``) refuses another value naming the
+  option, the values allowed and the nearest one.
 - ``kafka.*`` options are passed to the Kafka client with the prefix removed;
   ``kafka.bootstrap.servers`` (or plain ``bootstrap.servers``) is required.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 
 class OptionError(ValueError):
@@ -65,6 +67,22 @@ def parse_int(options: Mapping[str, str], name: str, default: int | None,
     if minimum is not None and value < minimum:
         raise OptionError(f"option {name} must be at least {minimum}, got {value}")
     return value
+
+
+def parse_choice(options: Mapping[str, str], name: str, choices: Sequence[str],
+                 default: str) -> str:
+    """One of ``choices`` (matched case-insensitively, returned as spelled there); a wrong
+    value is refused naming the option, the allowed values and the nearest one."""
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    spelled = {choice.lower(): choice for choice in choices}
+    word = raw.strip().lower()
+    if word in spelled:
+        return spelled[word]
+    near = difflib.get_close_matches(word, list(spelled), n=1)
+    hint = f" (did you mean {spelled[near[0]]!r}?)" if near else ""
+    raise OptionError(f"option {name} must be one of {', '.join(choices)}, got {raw!r}{hint}")
 
 
 def get_option(options: Mapping[str, str], name: str) -> str | None:

@@ -3,6 +3,8 @@
 Invariants:
 - The read schema is Spark's Kafka source schema (``schema.source_schema``), with the
   ``headers`` column only when ``includeHeaders`` is true; a user-given schema is refused.
+  With ``valueFormat`` / ``keyFormat``, that column is the struct of its schema, resolved
+  (from the registry) at ``load()``.
 - Readers and writers are built lazily here and import their modules on demand, so the
   driver's planning worker loads only what the query uses.
 - Option problems (unknown, conflicting, badly typed) raise ``OptionError`` naming the
@@ -52,7 +54,13 @@ class SparklogDataSource(DataSource):
 
         options = parse_read_options(self.options, streaming=None)
         check_bootstrap(options.client)
-        return source_schema(options.include_headers)
+        if options.typed is None:
+            return source_schema(options.include_headers)
+        from sparklog.datasource.read.typed_columns import resolve
+
+        decoding = resolve(options.typed, options.subscription)
+        return source_schema(options.include_headers, decoding.arrow_type("key"),
+                             decoding.arrow_type("value"))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from sparklog.datasource.read.batch_reader import SparklogBatchReader

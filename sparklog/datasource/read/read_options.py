@@ -16,6 +16,9 @@ Invariants:
 - ``ReadOptions`` is immutable and picklable (readers are pickled to executors).
 - ``latestPerKey`` (batch only) reads each topic-partition range in one task, so it is
   refused with ``minPartitions`` and ``maxRecordsPerPartition``, and on a stream.
+- Typed columns' options (``typed_options``) are parsed here too: ``ReadOptions.typed``;
+  their schemas are resolved by the readers on the driver (``typed_columns.resolve``) and
+  shipped in ``TaskSettings.decoding``.
 - ``groupId`` (or ``kafka.group.id``) names a consumer group that mirrors the stream's
   progress (``ReadOptions.group_id``); the stream reader commits to it through
   ``sparklog.datasource.group_offsets``, which matches offsets with
@@ -51,6 +54,12 @@ from sparklog.datasource.read.offsets import (
     parse_offsets_option,
     parse_timestamps_option,
 )
+from sparklog.datasource.read.typed_options import (
+    TYPED_OPTIONS,
+    Decoding,
+    TypedOptions,
+    parse_typed_options,
+)
 
 if TYPE_CHECKING:
     from sparklog.client.cluster import Cluster
@@ -64,7 +73,8 @@ _TABLE = ("latestPerKey",)
 _COMMON = ("failOnDataLoss", "includeHeaders", "minPartitions", "maxRecordsPerPartition",
            "groupId", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
            "fetchOffset.retryIntervalMs")
-SOURCE_OPTIONS = frozenset(_SUBSCRIPTIONS + _STARTING + _ENDING + _STREAMING + _TABLE + _COMMON)
+SOURCE_OPTIONS = frozenset(_SUBSCRIPTIONS + _STARTING + _ENDING + _STREAMING + _TABLE + _COMMON
+                           ) | TYPED_OPTIONS
 
 
 
@@ -150,6 +160,9 @@ class TaskSettings:
     include_headers: bool
     latest_per_key: bool = False
     """Reduce the task's range to the latest record per key (``latest_per_key``)."""
+    decoding: Decoding | None = None
+    """The typed columns' schemas, resolved on the driver (``typed_columns``); None: the
+    key and value are bytes."""
 
 
 @dataclass(frozen=True)
@@ -179,9 +192,12 @@ class ReadOptions:
     latest_per_key: bool
     """``latestPerKey``: a batch read gives the latest record of each key (a compacted
     topic read as its table)."""
+    typed: TypedOptions | None = None
+    """Typed key / value columns (``valueFormat``, ``keyFormat``), or None."""
 
     @property
     def task_settings(self) -> TaskSettings:
+        """The tasks' settings, without typed columns (the readers add ``decoding``)."""
         return TaskSettings(self.client, self.executor_retry, self.fail_on_data_loss,
                             self.include_headers, self.latest_per_key)
 
@@ -221,6 +237,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool | None) -> Re
         executor_retry=RetryPolicy(poll_timeout_ms / 1000, client.retry_backoff_s),
         group_id=get_option(options, "groupId") or get_option(options, "kafka.group.id") or None,
         latest_per_key=latest_per_key,
+        typed=parse_typed_options(options),
     )
 
 

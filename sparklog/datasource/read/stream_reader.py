@@ -20,6 +20,8 @@ Invariants:
   returns ``start`` itself when a batch should not run yet.
 - Partitions that disappeared and partitions whose latest offset fell below the start are
   data loss (``failOnDataLoss``): fail, or log, drop or restart them at latest.
+- Typed columns' schemas are resolved once per query run, at the first ``partitions``
+  (``typed_columns.resolve``), and shipped in every task, which decodes with them.
 - Offsets live in Spark's checkpoint. With ``groupId`` (or ``kafka.group.id``) the reader
   mirrors them into that consumer group (``sparklog.datasource.group_offsets``), from the
   driver-side worker, with no other call needed: ``commit(end)`` commits ``end``
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -52,7 +55,8 @@ from pyspark.sql.types import StructType
 from sparklog.datasource.read.data_loss import report_data_loss
 from sparklog.datasource.read.offsets import PartitionOffsets, from_json, to_json
 from sparklog.datasource.read.planning import KafkaInputPartition, plan, rate_limit
-from sparklog.datasource.read.read_options import parse_read_options
+from sparklog.datasource.read.read_options import TaskSettings, parse_read_options
+from sparklog.datasource.read.typed_options import Decoding
 
 if TYPE_CHECKING:
     from sparklog.datasource.group_offsets import GroupTarget
@@ -85,6 +89,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: PartitionOffsets | None = None  # for reportLatestOffset
         self._last_batch_time = 0.0  # when latestOffset last admitted a batch (time.time())
         self._group: GroupTarget | None = None  # the groupId's committer (driver worker)
+        self._decoding: Decoding | None = None  # typed columns' schemas, once per query run
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -170,8 +175,20 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first.update(self.offsets.earliest(until.keys() - first.keys()))
         ranged = [tp for tp in until if tp in first and until[tp] > first[tp]]
         leaders = self.offsets.leaders(ranged) if ranged else {}
-        return list(plan(first, until, leaders, self.options.task_settings,
+        return list(plan(first, until, leaders, self._task_settings(),
                          self.options.min_partitions, self.options.max_records_per_partition))
+
+    def _task_settings(self) -> TaskSettings:
+        """The tasks' settings, with the typed columns' schemas resolved on first use: one
+        reader schema for the whole run (the DataFrame's), whatever versions follow."""
+        settings = self.options.task_settings
+        if self.options.typed is None:
+            return settings
+        if self._decoding is None:
+            from sparklog.datasource.read.typed_columns import resolve
+
+            self._decoding = resolve(self.options.typed, self.options.subscription)
+        return replace(settings, decoding=self._decoding)
 
     def commit(self, end: dict) -> None:
         """Spark's checkpoint holds ``end``; mirror it into the group, if any."""
@@ -198,4 +215,8 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from sparklog.datasource.read.fetcher import read_partition
 
         assert isinstance(partition, KafkaInputPartition)
+        if partition.settings.decoding is not None:
+            from sparklog.datasource.read.typed_columns import read_typed
+
+            return read_typed(partition, read_partition)
         return read_partition(partition)

@@ -1,0 +1,88 @@
+"""Avro values (framed or bare) into one Arrow array, read into a chosen reader schema.
+
+Each value is decoded with fastavro's ``schemaless_reader``, given the schema it was
+written with and the reader schema (Avro's schema resolution: fields added with a default
+are filled, removed ones dropped), into Python objects; the chunk is then one
+``pa.array(..., type=...)`` call.
+
+Invariants:
+- Framed values (Confluent's wire format) are decoded with the writer schema of their id,
+  parsed once per id per decoder (``writer_schema(id)`` is asked once per id); bare values
+  (an inline schema, no registry) with the reader schema itself.
+- ``decode`` never raises for a bad value: the row is null and ``errors`` says why (bad
+  framing, an unknown schema id, bytes that do not decode, a writer schema the reader
+  cannot resolve, a value out of the Arrow type's range). What ``writer_schema`` raises
+  other than ``DecodeError`` (the registry is down) propagates: it is no record's fault.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+from fastavro import parse_schema, schemaless_reader
+
+from sparklog.schemas.wire import Decoded, DecodeError, split
+
+
+class AvroDecoder:
+    def __init__(self, reader_schema: str, arrow_type: pa.DataType, *, framed: bool,
+                 reader_id: int | None = None,
+                 writer_schema: Callable[[int], str] | None = None) -> None:
+        self.arrow_type = arrow_type
+        self.framed = framed
+        self._reader = parse_schema(json.loads(reader_schema))
+        self._writer_schema = writer_schema
+        self._writers: dict[int, Any] = {}
+        if reader_id is not None:
+            self._writers[reader_id] = None  # written with the reader schema: no resolution
+
+    def decode(self, values: Sequence[bytes | None]) -> Decoded:
+        records: list[Any] = []
+        errors: dict[int, str] = {}
+        reader = self._reader
+        for row, value in enumerate(values):
+            if value is None:
+                records.append(None)
+                continue
+            try:
+                if self.framed:
+                    schema_id, body = split(value)
+                    writer = self._writer(schema_id)
+                    records.append(
+                        schemaless_reader(io.BytesIO(body), reader) if writer is None
+                        else schemaless_reader(io.BytesIO(body), writer, reader))
+                else:
+                    records.append(schemaless_reader(io.BytesIO(value), reader))
+            except DecodeError as exc:
+                errors[row] = str(exc)
+                records.append(None)
+            except Exception as exc:  # fastavro's own: bad bytes, schema resolution
+                errors[row] = f"Avro decoding failed: {type(exc).__name__}: {exc}"
+                records.append(None)
+        return Decoded(self._array(records, errors), errors)
+
+    def _writer(self, schema_id: int) -> Any:
+        if schema_id not in self._writers:
+            if self._writer_schema is None:
+                raise DecodeError(f"schema id {schema_id} is not the reader schema's and no "
+                                  "schema registry was given to look it up")
+            self._writers[schema_id] = parse_schema(json.loads(self._writer_schema(schema_id)))
+        return self._writers[schema_id]
+
+    def _array(self, records: list[Any], errors: dict[int, str]) -> pa.Array:
+        """The records as one array; a record Arrow refuses is nulled and counted an error."""
+        try:
+            return pa.array(records, type=self.arrow_type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass
+        for row, record in enumerate(records):
+            try:
+                pa.array([record], type=self.arrow_type)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                errors[row] = f"the decoded value does not fit its column type: {exc}"
+                records[row] = None
+        return pa.array(records, type=self.arrow_type)

@@ -1,0 +1,115 @@
+"""Schema lookups in a Confluent-compatible registry, with confluent-kafka's client.
+
+``choose`` picks the reader schema once (on the Spark driver): a schema id, else a version
+of the subject, else its latest version. ``WriterSchemas`` gives the schema text of a
+record's id (in a task: the writer schemas of records written by older versions).
+
+Invariants:
+- ``RegistryConfig`` holds the client's settings in confluent-kafka's names (``url``,
+  ``basic.auth.user.info``, ``ssl.ca.location``, ...), is immutable and picklable (it
+  travels to tasks); clients are built from it where needed, never pickled.
+- A lookup that fails raises ``SchemaLookupError`` naming the registry, the subject,
+  version or id and the registry's answer, except an id the registry does not know in
+  ``WriterSchemas``: that is the record's fault, a ``DecodeError``.
+- Schemas with references are refused (``SchemaLookupError``): the types cannot be
+  resolved without them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparklog.schemas.wire import DecodeError
+
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+SCHEMA_NOT_FOUND = 40403
+"""Confluent's error code for an unknown schema id."""
+
+
+class SchemaLookupError(ValueError):
+    """The registry could not give the schema asked for."""
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    settings: tuple[tuple[str, str], ...]
+
+    @property
+    def url(self) -> str:
+        return dict(self.settings)["url"]
+
+    def client(self) -> SchemaRegistryClient:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        try:
+            return SchemaRegistryClient(dict(self.settings))
+        except ValueError as exc:
+            raise SchemaLookupError(f"schema registry {self.url}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ChosenSchema:
+    schema_type: str  # AVRO or JSON (PROTOBUF is refused by the callers)
+    schema_str: str
+    schema_id: int | None = None  # None: given inline
+    subject: str | None = None
+    version: int | None = None
+
+
+def choose(config: RegistryConfig, subject: str, version: int | None = None,
+           schema_id: int | None = None) -> ChosenSchema:
+    """The reader schema: by id, else by the subject's version, else the subject's latest."""
+    from confluent_kafka.schema_registry import SchemaRegistryError
+
+    client = config.client()
+    try:
+        if schema_id is not None:
+            what = f"schema id {schema_id}"
+            schema = client.get_schema(schema_id)
+            _check_references(schema, what)
+            return ChosenSchema(schema.schema_type or "AVRO", schema.schema_str, schema_id)
+        what = (f"version {version} of subject {subject!r}" if version is not None
+                else f"the latest version of subject {subject!r}")
+        registered = (client.get_version(subject, version) if version is not None
+                      else client.get_latest_version(subject))
+    except SchemaRegistryError as exc:
+        raise SchemaLookupError(f"schema registry {config.url}: {what}: {exc}") from None
+    except Exception as exc:  # the client's transport errors
+        raise SchemaLookupError(f"schema registry {config.url} did not answer for {what}: "
+                                f"{type(exc).__name__}: {exc}") from None
+    _check_references(registered.schema, what)
+    return ChosenSchema(registered.schema.schema_type or "AVRO", registered.schema.schema_str,
+                        registered.schema_id, subject, registered.version)
+
+
+def _check_references(schema: object, what: str) -> None:
+    if getattr(schema, "references", None):
+        raise SchemaLookupError(f"{what} has schema references, which typed columns do not "
+                                "resolve yet")
+
+
+class WriterSchemas:
+    """Schema text by id, from one client made on first use (a task's writer schemas)."""
+
+    def __init__(self, config: RegistryConfig) -> None:
+        self.config = config
+        self._client: SchemaRegistryClient | None = None
+
+    def __call__(self, schema_id: int) -> str:
+        from confluent_kafka.schema_registry import SchemaRegistryError
+
+        if self._client is None:
+            self._client = self.config.client()
+        try:
+            schema = self._client.get_schema(schema_id)
+        except SchemaRegistryError as exc:
+            if exc.error_code == SCHEMA_NOT_FOUND:
+                raise DecodeError(f"schema id {schema_id} is unknown to the schema registry "
+                                  f"{self.config.url}") from None
+            raise SchemaLookupError(f"schema registry {self.config.url}: schema id "
+                                    f"{schema_id}: {exc}") from None
+        _check_references(schema, f"schema id {schema_id}")
+        return schema.schema_str

@@ -1,0 +1,45 @@
+"""Confluent's wire format: magic byte 0, the schema id (4 bytes, big-endian), the body.
+
+Invariant: ``split`` either returns the id and the body (a view, no copy) or raises
+``DecodeError`` saying what is wrong with the framing; ``frame`` is its inverse.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+import pyarrow as pa
+
+MAGIC = 0
+HEADER_SIZE = 5
+_ID = struct.Struct(">I")
+
+
+class DecodeError(ValueError):
+    """A value that does not decode with the chosen schema (or is not framed)."""
+
+
+class Decoded(NamedTuple):
+    """What a decoder gives for a sequence of values: one row each (null for a null value
+    and for a value that did not decode), and why each of those failed, by row."""
+
+    array: pa.Array
+    errors: dict[int, str]
+
+
+def split(value: bytes) -> tuple[int, memoryview]:
+    """``(schema id, body)`` of a framed value."""
+    if len(value) < HEADER_SIZE:
+        raise DecodeError(f"value of {len(value)} bytes is too short for Confluent's wire "
+                          "format (magic byte, 4-byte schema id, body)")
+    if value[0] != MAGIC:
+        raise DecodeError(f"unknown magic byte {value[0]} (Confluent's wire format starts "
+                          f"with {MAGIC}): the value was not written by a schema registry "
+                          "serializer")
+    return _ID.unpack_from(value, 1)[0], memoryview(value)[HEADER_SIZE:]
+
+
+def frame(schema_id: int, body: bytes) -> bytes:
+    """``body`` framed with ``schema_id``."""
+    return bytes([MAGIC]) + _ID.pack(schema_id) + body
