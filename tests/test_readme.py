@@ -118,6 +118,7 @@ PLANS: list[tuple[str, Plan]] = [
     ("df = spark.createDataFrame", Plan("spark", (BROKER, EVENTS))),
     ('option("deliveryGuarantee", "exactly-once")', Plan("spark", READS_EVENTS)),
     ('option("latestPerKey", "true")', Plan("spark", (BROKER,))),
+    ('option("valueFormat", "json")', Plan("spark", (BROKER,))),
     ("sparklog transactions list", Plan("shell", (BROKER, EVENTS, TRANSACTION))),
     ('"kafka.sasl.jaas.config"', Plan("spark")),
     ("sparklog certs create", Plan("shell")),

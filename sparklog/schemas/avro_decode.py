@@ -3,7 +3,11 @@
 Each value is decoded with fastavro's ``schemaless_reader``, given the schema it was
 written with and the reader schema (Avro's schema resolution: fields added with a default
 are filled, removed ones dropped), into Python objects; the chunk is then one
-``pa.array(..., type=...)`` call.
+``pa.array(..., type=...)`` call. Measured on a 7-field event (64 Ki records, one core):
+fastavro's decoding, 100-160 k records/s, is nearly all the cost; ``pa.array`` of the dicts
+runs at about 1.2 M records/s, ahead of per-field lists joined by
+``StructArray.from_arrays`` (1.1 M) and ``Table.from_pylist`` (0.9-1.0 M); reading the
+chunk's bodies from one stream instead of a ``BytesIO`` each gains nothing.
 
 Invariants:
 - Framed values (Confluent's wire format) are decoded with the writer schema of their id,

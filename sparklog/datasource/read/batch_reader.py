@@ -36,7 +36,8 @@ class SparklogBatchReader(DataSourceReader):
         if self.options.typed is not None:
             from sparklog.datasource.read.typed_columns import resolve
 
-            self.decoding = resolve(self.options.typed, self.options.subscription)
+            self.decoding = resolve(self.options.typed, self.options.subscription, schema,
+                                    self.options.include_headers)
 
     def partitions(self) -> list[InputPartition]:
         options = self.options

@@ -90,6 +90,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_time = 0.0  # when latestOffset last admitted a batch (time.time())
         self._group: GroupTarget | None = None  # the groupId's committer (driver worker)
         self._decoding: Decoding | None = None  # typed columns' schemas, once per query run
+        self._loaded = schema  # the DataFrame's schema, which the typed columns must give
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -187,7 +188,8 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._decoding is None:
             from sparklog.datasource.read.typed_columns import resolve
 
-            self._decoding = resolve(self.options.typed, self.options.subscription)
+            self._decoding = resolve(self.options.typed, self.options.subscription,
+                                     self._loaded, self.options.include_headers)
         return replace(settings, decoding=self._decoding)
 
     def commit(self, end: dict) -> None:

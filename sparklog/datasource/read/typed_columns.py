@@ -3,9 +3,11 @@
 Driver: ``resolve`` turns ``TypedOptions`` into a ``Decoding``: each column's reader
 schema (inline, or from the registry: ``<column>SchemaId``, else ``<column>SchemaVersion``
 of the subject, else its latest version; the subject defaults to ``<topic>-<column>``) and
-its Arrow type. It runs once per reader (a batch query, or a stream for its whole run, so
-every micro-batch has the schema the DataFrame was created with) and the result travels
-in every task's ``TaskSettings``: tasks never ask which version is latest.
+its Arrow type. It runs at ``load()`` (the DataFrame's schema) and once per reader (a batch
+query, or a stream for its whole run, so every micro-batch has the schema the DataFrame was
+created with), and the result travels in every task's ``TaskSettings``: tasks never ask
+which version is latest. A reader whose choice differs from the DataFrame's schema (the
+subject got a new latest version in between) fails, saying so.
 
 Executors: ``read_typed`` wraps the plain reader's Arrow batches, replacing the ``key`` /
 ``value`` column by the decoded one (``sparklog.schemas``: fastavro into the reader
@@ -36,6 +38,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql.types import StructType
 
 from sparklog.datasource.options import OptionError
 from sparklog.datasource.read.planning import KafkaInputPartition
@@ -46,7 +49,7 @@ from sparklog.datasource.read.typed_options import (
     Decoding,
     TypedOptions,
 )
-from sparklog.datasource.schema import arrow_source_schema
+from sparklog.datasource.schema import arrow_source_schema, source_schema
 from sparklog.schemas.avro_types import UnsupportedSchemaError
 from sparklog.schemas.registry import SchemaLookupError, WriterSchemas
 from sparklog.schemas.wire import Decoded
@@ -61,10 +64,19 @@ class UndecodableRecordError(ValueError):
 # -- driver ---------------------------------------------------------------------------------
 
 
-def resolve(typed: TypedOptions, subscription: Subscription) -> Decoding:
-    return Decoding(tuple(_resolve_column(typed, column, subscription)
-                          for column in typed.columns),
-                    typed.registry, typed.on_decode_error, typed.dead_letter_topic)
+def resolve(typed: TypedOptions, subscription: Subscription,
+            loaded: StructType | None = None, include_headers: bool = False) -> Decoding:
+    """The columns' schemas; with ``loaded`` (the schema the DataFrame got at ``load()``),
+    an error when the registry's choice changed since (a newer latest version)."""
+    decoding = Decoding(tuple(_resolve_column(typed, column, subscription)
+                              for column in typed.columns),
+                        typed.registry, typed.on_decode_error, typed.dead_letter_topic)
+    if loaded is not None and loaded != source_schema(
+            include_headers, decoding.arrow_type("key"), decoding.arrow_type("value")):
+        raise OptionError("the schema chosen for the typed columns changed since the "
+                          "DataFrame was loaded (a new version of the subject?): load it "
+                          "again, or pin the version with valueSchemaVersion / keySchemaVersion")
+    return decoding
 
 
 def _resolve_column(typed: TypedOptions, column: ColumnOptions,
