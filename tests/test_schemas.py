@@ -19,6 +19,8 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pytest
+from broker_fixtures import start_broker
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.types import (
@@ -36,7 +38,9 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
+from security_support import USERS, plain_jaas
 
+from sparklog.broker.process import BrokerProcess
 from sparklog.client.settings import ClientConfig, RetryPolicy, parse_bootstrap
 from sparklog.datasource.options import OptionError
 from sparklog.datasource.read.planning import KafkaInputPartition
@@ -47,9 +51,16 @@ from sparklog.schemas import avro_types, json_types
 from sparklog.schemas.avro_decode import AvroDecoder
 from sparklog.schemas.avro_types import UnsupportedSchemaError
 from sparklog.schemas.json_decode import JsonDecoder
+from sparklog.schemas.registry import WriterSchemas
 from sparklog.schemas.wire import DecodeError, frame, split
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"}
+SECURED = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+           "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT",
+           "sasl.enabled.mechanisms": "PLAIN",
+           "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_jaas(USERS),
+           "schema.registry.listeners": "http://127.0.0.1:0"}
+"""A broker whose registry asks for HTTP basic auth of its SASL users."""
 
 
 # -- Avro -> Spark types -------------------------------------------------------------------
@@ -411,3 +422,37 @@ def test_decimals_out_of_range_are_decode_errors() -> None:
                               avro(wide, {"d": decimal.Decimal("123456.25")})])
     assert decoded.array.to_pylist() == [{"d": decimal.Decimal("1.25")}, None]
     assert "does not fit its column type" in decoded.errors[1]
+
+
+# -- a registry that asks for basic auth ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    proc = start_broker(tmp_path_factory.mktemp("secured"), SECURED)
+    yield proc
+    assert proc.stop() == 0
+
+
+def test_registry_credentials_reach_the_registry(secured: BrokerProcess) -> None:
+    url = secured.schema_registry_url
+    assert url is not None
+    admin = SchemaRegistryClient({"url": url, "basic.auth.user.info": "admin:admin-secret"})
+    schema_id = admin.register_schema("orders-value", Schema(json.dumps(V1), "AVRO"))
+    options = {**BASE, "subscribe": "orders", "valueFormat": "avro", "schemaRegistry.url": url}
+    anonymous = parse_read_options(options, streaming=False)
+    assert anonymous.typed is not None
+    with pytest.raises(OptionError, match=f"option valueFormat=avro: schema registry {url}: "
+                                          "the latest version of subject 'orders-value': "):
+        resolve(anonymous.typed, anonymous.subscription)
+    logged_in = parse_read_options(
+        {**options, "schemaRegistry.basic.auth.user.info": "admin:admin-secret"},
+        streaming=False)
+    assert logged_in.typed is not None and logged_in.typed.registry is not None
+    decoding = resolve(logged_in.typed, logged_in.subscription)
+    (column,) = decoding.columns
+    assert (column.schema_id, column.framed, column.arrow_type) == (
+        schema_id, True, avro_types.arrow_type(V1))
+    assert json.loads(WriterSchemas(logged_in.typed.registry)(schema_id)) == V1
+    with pytest.raises(DecodeError, match="schema id 4242 is unknown"):
+        WriterSchemas(logged_in.typed.registry)(4242)
