@@ -56,6 +56,8 @@ ORDER = {"type": "object", "properties": {
     "lines": {"type": "array", "items": {"type": "object", "properties": {
         "sku": {"type": "string"}, "qty": {"type": "integer"}}}}}}
 
+REGION = {"type": "object", "properties": {"region": {"type": "string"}}}
+
 
 def registry(broker: BrokerProcess) -> SchemaRegistryClient:
     assert broker.schema_registry_url is not None
@@ -154,14 +156,19 @@ def test_json_schema_values(spark: Any, broker: BrokerProcess) -> None:
     create_topic(broker.bootstrap, topic)
     ctx = SerializationContext(topic, MessageField.VALUE)
     serializer = JSONSerializer(json.dumps(ORDER), registry(broker))
+    key_serializer = JSONSerializer(json.dumps(REGION), registry(broker))  # <topic>-key
+    key_ctx = SerializationContext(topic, MessageField.KEY)
     orders = [{"id": i, "item": f"i{i}", "price": i / 4, "at": f"2026-01-0{i + 1}T10:00:00Z",
                "lines": [{"sku": f"s{i}", "qty": i}]} for i in range(4)]
     orders[2] = {"id": 2}  # properties left out read as null
     producer = confluent_producer(broker.bootstrap)
-    for order in orders:
-        producer.produce(topic, serializer(order, ctx))
+    for i, order in enumerate(orders):
+        producer.produce(topic, serializer(order, ctx),
+                         key_serializer({"region": f"r{i}"}, key_ctx))
     assert producer.flush(TIMEOUT) == 0
-    rows = typed(spark, broker, topic, valueFormat="json").orderBy("offset").collect()
+    rows = typed(spark, broker, topic, valueFormat="json",
+                 keyFormat="json").orderBy("offset").collect()
+    assert [r.key.region for r in rows] == ["r0", "r1", "r2", "r3"]
     got = [r.value.asDict(recursive=True) for r in rows]
     for order in orders:
         order["at"] = (datetime.datetime.fromisoformat(order["at"]) if "at" in order
