@@ -154,7 +154,9 @@ def test_options_of_the_guarantee_are_checked(spark: SparkSession,
          .option("topic", "unused").options(**options).mode("append").save())
 
     with pytest.raises(Exception, match=r"deliveryGuarantee=exactly_once is not a delivery "
-                                        r"guarantee.*allowed: at-least-once, exactly-once"):
+                                        r"guarantee of the sparklog sink \(did you mean "
+                                        r"'exactly-once'\?\); allowed: at-least-once, "
+                                        r"exactly-once"):
         write(deliveryGuarantee="exactly_once")
     with pytest.raises(Exception, match="transactionalIdPrefix needs "
                                         "deliveryGuarantee=exactly-once"):

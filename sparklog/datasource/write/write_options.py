@@ -23,6 +23,10 @@ Invariants:
 - ``spark.kafka.producer.cache.timeout`` (Spark's name and default, 10m, given as a sink
   option) is how long a Python worker keeps an idle producer for the next task
   (``producer_cache``).
+- ``valueFormat`` / ``keyFormat`` ``avro`` or ``json`` (``encodings``): the column may be
+  of any type its schema can hold (a struct, typically), and its schema is resolved with
+  the schema registry last, once every check above has passed; the spec carries the
+  resolved ``ColumnEncoding``s.
 - A ``SinkSpec`` is frozen and picklable (plain strings, numbers, booleans and a dict).
 """
 
@@ -55,16 +59,24 @@ from sparklog.datasource.options import (
     check_known,
     get_option,
     kafka_params,
+    parse_choice,
     parse_duration_s,
 )
 from sparklog.datasource.schema import HEADER_TYPE
+from sparklog.datasource.write.encodings import (
+    BINARY,
+    ENCODING_OPTIONS,
+    column_encoding,
+    column_format,
+)
+from sparklog.schemas.encode import ColumnEncoding
 
 PRODUCER_CACHE_TIMEOUT = "spark.kafka.producer.cache.timeout"
 """Spark's setting, taken as a sink option: a Python data source cannot read Spark's confs."""
 PRODUCER_CACHE_TIMEOUT_DEFAULT = "10m"
 """Spark's default for it."""
 SINK_OPTIONS = {"topic", "checkpointLocation", "deliveryGuarantee", "transactionalIdPrefix",
-                PRODUCER_CACHE_TIMEOUT}
+                PRODUCER_CACHE_TIMEOUT, *ENCODING_OPTIONS}
 """Options besides ``kafka.*`` and ``bootstrap.servers``; Spark itself passes
 ``checkpointLocation`` to a streaming writer."""
 AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
@@ -108,6 +120,9 @@ class SinkSpec:
     """A streaming query's checkpoint, where exactly-once keeps its commit intents."""
     producer_cache_timeout_s: float = 600.0  # PRODUCER_CACHE_TIMEOUT_DEFAULT
     """How long an idle producer is kept for a later task of the same worker."""
+    value_encoding: ColumnEncoding | None = None
+    """``valueFormat`` avro or json: the schema the tasks encode the value column with."""
+    key_encoding: ColumnEncoding | None = None
 
     @property
     def exactly_once(self) -> bool:
@@ -176,10 +191,8 @@ def _same_type(found: DataType, want: DataType) -> bool:
 def _transactional_id_prefix(options: Mapping[str, str], checkpoint: str | None,
                              streaming: bool) -> str | None:
     """The prefix of the tasks' transactional ids; None for at-least-once."""
-    guarantee = (get_option(options, "deliveryGuarantee") or AT_LEAST_ONCE).strip().lower()
-    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
-        raise OptionError(f"option deliveryGuarantee={guarantee} is not a delivery guarantee "
-                          f"of the sparklog sink; allowed: {AT_LEAST_ONCE}, {EXACTLY_ONCE}")
+    guarantee = parse_choice(options, "deliveryGuarantee", (AT_LEAST_ONCE, EXACTLY_ONCE),
+                             AT_LEAST_ONCE, "a delivery guarantee of the sparklog sink")
     prefix = get_option(options, "transactionalIdPrefix")
     if guarantee == AT_LEAST_ONCE:
         if prefix is not None:
@@ -212,11 +225,17 @@ def sink_spec(options: Mapping[str, str], schema: StructType, *,
     if topic is not None and not topic.strip():
         raise OptionError("option topic must not be empty")
     text = (StringType(), BinaryType())
-    if not _check_type(schema, "value", text):
+    value_format, key_format = column_format(options, "value"), column_format(options, "key")
+    # an encoded column may be of any type its schema holds, checked once it is resolved
+    if not ("value" in schema.fieldNames() if value_format != BINARY
+            else _check_type(schema, "value", text)):
         raise SinkSchemaError(
             "the DataFrame has no 'value' column (string or binary), which the sparklog sink "
             f"requires; its columns: {', '.join(schema.fieldNames()) or '(none)'}")
-    key = _check_type(schema, "key", text)
+    key = ("key" in schema.fieldNames() if key_format != BINARY
+           else _check_type(schema, "key", text))
+    if key_format != BINARY and not key:
+        raise SinkSchemaError(f"option keyFormat={key_format} needs a 'key' column")
     topic_column = _check_type(schema, "topic", (StringType(),))
     if topic is None and not topic_column:
         raise SinkSchemaError(
@@ -232,6 +251,8 @@ def sink_spec(options: Mapping[str, str], schema: StructType, *,
         checkpoint_location=checkpoint if prefix is not None else None,
         producer_cache_timeout_s=parse_duration_s(options, PRODUCER_CACHE_TIMEOUT,
                                                   PRODUCER_CACHE_TIMEOUT_DEFAULT),
+        value_encoding=column_encoding(options, schema, "value", topic),
+        key_encoding=column_encoding(options, schema, "key", topic) if key else None,
     )
 
 

@@ -11,6 +11,10 @@ Invariants:
   (or the stream's start) there, naming the servers. They keep only a picklable
   ``SinkSpec``: the writer is pickled to the tasks, and a streaming writer is re-created in a
   fresh process for each micro-batch's commit.
+- ``valueFormat`` / ``keyFormat`` avro or json: the constructor resolves the schemas with
+  the registry (``encodings``); a task encodes those columns slice by slice
+  (``schemas.encode``) before its producer sees them, so both delivery guarantees send
+  encoded values alike.
 - ``write`` returns a ``SinkCommitMessage`` only when the broker acknowledged every record of
   the task; otherwise it raises and the task fails (Spark retries it or fails the job).
 - ``deliveryGuarantee=at-least-once`` (the default): a retried task or a re-run micro-batch
@@ -33,7 +37,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -90,16 +94,27 @@ class _SinkWriter:
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         producer: TaskProducer | None = None  # none for a task without rows
+        encode = self._batch_encoder()
         try:
             for batch in iterator:
                 if batch.num_rows:
                     producer = producer or self._new_producer()
-                    producer.send(batch)
+                    for part in (batch,) if encode is None else encode(batch):
+                        producer.send(part)
             return producer.finish() if producer else SinkCommitMessage(records=0, bytes=0)
         except BaseException:
             if producer is not None:
                 producer.abandon()
             raise
+
+    def _batch_encoder(self) -> Callable[[pa.RecordBatch], Iterator[pa.RecordBatch]] | None:
+        """valueFormat / keyFormat avro or json: the task's encoder of those columns."""
+        spec = self._spec
+        if spec.value_encoding is None and spec.key_encoding is None:
+            return None
+        from sparklog.datasource.write.encodings import batch_encoder
+
+        return batch_encoder({"value": spec.value_encoding, "key": spec.key_encoding})
 
     def _new_producer(self) -> TaskProducer:
         from sparklog.datasource.write.producer import TaskProducer

@@ -1,0 +1,164 @@
+"""Encoding Arrow columns into Confluent's wire format: the sink's ``valueFormat`` /
+``keyFormat`` ``avro`` and ``json``, in the write task.
+
+Invariants:
+- Every encoded value is Confluent's framing (``frame``: magic byte 0, the schema id as 4
+  big-endian bytes) followed by the body: Avro's binary encoding of the row with the schema
+  (fastavro's ``schemaless_writer``), or the row as a JSON document (UTF-8). A null row
+  stays a null value (a tombstone), unframed, as Confluent's serializers do.
+- ``ColumnEncoding`` is what the driver resolved (format, subject, schema id and the
+  schema's text) and is frozen and picklable: tasks never talk to a schema registry.
+- ``encode`` turns one Arrow column into a binary column of the same length. The rows are
+  converted to Python once per call (``to_pylist``, maps as dicts), so a caller bounds the
+  memory by calling it per slice of ``CHUNK_ROWS`` rows (``chunks``).
+- Avro bodies are written one after another into one buffer whose offsets become the
+  binary column's offsets (no bytes object per row); a row that does not fit the schema
+  raises ``EncodeError`` naming the row's index in the column and fastavro's reason.
+- JSON documents follow Spark's ``to_json`` shapes: dates and timestamps in ISO 8601
+  (a timestamp with its offset), binary as base64, decimals as numbers, nulls kept as null.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import io
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+MAGIC = 0
+AVRO, JSON = "avro", "json"
+CHUNK_ROWS = 8192
+"""Rows converted to Python objects at a time: bounds a task's memory whatever its batch."""
+
+
+class EncodeError(ValueError):
+    """A row cannot be encoded with the column's schema."""
+
+
+def frame(schema_id: int) -> bytes:
+    """Confluent's 5-byte prefix of a value encoded with schema ``schema_id``."""
+    return bytes((MAGIC,)) + schema_id.to_bytes(4, "big")
+
+
+@dataclass(frozen=True)
+class ColumnEncoding:
+    """How a column is encoded: resolved on the driver, shipped to the tasks."""
+
+    format: str
+    """``avro`` or ``json``."""
+    subject: str
+    schema_id: int
+    schema: str
+    """The registered schema's text (Avro JSON or a JSON Schema)."""
+
+
+def chunks(batch: pa.RecordBatch, rows: int = CHUNK_ROWS) -> Iterator[pa.RecordBatch]:
+    """``batch`` in slices of at most ``rows`` rows (zero-copy)."""
+    for start in range(0, batch.num_rows, rows):
+        yield batch.slice(start, rows)
+
+
+def encoder(encoding: ColumnEncoding) -> Callable[[pa.Array], pa.Array]:
+    """A function encoding an Arrow column (of the type the schema was resolved for)."""
+    if encoding.format == AVRO:
+        return _AvroEncoder(encoding).encode
+    if encoding.format == JSON:
+        return _JsonEncoder(encoding).encode
+    raise ValueError(f"unknown encoding format {encoding.format!r}")
+
+
+def _has_map(arrow_type: pa.DataType) -> bool:
+    if pa.types.is_map(arrow_type):
+        return True
+    return any(_has_map(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+
+
+def _python_rows(column: pa.Array) -> list[Any]:
+    """The column's rows as Python objects, maps as dicts (a cost paid only with maps)."""
+    if _has_map(column.type):
+        return column.to_pylist(maps_as_pydicts="strict")
+    return column.to_pylist()
+
+
+def _as_integers(arrow_type: pa.DataType) -> pa.DataType:
+    """``arrow_type`` with dates as int32 days and microsecond timestamps as int64: the
+    values Avro's ``date`` and ``*-timestamp-micros`` hold, without a Python datetime per
+    value (to_pylist's and fastavro's conversions)."""
+    if pa.types.is_date32(arrow_type):
+        return pa.int32()
+    if pa.types.is_timestamp(arrow_type) and arrow_type.unit == "us":
+        return pa.int64()
+    if pa.types.is_map(arrow_type):
+        return pa.map_(arrow_type.key_type, _as_integers(arrow_type.item_type))
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        items = arrow_type.value_field.with_type(_as_integers(arrow_type.value_type))
+        return pa.list_(items) if pa.types.is_list(arrow_type) else pa.large_list(items)
+    if pa.types.is_struct(arrow_type):
+        return pa.struct([f.with_type(_as_integers(f.type)) for f in arrow_type])
+    return arrow_type
+
+
+class _AvroEncoder:
+    def __init__(self, encoding: ColumnEncoding) -> None:
+        import fastavro  # in the tasks that encode Avro only
+
+        self._write = fastavro.schemaless_writer
+        self._schema = fastavro.parse_schema(json.loads(encoding.schema))
+        self._prefix = frame(encoding.schema_id)
+        # A schema with millisecond timestamps needs the datetimes fastavro converts.
+        self._integers = "-millis" not in encoding.schema
+
+    def encode(self, column: pa.Array) -> pa.Array:
+        buffer = io.BytesIO()
+        offsets = [0]
+        write, schema, prefix = self._write, self._schema, self._prefix
+        plain = column.cast(_as_integers(column.type)) if self._integers else column
+        for index, row in enumerate(_python_rows(plain)):
+            if row is not None:
+                buffer.write(prefix)
+                try:
+                    write(buffer, schema, row)
+                except (ValueError, TypeError, KeyError, AttributeError) as error:
+                    raise EncodeError(f"row {index} does not fit the Avro schema: "
+                                      f"{error}") from None
+            offsets.append(buffer.tell())
+        return _binary(buffer.getbuffer(), offsets, column)
+
+
+def _binary(data: memoryview, offsets: list[int], column: pa.Array) -> pa.Array:
+    """A binary column over ``data`` sliced by ``offsets``, null where ``column`` is."""
+    validity = column.is_valid().buffers()[1] if column.null_count else None
+    offsets_buffer = pa.array(offsets, pa.int32()).buffers()[1]
+    if len(data) >= 2 ** 31:
+        raise EncodeError("a chunk of encoded values exceeds 2 GiB: write smaller rows")
+    return pa.Array.from_buffers(pa.binary(), len(column),
+                                 [validity, offsets_buffer, pa.py_buffer(data)],
+                                 null_count=column.null_count)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime.date):  # datetime is a date too
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    raise TypeError(f"{type(value).__name__} has no JSON form")
+
+
+class _JsonEncoder:
+    def __init__(self, encoding: ColumnEncoding) -> None:
+        self._prefix = frame(encoding.schema_id)
+        self._dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+                                       default=_json_default).encode
+
+    def encode(self, column: pa.Array) -> pa.Array:
+        prefix, dumps = self._prefix, self._dumps
+        return pa.array([None if row is None else prefix + dumps(row).encode()
+                         for row in _python_rows(column)], pa.binary())

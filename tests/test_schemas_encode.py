@@ -1,0 +1,223 @@
+"""``sparklog.schemas`` without Spark: Spark types (their JSON form) to Avro and JSON Schema,
+and Arrow columns encoded in Confluent's wire format, decoded back by fastavro and checked
+by jsonschema."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import io
+import json
+import string
+from typing import Any
+
+import fastavro
+import jsonschema
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sparklog.schemas.encode import AVRO, JSON, ColumnEncoding, chunks, encoder, frame
+from sparklog.schemas.spark_to_avro import SchemaMappingError, avro_schema
+from sparklog.schemas.spark_to_avro import fit_error as avro_fit
+from sparklog.schemas.spark_to_json_schema import fit_error as json_fit
+from sparklog.schemas.spark_to_json_schema import json_schema
+
+UTC = datetime.UTC
+# A Spark type's JSON form, its Arrow type (as Spark hands it to an Arrow writer) and values.
+Typed = tuple[Any, pa.DataType, st.SearchStrategy[Any]]
+
+
+def _ints(bits: int) -> st.SearchStrategy[int]:
+    return st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
+_TIMES = {"min_value": datetime.datetime(1900, 1, 1), "max_value": datetime.datetime(2200, 1, 1)}
+PRIMITIVES: list[Typed] = [
+    ("boolean", pa.bool_(), st.booleans()),
+    ("byte", pa.int8(), _ints(8)), ("short", pa.int16(), _ints(16)),
+    ("integer", pa.int32(), _ints(32)), ("long", pa.int64(), _ints(64)),
+    ("float", pa.float32(), st.floats(width=32, allow_nan=False, allow_infinity=False)),
+    ("double", pa.float64(), st.floats(allow_nan=False, allow_infinity=False)),
+    ("string", pa.string(), st.text(max_size=8)), ("binary", pa.binary(), st.binary(max_size=8)),
+    ("date", pa.date32(), st.dates(datetime.date(1900, 1, 1), datetime.date(2200, 1, 1))),
+    ("timestamp", pa.timestamp("us", tz="UTC"),
+     st.datetimes(**_TIMES, timezones=st.just(UTC))),
+    ("timestamp_ntz", pa.timestamp("us"), st.datetimes(**_TIMES)),
+]
+
+
+@st.composite
+def decimals(draw: st.DrawFn) -> Typed:
+    precision = draw(st.integers(1, 18))
+    scale = draw(st.integers(0, min(precision, 6)))
+    bound = decimal.Decimal(10) ** (precision - scale) - decimal.Decimal(1).scaleb(-scale)
+    values = st.decimals(-bound, bound, places=scale, allow_nan=False, allow_infinity=False)
+    return (f"decimal({precision},{scale})", pa.decimal128(precision, scale),
+            values.map(lambda d: d.quantize(decimal.Decimal(1).scaleb(-scale))))
+
+
+def _nullable(values: st.SearchStrategy[Any], nullable: bool) -> st.SearchStrategy[Any]:
+    return st.none() | values if nullable else values
+
+
+def _extend(children: st.SearchStrategy[Typed]) -> st.SearchStrategy[Typed]:
+    @st.composite
+    def struct(draw: st.DrawFn) -> Typed:
+        names = draw(st.lists(st.text(string.ascii_lowercase + "_", min_size=1, max_size=5),
+                              min_size=1, max_size=4, unique=True))
+        fields = [(name, draw(children), draw(st.booleans())) for name in names]
+        spark = {"type": "struct", "fields": [
+            {"name": n, "type": t[0], "nullable": null, "metadata": {}} for n, t, null in fields]}
+        arrow = pa.struct([pa.field(n, t[1], null) for n, t, null in fields])
+        values = st.fixed_dictionaries({n: _nullable(t[2], null) for n, t, null in fields})
+        return spark, arrow, values
+
+    @st.composite
+    def array(draw: st.DrawFn) -> Typed:
+        (spark, arrow, values), null = draw(children), draw(st.booleans())
+        return ({"type": "array", "elementType": spark, "containsNull": null},
+                pa.list_(arrow), st.lists(_nullable(values, null), max_size=3))
+
+    @st.composite
+    def mapping(draw: st.DrawFn) -> Typed:
+        (spark, arrow, values), null = draw(children), draw(st.booleans())
+        return ({"type": "map", "keyType": "string", "valueType": spark,
+                 "valueContainsNull": null}, pa.map_(pa.string(), arrow),
+                st.dictionaries(st.text(max_size=4), _nullable(values, null), max_size=3))
+
+    return struct() | array() | mapping()
+
+
+TYPES = st.recursive(st.sampled_from(PRIMITIVES) | decimals(), _extend, max_leaves=8)
+
+
+@st.composite
+def struct_columns(draw: st.DrawFn) -> tuple[Any, pa.Array]:
+    """A Spark struct type and an Arrow column of it (some rows null)."""
+    spark, arrow, values = draw(_extend(TYPES).filter(lambda t: t[0]["type"] == "struct"))
+    rows = draw(st.lists(st.none() | values, min_size=1, max_size=5))
+    return spark, pa.array(rows, arrow)
+
+
+def _encode(fmt: str, schema: Any, column: pa.Array, schema_id: int = 7) -> list[bytes | None]:
+    encode = encoder(ColumnEncoding(fmt, "s-value", schema_id, json.dumps(schema)))
+    return encode(column).to_pylist()
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(struct_columns())
+def test_random_rows_round_trip_through_avro(case: tuple[Any, pa.Array]) -> None:
+    spark, column = case
+    schema = avro_schema(spark)
+    parsed = fastavro.parse_schema(schema)  # a valid Avro schema, its names unique
+    assert avro_fit(spark, schema) is None
+    expected = column.to_pylist(maps_as_pydicts="strict")
+    for body, row in zip(_encode(AVRO, schema, column), expected, strict=True):
+        if row is None:
+            assert body is None
+            continue
+        assert body is not None and body[:5] == frame(7)
+        assert fastavro.schemaless_reader(io.BytesIO(body[5:]), parsed, None) == row
+
+
+def _as_json(value: Any) -> Any:
+    """What the JSON encoding promises for a Python value of a row."""
+    if isinstance(value, dict):
+        return {k: _as_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_json(v) for v in value]
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        import base64
+
+        return base64.b64encode(value).decode()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    return value
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(struct_columns())
+def test_random_rows_round_trip_through_json(case: tuple[Any, pa.Array]) -> None:
+    spark, column = case
+    schema = json_schema(spark)
+    assert json_fit(spark, schema) is None
+    validator = jsonschema.Draft7Validator(schema)
+    for body, row in zip(_encode(JSON, schema, column, 2 ** 31 - 1), column.to_pylist(
+            maps_as_pydicts="strict"), strict=True):
+        if row is None:
+            assert body is None
+            continue
+        assert body is not None and body[:5] == b"\x00\x7f\xff\xff\xff"
+        document = json.loads(body[5:])
+        validator.validate(document)
+        assert document == _as_json(row)
+
+
+NESTED = {"type": "struct", "fields": [
+    {"name": "id", "type": "long", "nullable": False, "metadata": {}},
+    {"name": "price", "type": "decimal(9,2)", "nullable": True, "metadata": {}},
+    {"name": "address", "type": {"type": "struct", "fields": [
+        {"name": "city", "type": "string", "nullable": True, "metadata": {}}]},
+     "nullable": True, "metadata": {}},
+]}
+
+
+def test_the_avro_mapping_is_sparks_with_null_first_unions() -> None:
+    assert avro_schema(NESTED, "Order", "shop") == {
+        "type": "record", "name": "Order", "namespace": "shop", "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "price", "type": ["null", {
+                "type": "fixed", "name": "shop.Order.price.fixed", "size": 4,
+                "logicalType": "decimal", "precision": 9, "scale": 2}], "default": None},
+            {"name": "address", "type": ["null", {
+                "type": "record", "name": "address", "namespace": "shop.Order",
+                "fields": [{"name": "city", "type": ["null", "string"], "default": None}]}],
+             "default": None}]}
+    assert avro_schema(NESTED)["name"] == "topLevelRecord"
+
+
+@pytest.mark.parametrize(("spark", "message"), [
+    ({"type": "map", "keyType": "integer", "valueType": "string", "valueContainsNull": True},
+     "column value is a map with keys of type integer"),
+    ({"type": "struct", "fields": [{"name": "a-b", "type": "long", "nullable": True,
+                                    "metadata": {}}]},
+     "column value.a-b: 'a-b' is not a valid Avro field name"),
+    ("interval day to second", "column value has type interval day to second"),
+])
+def test_types_without_an_avro_form_are_refused_naming_the_column(spark: Any,
+                                                                  message: str) -> None:
+    with pytest.raises(SchemaMappingError, match=message):
+        avro_schema(spark)
+
+
+def test_fit_errors_name_the_column() -> None:
+    schema = avro_schema(NESTED)
+    wider = {**NESTED, "fields": [*NESTED["fields"], {
+        "name": "extra", "type": "string", "nullable": True, "metadata": {}}]}
+    assert avro_fit(wider, schema) == "column value.extra is not a field of the schema"
+    assert avro_fit({**NESTED, "fields": NESTED["fields"][1:]}, schema) == (
+        "column value.id is missing: the schema's field has no default")
+    nullable_id = {**NESTED, "fields": [{**NESTED["fields"][0], "nullable": True},
+                                        *NESTED["fields"][1:]]}
+    assert avro_fit(nullable_id, schema) == (
+        "column value.id is nullable but the schema's type is not a union with null")
+    as_int = {**NESTED, "fields": [{**NESTED["fields"][0], "type": "integer"},
+                                   *NESTED["fields"][1:]]}
+    assert avro_fit(as_int, schema) is None  # int promotes to long
+    as_string = {**NESTED, "fields": [{**NESTED["fields"][0], "type": "string"},
+                                      *NESTED["fields"][1:]]}
+    assert avro_fit(as_string, schema) == (
+        "column value.id of type string does not fit the schema's long")
+    assert json_fit(wider, json_schema(NESTED)) == (
+        "column value.extra is not a property of the schema")
+    assert json_fit(as_string, json_schema(NESTED)) == (
+        "column value.id of type string (string) does not fit the schema's type integer")
+
+
+def test_chunks_bound_the_rows_converted_at_a_time() -> None:
+    batch = pa.record_batch({"value": pa.array(range(10))})
+    assert [len(c) for c in chunks(batch, 4)] == [4, 4, 2]
