@@ -218,6 +218,24 @@ def test_fit_errors_name_the_column() -> None:
         "column value.id of type string (string) does not fit the schema's type integer")
 
 
+def test_a_null_struct_with_required_fields_encodes() -> None:
+    """Spark sends a null struct whose non-nullable children hold nulls too (which Arrow's
+    cast of the dates beside it refused)."""
+    inner = pa.struct([pa.field("city", pa.string(), False)])
+    address = pa.StructArray.from_arrays([pa.array([None, "Oslo"])], fields=list(inner),
+                                         mask=pa.array([True, False]))
+    column = pa.StructArray.from_arrays(
+        [address, pa.array([datetime.date(2024, 1, 2)] * 2)],
+        fields=[pa.field("address", inner), pa.field("day", pa.date32())])
+    spark = {"type": "struct", "fields": [
+        NESTED["fields"][2], {"name": "day", "type": "date", "nullable": True, "metadata": {}}]}
+    schema = avro_schema(spark)
+    assert [fastavro.schemaless_reader(io.BytesIO(body[5:]), schema, None)
+            for body in _encode(AVRO, schema, column)] == [
+        {"address": None, "day": datetime.date(2024, 1, 2)},
+        {"address": {"city": "Oslo"}, "day": datetime.date(2024, 1, 2)}]
+
+
 def test_chunks_bound_the_rows_converted_at_a_time() -> None:
     batch = pa.record_batch({"value": pa.array(range(10))})
     assert [len(c) for c in chunks(batch, 4)] == [4, 4, 2]

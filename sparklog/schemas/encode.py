@@ -89,7 +89,8 @@ def _python_rows(column: pa.Array) -> list[Any]:
 def _as_integers(arrow_type: pa.DataType) -> pa.DataType:
     """``arrow_type`` with dates as int32 days and microsecond timestamps as int64: the
     values Avro's ``date`` and ``*-timestamp-micros`` hold, without a Python datetime per
-    value (to_pylist's and fastavro's conversions)."""
+    value (to_pylist's and fastavro's conversions). Fields become nullable: Arrow refuses to
+    cast a non-nullable field of a struct whose parent row is null (Spark sends such)."""
     if pa.types.is_date32(arrow_type):
         return pa.int32()
     if pa.types.is_timestamp(arrow_type) and arrow_type.unit == "us":
@@ -97,10 +98,12 @@ def _as_integers(arrow_type: pa.DataType) -> pa.DataType:
     if pa.types.is_map(arrow_type):
         return pa.map_(arrow_type.key_type, _as_integers(arrow_type.item_type))
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-        items = arrow_type.value_field.with_type(_as_integers(arrow_type.value_type))
+        items = arrow_type.value_field.with_type(
+            _as_integers(arrow_type.value_type)).with_nullable(True)
         return pa.list_(items) if pa.types.is_list(arrow_type) else pa.large_list(items)
     if pa.types.is_struct(arrow_type):
-        return pa.struct([f.with_type(_as_integers(f.type)) for f in arrow_type])
+        return pa.struct([f.with_type(_as_integers(f.type)).with_nullable(True)
+                          for f in arrow_type])
     return arrow_type
 
 
@@ -118,7 +121,8 @@ class _AvroEncoder:
         buffer = io.BytesIO()
         offsets = [0]
         write, schema, prefix = self._write, self._schema, self._prefix
-        plain = column.cast(_as_integers(column.type)) if self._integers else column
+        integers = _as_integers(column.type) if self._integers else column.type
+        plain = column if integers == column.type else column.cast(integers)
         for index, row in enumerate(_python_rows(plain)):
             if row is not None:
                 buffer.write(prefix)
