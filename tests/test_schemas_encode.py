@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sparklog.schemas.avro_columnar import Unsupported, encode_column, varints
 from sparklog.schemas.encode import AVRO, JSON, ColumnEncoding, chunks, encoder, frame
 from sparklog.schemas.spark_to_avro import SchemaMappingError, avro_schema
 from sparklog.schemas.spark_to_avro import fit_error as avro_fit
@@ -101,12 +102,15 @@ def struct_columns(draw: st.DrawFn) -> tuple[Any, pa.Array]:
     return spark, pa.array(rows, arrow)
 
 
+SLOW = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+
+
 def _encode(fmt: str, schema: Any, column: pa.Array, schema_id: int = 7) -> list[bytes | None]:
     encode = encoder(ColumnEncoding(fmt, "s-value", schema_id, json.dumps(schema)))
     return encode(column).to_pylist()
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, suppress_health_check=SLOW)
 @given(struct_columns())
 def test_random_rows_round_trip_through_avro(case: tuple[Any, pa.Array]) -> None:
     spark, column = case
@@ -114,12 +118,18 @@ def test_random_rows_round_trip_through_avro(case: tuple[Any, pa.Array]) -> None
     parsed = fastavro.parse_schema(schema)  # a valid Avro schema, its names unique
     assert avro_fit(spark, schema) is None
     expected = column.to_pylist(maps_as_pydicts="strict")
-    for body, row in zip(_encode(AVRO, schema, column), expected, strict=True):
+    # the derived schemas take the columnar path, byte for byte as fastavro writes each row
+    columnar = encode_column(column, schema).to_pylist()
+    for body, row, alone in zip(_encode(AVRO, schema, column), expected, columnar,
+                                strict=True):
         if row is None:
             assert body is None
             continue
         assert body is not None and body[:5] == frame(7)
         assert fastavro.schemaless_reader(io.BytesIO(body[5:]), parsed, None) == row
+        by_fastavro = io.BytesIO()
+        fastavro.schemaless_writer(by_fastavro, parsed, row)
+        assert alone == by_fastavro.getvalue() == body[5:]
 
 
 def _as_json(value: Any) -> Any:
@@ -139,7 +149,7 @@ def _as_json(value: Any) -> Any:
     return value
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, suppress_health_check=SLOW)
 @given(struct_columns())
 def test_random_rows_round_trip_through_json(case: tuple[Any, pa.Array]) -> None:
     spark, column = case
@@ -239,3 +249,27 @@ def test_a_null_struct_with_required_fields_encodes() -> None:
 def test_chunks_bound_the_rows_converted_at_a_time() -> None:
     batch = pa.record_batch({"value": pa.array(range(10))})
     assert [len(c) for c in chunks(batch, 4)] == [4, 4, 2]
+
+
+@given(st.lists(st.integers(-(2 ** 63), 2 ** 63 - 1), max_size=20))
+def test_varints_are_avros_zig_zag_longs(values: list[int]) -> None:
+    expected = []
+    for value in values:
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, "long", value)
+        expected.append(body.getvalue())
+    assert varints(pa.array(values, pa.int64())).to_pylist() == expected
+
+
+def test_schemas_the_columns_cannot_take_go_row_by_row() -> None:
+    column = pa.array([{"kind": "b", "at": datetime.datetime(2024, 1, 1, tzinfo=UTC)}],
+                      pa.struct([("kind", pa.string()), ("at", pa.timestamp("us", "UTC"))]))
+    schema = {"type": "record", "name": "r", "fields": [
+        {"name": "kind", "type": {"type": "enum", "name": "K", "symbols": ["a", "b"]}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
+    with pytest.raises(Unsupported):
+        encode_column(column, schema)
+    body = _encode(AVRO, schema, column)[0]
+    assert body is not None
+    assert fastavro.schemaless_reader(io.BytesIO(body[5:]), schema, None) == {
+        "kind": "b", "at": datetime.datetime(2024, 1, 1, tzinfo=UTC)}

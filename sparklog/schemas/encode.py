@@ -11,9 +11,11 @@ Invariants:
 - ``encode`` turns one Arrow column into a binary column of the same length. The rows are
   converted to Python once per call (``to_pylist``, maps as dicts), so a caller bounds the
   memory by calling it per slice of ``CHUNK_ROWS`` rows (``chunks``).
-- Avro bodies are written one after another into one buffer whose offsets become the
-  binary column's offsets (no bytes object per row); a row that does not fit the schema
-  raises ``EncodeError`` naming the row's index in the column and fastavro's reason.
+- Avro bodies are encoded column by column (``avro_columnar``: Arrow compute kernels, no
+  Python object per row) when the schema allows; otherwise row by row with fastavro, written
+  one after another into one buffer whose offsets become the binary column's offsets (no
+  bytes object per row); there a row that does not fit the schema raises ``EncodeError``
+  naming the row's index in the column and fastavro's reason.
 - JSON documents follow Spark's ``to_json`` shapes: dates and timestamps in ISO 8601
   (a timestamp with its offset), binary as base64, decimals as numbers, nulls kept as null.
 """
@@ -30,6 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparklog.schemas.avro_columnar import Unsupported, encode_column
 
 MAGIC = 0
 AVRO, JSON = "avro", "json"
@@ -112,12 +117,26 @@ class _AvroEncoder:
         import fastavro  # in the tasks that encode Avro only
 
         self._write = fastavro.schemaless_writer
-        self._schema = fastavro.parse_schema(json.loads(encoding.schema))
+        self._raw_schema = json.loads(encoding.schema)
+        self._schema = fastavro.parse_schema(self._raw_schema)
         self._prefix = frame(encoding.schema_id)
         # A schema with millisecond timestamps needs the datetimes fastavro converts.
         self._integers = "-millis" not in encoding.schema
+        self._columnar = True
 
     def encode(self, column: pa.Array) -> pa.Array:
+        if self._columnar:
+            try:
+                bodies = encode_column(column, self._raw_schema)
+            except Unsupported:
+                self._columnar = False  # this schema and column need the row encoder
+            else:
+                framed = pc.binary_join_element_wise(pa.scalar(self._prefix), bodies,
+                                                     pa.scalar(b""))
+                return pc.if_else(column.is_valid(), framed, pa.scalar(None, pa.binary()))
+        return self._rows(column)
+
+    def _rows(self, column: pa.Array) -> pa.Array:
         buffer = io.BytesIO()
         offsets = [0]
         write, schema, prefix = self._write, self._schema, self._prefix
