@@ -15,6 +15,10 @@ two partitions:
   process sending the same number of 100 B records (records/s, and the sink's ratio to it);
 - reading the written records back: ``spark.read.format("sparklog")`` into the ``noop``
   sink, against its plain operation, one confluent-kafka consumer in this process;
+- typed values: N rows of ``struct<id bigint, item string, price double, at timestamp>``
+  (about 60 B encoded) written with ``valueFormat=avro`` and ``valueFormat=json`` (the
+  broker's schema registry on), against the binary write of the same rows as JSON bytes
+  made by Spark's ``to_json`` before the timing (ratio: typed / binary records/s);
 - peak RSS (VmHWM) of the driver JVM, of this Python driver process and of the broker.
 The last line is ``spark_sink_records_per_s=<n>``.
 """
@@ -48,6 +52,19 @@ def create_topic(bootstrap: str, name: str) -> str:
     return create_topic_of(bootstrap, name, PARTITIONS)
 
 
+def timed_write(df: Any, bootstrap: str, topic: str, **options: str) -> float:
+    """Seconds for ``df.write.format("sparklog")`` of ``df``, cached first: the timing is
+    the sink's alone."""
+    df = df.cache()
+    df.count()
+    start = time.perf_counter()
+    (df.write.format("sparklog").option("kafka.bootstrap.servers", bootstrap)
+     .option("topic", topic).options(**options).mode("append").save())
+    elapsed = time.perf_counter() - start
+    df.unpersist()
+    return elapsed
+
+
 def sink_write(spark: Any, bootstrap: str, topic: str, records: int,
                guarantee: str = "at-least-once") -> float:
     """Seconds for ``df.write.format("sparklog")`` of ``records`` cached 100 B values."""
@@ -55,15 +72,27 @@ def sink_write(spark: Any, bootstrap: str, topic: str, records: int,
 
     df = (spark.range(0, records, numPartitions=PARTITIONS)
           .select(F.lpad(F.col("id").cast("string"), RECORD_BYTES, "0").cast("binary")
-                  .alias("value"))
-          .cache())
-    df.count()  # materialise the cache: the timing below is the sink's alone
-    start = time.perf_counter()
-    (df.write.format("sparklog").option("kafka.bootstrap.servers", bootstrap)
-     .option("topic", topic).option("deliveryGuarantee", guarantee).mode("append").save())
-    elapsed = time.perf_counter() - start
-    df.unpersist()
-    return elapsed
+                  .alias("value")))
+    return timed_write(df, bootstrap, topic, deliveryGuarantee=guarantee)
+
+
+def typed_writes(spark: Any, bootstrap: str, registry: str, records: int
+                 ) -> dict[str, float]:
+    """Seconds for the same struct rows written as ``to_json`` bytes (``binary``), and with
+    ``valueFormat`` ``avro`` and ``json``."""
+    from pyspark.sql import functions as F
+
+    rows = spark.range(0, records, numPartitions=PARTITIONS).select(F.struct(
+        F.col("id"), F.concat(F.lit("item-"), F.col("id").cast("string")).alias("item"),
+        (F.col("id") / 100).alias("price"),
+        F.timestamp_micros(F.col("id") + 1_700_000_000_000_000).alias("at")).alias("value"))
+    seconds = {"binary": timed_write(
+        rows.select(F.to_json("value").cast("binary").alias("value")), bootstrap,
+        create_topic(bootstrap, "bench-typed-binary"))}
+    for fmt in ("avro", "json"):
+        seconds[fmt] = timed_write(rows, bootstrap, create_topic(bootstrap, f"bench-{fmt}"),
+                                   valueFormat=fmt, **{"schemaRegistry.url": registry})
+    return seconds
 
 
 def plain_produce(bootstrap: str, topic: str, records: int) -> float:
@@ -124,7 +153,8 @@ def main() -> int:
     args = parser.parse_args()
     records = 100_000 if args.quick else args.records
     with scratch_dir(None, "sparklog-bench-sink-") as root:
-        broker = BrokerProcess(root / "data").start()
+        broker = BrokerProcess(
+            root / "data", {"schema.registry.listeners": "http://127.0.0.1:0"}).start()
         try:
             spark = start_spark("bench-spark-sink")
             bootstrap = broker.bootstrap
@@ -133,6 +163,8 @@ def main() -> int:
             warm_s = sink_write(spark, bootstrap, warm_topic, warm_up)
             warm_read_s = source_read(spark, bootstrap, warm_topic)
             sink_write(spark, bootstrap, warm_topic, warm_up, "exactly-once")
+            assert broker.schema_registry_url is not None
+            typed_writes(spark, bootstrap, broker.schema_registry_url, warm_up)
             sink_topic = create_topic(bootstrap, "bench-sink")
             at_least_once, exactly_once = [], []
             for run in range(2):
@@ -144,6 +176,7 @@ def main() -> int:
                     "exactly-once"))
             sink_s, eo_s = statistics.median(at_least_once), statistics.median(exactly_once)
             read_s = source_read(spark, bootstrap, sink_topic)
+            typed = typed_writes(spark, bootstrap, broker.schema_registry_url, records)
             # Before the plain clients, whose pre-built values would count as the driver's.
             rss = (f"peak RSS: driver JVM {vm_hwm_mib(spark.sparkContext._gateway.proc.pid):.0f}"
                    f" MiB, driver Python {peak_rss_mib():.0f} MiB")
@@ -162,6 +195,14 @@ def main() -> int:
                           plain_read_s),
                  rate_row("read back: plain confluent-kafka consumer", records, plain_read_s,
                           plain_read_s)])
+            print_table(
+                ["typed values (struct of 4)", "records", "s", "records/s",
+                 "ratio to binary"],
+                [Row(label, f"{records:,}", f"{typed[fmt]:.2f}",
+                     f"{records / typed[fmt]:,.0f}", f"{typed['binary'] / typed[fmt]:.2f}")
+                 for fmt, label in (("binary", "to_json bytes, binary write"),
+                                    ("avro", "valueFormat=avro"),
+                                    ("json", "valueFormat=json"))])
             print(f"exactly-once / at-least-once write: {sink_s / eo_s:.2f} (runs: "
                   f"{', '.join(f'{t:.2f}' for t in at_least_once)} s vs "
                   f"{', '.join(f'{t:.2f}' for t in exactly_once)} s)")

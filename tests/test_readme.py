@@ -51,8 +51,9 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 FENCE = re.compile(r"^```(?P<language>\w*)\n(?P<code>.*?)^```$", re.MULTILINE | re.DOTALL)
 BROKER_ADDRESS = "127.0.0.1:9092"
-OTHER_PORTS = ("9093", "9404", "9095", "9096")
-"""The metered broker's listener and metrics listener, the secured broker's two listeners."""
+OTHER_PORTS = ("9093", "9404", "9095", "9096", "8081")
+"""The metered broker's listener and metrics listener, the secured broker's two listeners,
+the README broker's schema registry."""
 DATA_ROOT = "/tmp/sparklog"
 SETUP = ". .venv/bin/activate"
 """What the README tells a reader to run once in a shell before its command lines."""
@@ -119,6 +120,7 @@ PLANS: list[tuple[str, Plan]] = [
     ('option("deliveryGuarantee", "exactly-once")', Plan("spark", READS_EVENTS)),
     ('option("latestPerKey", "true")', Plan("spark", (BROKER,))),
     ('option("valueFormat", "json")', Plan("spark", (BROKER,))),
+    ('option("valueFormat", "avro")', Plan("spark", (BROKER,))),
     ("sparklog transactions list", Plan("shell", (BROKER, EVENTS, TRANSACTION))),
     ('"kafka.sasl.jaas.config"', Plan("spark")),
     ("sparklog certs create", Plan("shell")),
@@ -242,7 +244,9 @@ def _prepare(place: Place, need: Need) -> None:
 
 
 def _wait_for_output(proc: subprocess.Popen[str], wanted: str, timeout: float) -> str:
-    """Read ``proc``'s stdout until a line contains ``wanted``; what was read."""
+    """Read ``proc``'s stdout until a line contains ``wanted``; what was read. The pipe is
+    read with ``os.read``: a ``readline`` may buffer the next lines too, which ``select``
+    then never reports (the broker prints its registry's URL just before it listens)."""
     assert proc.stdout is not None
     seen = ""
     deadline = time.monotonic() + timeout
@@ -252,7 +256,7 @@ def _wait_for_output(proc: subprocess.Popen[str], wanted: str, timeout: float) -
             raise AssertionError(f"no {wanted!r} within {timeout}s:\n{seen}")
         ready, _, _ = select.select([proc.stdout], [], [], 0.5)
         if ready:
-            seen += proc.stdout.readline()
+            seen += os.read(proc.stdout.fileno(), 65536).decode()
     return seen
 
 

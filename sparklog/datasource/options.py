@@ -2,8 +2,7 @@
 
 Invariants:
 - Option names are matched case-insensitively (Spark lower-cases them), values are strings.
-- Every error is an ``OptionError`` whose message names the option and what is allowed (a
-  value not among its choices also gets the nearest choice, ``parse_choice``); an
+- Every error is an ``OptionError`` whose message names the option and what is allowed; an
   unknown option also gets the nearest known name, in its documented spelling (Spark hands
   the data source its option names lower-cased, so an unknown one can only be quoted so).
 - An option with a fixed set of values (``parse_choice``) refuses another value naming the
@@ -114,19 +113,3 @@ def check_known(options: Mapping[str, str], known: set[str], what: str) -> None:
         raise OptionError(
             f"unknown {what} option {key!r}{hint}; allowed: kafka.*, " + ", ".join(sorted(known))
         )
-
-
-def parse_choice(options: Mapping[str, str], name: str, choices: tuple[str, ...],
-                 default: str, what: str = "allowed") -> str:
-    """An option whose value is one of ``choices`` (case-insensitive), lower-cased; a wrong
-    value is refused naming the option, ``what`` it must be and the nearest choice."""
-    raw = _get(options, name)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value in choices:
-        return value
-    near = difflib.get_close_matches(value, list(choices), n=1)
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
-    raise OptionError(f"option {name}={raw} is not {what}{hint}; allowed: "
-                      + ", ".join(choices))

@@ -67,8 +67,7 @@ class SinkEncodingError(ValueError):
 
 
 def column_format(options: Mapping[str, str], column: str) -> str:
-    return parse_choice(options, f"{column}Format", FORMATS, BINARY,
-                        "a format of the sparklog sink")
+    return parse_choice(options, f"{column}Format", FORMATS, BINARY)
 
 
 def _derived_schema(options: Mapping[str, str], column: str, fmt: str,

@@ -59,7 +59,6 @@ from sparklog.datasource.options import (
     check_known,
     get_option,
     kafka_params,
-    parse_choice,
     parse_duration_s,
 )
 from sparklog.datasource.schema import HEADER_TYPE
@@ -191,8 +190,10 @@ def _same_type(found: DataType, want: DataType) -> bool:
 def _transactional_id_prefix(options: Mapping[str, str], checkpoint: str | None,
                              streaming: bool) -> str | None:
     """The prefix of the tasks' transactional ids; None for at-least-once."""
-    guarantee = parse_choice(options, "deliveryGuarantee", (AT_LEAST_ONCE, EXACTLY_ONCE),
-                             AT_LEAST_ONCE, "a delivery guarantee of the sparklog sink")
+    guarantee = (get_option(options, "deliveryGuarantee") or AT_LEAST_ONCE).strip().lower()
+    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        raise OptionError(f"option deliveryGuarantee={guarantee} is not a delivery guarantee "
+                          f"of the sparklog sink; allowed: {AT_LEAST_ONCE}, {EXACTLY_ONCE}")
     prefix = get_option(options, "transactionalIdPrefix")
     if guarantee == AT_LEAST_ONCE:
         if prefix is not None:
