@@ -76,10 +76,10 @@ def sink_write(spark: Any, bootstrap: str, topic: str, records: int,
     return timed_write(df, bootstrap, topic, deliveryGuarantee=guarantee)
 
 
-def typed_writes(spark: Any, bootstrap: str, registry: str, records: int
+def typed_writes(spark: Any, bootstrap: str, registry: str, records: int, run: str
                  ) -> dict[str, float]:
     """Seconds for the same struct rows written as ``to_json`` bytes (``binary``), and with
-    ``valueFormat`` ``avro`` and ``json``."""
+    ``valueFormat`` ``avro`` and ``json``, into topics named after ``run``."""
     from pyspark.sql import functions as F
 
     rows = spark.range(0, records, numPartitions=PARTITIONS).select(F.struct(
@@ -88,9 +88,9 @@ def typed_writes(spark: Any, bootstrap: str, registry: str, records: int
         F.timestamp_micros(F.col("id") + 1_700_000_000_000_000).alias("at")).alias("value"))
     seconds = {"binary": timed_write(
         rows.select(F.to_json("value").cast("binary").alias("value")), bootstrap,
-        create_topic(bootstrap, "bench-typed-binary"))}
+        create_topic(bootstrap, f"bench-{run}-binary"))}
     for fmt in ("avro", "json"):
-        seconds[fmt] = timed_write(rows, bootstrap, create_topic(bootstrap, f"bench-{fmt}"),
+        seconds[fmt] = timed_write(rows, bootstrap, create_topic(bootstrap, f"bench-{run}-{fmt}"),
                                    valueFormat=fmt, **{"schemaRegistry.url": registry})
     return seconds
 
@@ -164,7 +164,7 @@ def main() -> int:
             warm_read_s = source_read(spark, bootstrap, warm_topic)
             sink_write(spark, bootstrap, warm_topic, warm_up, "exactly-once")
             assert broker.schema_registry_url is not None
-            typed_writes(spark, bootstrap, broker.schema_registry_url, warm_up)
+            typed_writes(spark, bootstrap, broker.schema_registry_url, warm_up, "warm-up")
             sink_topic = create_topic(bootstrap, "bench-sink")
             at_least_once, exactly_once = [], []
             for run in range(2):
@@ -176,7 +176,7 @@ def main() -> int:
                     "exactly-once"))
             sink_s, eo_s = statistics.median(at_least_once), statistics.median(exactly_once)
             read_s = source_read(spark, bootstrap, sink_topic)
-            typed = typed_writes(spark, bootstrap, broker.schema_registry_url, records)
+            typed = typed_writes(spark, bootstrap, broker.schema_registry_url, records, "typed")
             # Before the plain clients, whose pre-built values would count as the driver's.
             rss = (f"peak RSS: driver JVM {vm_hwm_mib(spark.sparkContext._gateway.proc.pid):.0f}"
                    f" MiB, driver Python {peak_rss_mib():.0f} MiB")

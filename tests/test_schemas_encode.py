@@ -138,6 +138,10 @@ def _as_json(value: Any) -> Any:
         return {k: _as_json(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_as_json(v) for v in value]
+    if isinstance(value, datetime.datetime):  # UTC with Z, or no zone; always microseconds
+        zone = "Z" if value.tzinfo is not None else ""
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f") + zone if zone else (
+            value.strftime("%Y-%m-%dT%H:%M:%S.%f"))
     if isinstance(value, datetime.date):
         return value.isoformat()
     if isinstance(value, bytes):

@@ -17,7 +17,8 @@ Invariants:
   bytes object per row); there a row that does not fit the schema raises ``EncodeError``
   naming the row's index in the column and fastavro's reason.
 - JSON documents follow Spark's ``to_json`` shapes: dates and timestamps in ISO 8601
-  (a timestamp with its offset), binary as base64, decimals as numbers, nulls kept as null.
+  (a timestamp in UTC, ``Z``), binary as base64, decimals as numbers, nulls kept as null;
+  dates and timestamps are converted in Arrow first (``_json_ready``).
 """
 
 from __future__ import annotations
@@ -175,6 +176,48 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} has no JSON form")
 
 
+def _json_ready(column: pa.Array) -> pa.Array:
+    """``column`` with dates and timestamps as their JSON forms, in Arrow: ISO dates, ISO
+    timestamps (UTC, ``Z``; without a zone for timestamp_ntz). to_pylist then makes no
+    datetime per value for ``json`` to convert (about three times the rows/s on rows with a
+    timestamp). Decimals stay Decimals: Arrow's cast to double is not correctly rounded."""
+    kind = column.type
+    if pa.types.is_date32(kind):
+        return column.cast(pa.string())
+    if pa.types.is_timestamp(kind):
+        # The values are UTC instants whatever the zone: formatted as a zone-less timestamp
+        # (a zone's formatting costs a time zone lookup per call) and suffixed with Z.
+        text = pc.replace_substring(column.view(pa.timestamp(kind.unit)).cast(pa.string()),
+                                    " ", "T", max_replacements=1)
+        return text if kind.tz is None else pc.binary_join_element_wise(text, "Z", "")
+    if pa.types.is_struct(kind):
+        fields = [kind.field(i) for i in range(kind.num_fields)]
+        children = [_json_ready(column.field(i)) for i in range(kind.num_fields)]
+        if all(c is column.field(i) for i, c in enumerate(children)):
+            return column
+        return pa.StructArray.from_arrays(
+            children, fields=[f.with_type(c.type) for f, c in zip(fields, children, strict=True)],
+            mask=column.is_null() if column.null_count else None)
+    if pa.types.is_map(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        offsets = column.offsets
+        start, end = offsets[0].as_py(), offsets[-1].as_py()
+        relative = pc.subtract(offsets, offsets[0])
+        mask = column.is_null() if column.null_count else None
+        if pa.types.is_map(kind):
+            items = column.items.slice(start, end - start)
+            ready = _json_ready(items)
+            if ready is items:
+                return column
+            return pa.MapArray.from_arrays(relative, column.keys.slice(start, end - start),
+                                           ready, mask=mask)
+        values = column.values.slice(start, end - start)
+        ready = _json_ready(values)
+        if ready is values:
+            return column
+        return type(column).from_arrays(relative, ready, mask=mask)
+    return column
+
+
 class _JsonEncoder:
     def __init__(self, encoding: ColumnEncoding) -> None:
         self._prefix = frame(encoding.schema_id)
@@ -184,4 +227,4 @@ class _JsonEncoder:
     def encode(self, column: pa.Array) -> pa.Array:
         prefix, dumps = self._prefix, self._dumps
         return pa.array([None if row is None else prefix + dumps(row).encode()
-                         for row in _python_rows(column)], pa.binary())
+                         for row in _python_rows(_json_ready(column))], pa.binary())
