@@ -8,10 +8,11 @@ import datetime
 import decimal
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_fixtures import TIMEOUT, consume_confluent, unique_topic
+from broker_fixtures import TIMEOUT, Rec, consume_confluent, produce_confluent, unique_topic
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import RegisteredSchema, Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
@@ -46,12 +47,16 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield running
 
 
-@pytest.fixture
-def topic(broker: BrokerProcess) -> str:
-    name = unique_topic("sink-schemas")
+def new_topic(broker: BrokerProcess, prefix: str = "sink-schemas") -> str:
+    name = unique_topic(prefix)
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(name, 1)])[name].result(TIMEOUT)
     return name
+
+
+@pytest.fixture
+def topic(broker: BrokerProcess) -> str:
+    return new_topic(broker)
 
 
 def registry(broker: BrokerProcess) -> SchemaRegistryClient:
@@ -201,3 +206,28 @@ def test_key_format_and_wrong_options(spark: Any, broker: BrokerProcess, topic: 
         (df.write.format("sparklog").option("kafka.bootstrap.servers", broker.bootstrap)
          .option("topic", topic).option("keyFormat", "json").mode("append").save())
     assert records_in(broker, topic) == 1
+
+
+def test_a_stream_writes_avro(spark: Any, broker: BrokerProcess, topic: str,
+                              tmp_path: Path) -> None:
+    """writeStream: the writer (and its schema lookup) is made again for every micro-batch."""
+    from pyspark.sql import functions as F
+
+    source = new_topic(broker, "sink-schemas-source")
+    produce_confluent(broker.bootstrap, source, [
+        Rec(None, json.dumps({"id": i, "name": f"n{i}"}).encode()) for i in range(10)])
+    query = (spark.readStream.format("sparklog")
+             .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", source)
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "4").load()
+             .select(F.from_json(F.col("value").cast("string"), "id bigint, name string")
+                     .alias("value"))
+             .writeStream.format("sparklog")
+             .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic)
+             .option("schemaRegistry.url", broker.schema_registry_url)
+             .option("valueFormat", "avro").option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    assert read_back(broker, topic, 10, AvroDeserializer(registry(broker))) == [
+        {"id": i, "name": f"n{i}"} for i in range(10)]
+    assert registry(broker).get_versions(f"{topic}-value") == [1]
