@@ -39,8 +39,11 @@ from sparklog.schemas.avro_columnar import Unsupported, encode_column
 
 MAGIC = 0
 AVRO, JSON = "avro", "json"
-CHUNK_ROWS = 8192
-"""Rows converted to Python objects at a time: bounds a task's memory whatever its batch."""
+CHUNK_ROWS = 16384
+"""Rows encoded at a time: bounds a task's memory whatever its batch. Above Spark's
+``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000), so a default batch is one slice:
+the columnar encoder's cost is mostly per call (8,192-row slices split every batch in two
+and ran at about 60% of the rate of whole 100,000-row columns)."""
 
 
 class EncodeError(ValueError):
