@@ -34,7 +34,6 @@ from pyspark.sql.types import StructType
 
 from sparklog.datasource.options import OptionError, get_option, parse_bool, parse_choice
 from sparklog.schemas.encode import AVRO, JSON, ColumnEncoding, chunks, encoder
-from sparklog.schemas.register import RegistryError, SchemaRegistry
 from sparklog.schemas.spark_to_avro import (
     TOP_LEVEL_RECORD,
     SchemaMappingError,
@@ -113,6 +112,8 @@ def column_encoding(options: Mapping[str, str], schema: StructType, column: str,
         _fit(fmt, spark_type, inline, f"option {column}Schema")
     text = inline if inline is not None else _derived_schema(options, column, fmt,
                                                               spark_type)
+    from sparklog.schemas.register import RegistryError, SchemaRegistry  # driver only
+
     registry = SchemaRegistry(url, get_option(options, REGISTRY_USER_INFO))
     schema_type = _SCHEMA_TYPES[fmt]
     try:

@@ -27,7 +27,8 @@ Invariants:
   of any type its schema can hold (a struct, typically), and its schema is resolved with
   the schema registry last, once every check above has passed; the spec carries the
   resolved ``ColumnEncoding``s.
-- A ``SinkSpec`` is frozen and picklable (plain strings, numbers, booleans and a dict).
+- A ``SinkSpec`` is frozen and picklable (plain strings, numbers, booleans, a dict and
+  frozen ``ColumnEncoding``s).
 """
 
 from __future__ import annotations
