@@ -15,11 +15,20 @@ import fastavro
 import jsonschema
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from sparklog.schemas import json_columnar
 from sparklog.schemas.avro_columnar import Unsupported, encode_column, varints
-from sparklog.schemas.encode import AVRO, JSON, ColumnEncoding, chunks, encoder, frame
+from sparklog.schemas.encode import (
+    AVRO,
+    JSON,
+    ColumnEncoding,
+    _json_ready,
+    chunks,
+    encoder,
+    frame,
+)
 from sparklog.schemas.spark_to_avro import SchemaMappingError, avro_schema
 from sparklog.schemas.spark_to_avro import fit_error as avro_fit
 from sparklog.schemas.spark_to_json_schema import fit_error as json_fit
@@ -169,6 +178,28 @@ def test_random_rows_round_trip_through_json(case: tuple[Any, pa.Array]) -> None
         document = json.loads(body[5:])
         validator.validate(document)
         assert document == _as_json(row)
+
+
+@settings(max_examples=150, suppress_health_check=SLOW)
+@given(struct_columns())
+def test_whole_columns_of_json_parse_as_the_rows(case: tuple[Any, pa.Array]) -> None:
+    """The columnar JSON documents (where the column allows them) read as the rows."""
+    _, column = case
+    try:
+        documents = json_columnar.encode_column(_json_ready(column)).to_pylist()
+    except json_columnar.Unsupported:
+        assume(False)
+    rows = column.to_pylist(maps_as_pydicts="strict")
+    for document, row in zip(documents, rows, strict=True):
+        if row is not None:
+            assert json.loads(document) == _as_json(row)
+
+
+def test_json_strings_are_escaped() -> None:
+    column = pa.array([{"s": 'a "quoted" \\ path é 😀', "m": {'k"': [1.5, None]}}])
+    document = json_columnar.encode_column(column).to_pylist()[0]
+    assert json.loads(document) == column.to_pylist(maps_as_pydicts="strict")[0]
+    assert json.loads(document)["s"] == 'a "quoted" \\ path é 😀'
 
 
 NESTED = {"type": "struct", "fields": [

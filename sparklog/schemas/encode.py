@@ -18,7 +18,9 @@ Invariants:
   naming the row's index in the column and fastavro's reason.
 - JSON documents follow Spark's ``to_json`` shapes: dates and timestamps in ISO 8601
   (a timestamp in UTC, ``Z``), binary as base64, decimals as numbers, nulls kept as null;
-  dates and timestamps are converted in Arrow first (``_json_ready``).
+  dates and timestamps are converted in Arrow first (``_json_ready``), then the documents
+  are built a whole column at a time (``json_columnar``) or, for a slice it does not take
+  (binary, float32, control characters), with ``json`` row by row.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklog.schemas import json_columnar
 from sparklog.schemas.avro_columnar import Unsupported, encode_column
 
 MAGIC = 0
@@ -135,9 +138,7 @@ class _AvroEncoder:
             except Unsupported:
                 self._columnar = False  # this schema and column need the row encoder
             else:
-                framed = pc.binary_join_element_wise(pa.scalar(self._prefix), bodies,
-                                                     pa.scalar(b""))
-                return pc.if_else(column.is_valid(), framed, pa.scalar(None, pa.binary()))
+                return _framed(self._prefix, bodies, column)
         return self._rows(column)
 
     def _rows(self, column: pa.Array) -> pa.Array:
@@ -167,6 +168,12 @@ def _binary(data: memoryview, offsets: list[int], column: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), len(column),
                                  [validity, offsets_buffer, pa.py_buffer(data)],
                                  null_count=column.null_count)
+
+
+def _framed(prefix: bytes, bodies: pa.Array, column: pa.Array) -> pa.Array:
+    """``prefix`` + body per row; null where ``column`` is."""
+    framed = pc.binary_join_element_wise(pa.scalar(prefix), bodies, pa.scalar(b""))
+    return pc.if_else(column.is_valid(), framed, pa.scalar(None, pa.binary()))
 
 
 def _json_default(value: Any) -> Any:
@@ -228,6 +235,11 @@ class _JsonEncoder:
                                        default=_json_default).encode
 
     def encode(self, column: pa.Array) -> pa.Array:
-        prefix, dumps = self._prefix, self._dumps
-        return pa.array([None if row is None else prefix + dumps(row).encode()
-                         for row in _python_rows(_json_ready(column))], pa.binary())
+        ready = _json_ready(column)
+        try:
+            documents = json_columnar.encode_column(ready)
+        except json_columnar.Unsupported:  # this slice goes row by row
+            prefix, dumps = self._prefix, self._dumps
+            return pa.array([None if row is None else prefix + dumps(row).encode()
+                             for row in _python_rows(ready)], pa.binary())
+        return _framed(self._prefix, documents.cast(pa.binary()), column)
