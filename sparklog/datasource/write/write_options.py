@@ -25,8 +25,9 @@ Invariants:
   (``producer_cache``).
 - ``valueFormat`` / ``keyFormat`` ``avro`` or ``json`` (``encodings``): the column may be
   of any type its schema can hold (a struct, typically), and its schema is resolved with
-  the schema registry last, once every check above has passed; the spec carries the
-  resolved ``ColumnEncoding``s.
+  the schema registry last, once every check above and librdkafka's of the producer
+  settings (``check_config``) have passed, so a write refused for its options registers
+  nothing; the spec carries the resolved ``ColumnEncoding``s.
 - A ``SinkSpec`` is frozen and picklable (plain strings, numbers, booleans, a dict and
   frozen ``ColumnEncoding``s).
 """
@@ -242,6 +243,7 @@ def sink_spec(options: Mapping[str, str], schema: StructType, *,
     if topic is None and not topic_column:
         raise SinkSchemaError(
             "no topic to write to: set the 'topic' option or add a string column 'topic'")
+    check_config(config)
     return SinkSpec(
         producer_config=config,
         topic=topic,

@@ -12,7 +12,8 @@ Invariants:
   ``SinkSpec``: the writer is pickled to the tasks, and a streaming writer is re-created in a
   fresh process for each micro-batch's commit.
 - ``valueFormat`` / ``keyFormat`` avro or json: the constructor resolves the schemas with
-  the registry (``encodings``); a task encodes those columns slice by slice
+  the registry (``encodings``) once the checks without a broker passed, before the
+  cluster's; a task encodes those columns slice by slice
   (``schemas.encode``) before its producer sees them, so both delivery guarantees send
   encoded values alike.
 - ``write`` returns a ``SinkCommitMessage`` only when the broker acknowledged every record of
@@ -49,7 +50,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sparklog.datasource.write.commit_message import SinkCommitMessage
-from sparklog.datasource.write.write_options import SinkSpec, check_config, sink_spec
+from sparklog.datasource.write.write_options import SinkSpec, sink_spec
 from sparklog.faults import fault_point
 
 if TYPE_CHECKING:
@@ -79,7 +80,6 @@ class _SinkWriter:
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._spec = sink_spec(options, schema, streaming=self.streaming)
-        check_config(self._spec.producer_config)
         from sparklog.client.kafka import check_bootstrap
 
         check_bootstrap(self._spec.client_config())
