@@ -27,12 +27,12 @@ from sparklog.schemas.encode import (
     _json_ready,
     chunks,
     encoder,
-    frame,
 )
 from sparklog.schemas.spark_to_avro import SchemaMappingError, avro_schema
 from sparklog.schemas.spark_to_avro import fit_error as avro_fit
 from sparklog.schemas.spark_to_json_schema import fit_error as json_fit
 from sparklog.schemas.spark_to_json_schema import json_schema
+from sparklog.schemas.wire import prefix
 
 UTC = datetime.UTC
 # A Spark type's JSON form, its Arrow type (as Spark hands it to an Arrow writer) and values.
@@ -134,7 +134,7 @@ def test_random_rows_round_trip_through_avro(case: tuple[Any, pa.Array]) -> None
         if row is None:
             assert body is None
             continue
-        assert body is not None and body[:5] == frame(7)
+        assert body is not None and body[:5] == prefix(7)
         assert fastavro.schemaless_reader(io.BytesIO(body[5:]), parsed, None) == row
         by_fastavro = io.BytesIO()
         fastavro.schemaless_writer(by_fastavro, parsed, row)

@@ -39,8 +39,8 @@ import pyarrow.compute as pc
 
 from sparklog.schemas import json_columnar
 from sparklog.schemas.avro_columnar import Unsupported, encode_column
+from sparklog.schemas.wire import prefix
 
-MAGIC = 0
 AVRO, JSON = "avro", "json"
 CHUNK_ROWS = 16384
 """Rows encoded at a time: bounds a task's memory whatever its batch. Above Spark's
@@ -51,11 +51,6 @@ and ran at about 60% of the rate of whole 100,000-row columns)."""
 
 class EncodeError(ValueError):
     """A row cannot be encoded with the column's schema."""
-
-
-def frame(schema_id: int) -> bytes:
-    """Confluent's 5-byte prefix of a value encoded with schema ``schema_id``."""
-    return bytes((MAGIC,)) + schema_id.to_bytes(4, "big")
 
 
 @dataclass(frozen=True)
@@ -126,7 +121,7 @@ class _AvroEncoder:
         self._write = fastavro.schemaless_writer
         self._raw_schema = json.loads(encoding.schema)
         self._schema = fastavro.parse_schema(self._raw_schema)
-        self._prefix = frame(encoding.schema_id)
+        self._prefix = prefix(encoding.schema_id)
         # A schema with millisecond timestamps needs the datetimes fastavro converts.
         self._integers = "-millis" not in encoding.schema
         self._columnar = True
@@ -230,7 +225,7 @@ def _json_ready(column: pa.Array) -> pa.Array:
 
 class _JsonEncoder:
     def __init__(self, encoding: ColumnEncoding) -> None:
-        self._prefix = frame(encoding.schema_id)
+        self._prefix = prefix(encoding.schema_id)
         self._dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
                                        default=_json_default).encode
 

@@ -1,7 +1,8 @@
 """Confluent's wire format: magic byte 0, the schema id (4 bytes, big-endian), the body.
 
 Invariant: ``split`` either returns the id and the body (a view, no copy) or raises
-``DecodeError`` saying what is wrong with the framing; ``frame`` is its inverse.
+``DecodeError`` saying what is wrong with the framing; ``frame`` is its inverse (``prefix``
+its first 5 bytes).
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def split(value: bytes) -> tuple[int, memoryview]:
     return _ID.unpack_from(value, 1)[0], memoryview(value)[HEADER_SIZE:]
 
 
+def prefix(schema_id: int) -> bytes:
+    """The 5 bytes before a body encoded with schema ``schema_id``."""
+    return bytes([MAGIC]) + _ID.pack(schema_id)
+
+
 def frame(schema_id: int, body: bytes) -> bytes:
     """``body`` framed with ``schema_id``."""
-    return bytes([MAGIC]) + _ID.pack(schema_id) + body
+    return prefix(schema_id) + body
