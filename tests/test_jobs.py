@@ -1,5 +1,5 @@
 """The jobs in ``sparklog.jobs`` against a real broker: crash-safety of ``stream_to_delta``,
-idempotent backfills, dead-letter replay.
+idempotent backfills, dead-letter replay, table schemas from the broker's schema registry.
 
 The streaming job runs as a child process (its own SparkSession) that a fault point
 (``SPARKLOG_FAULT_POINT``) pauses at a named place; the test then SIGKILLs its whole process
@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 from sparklog.broker.process import BrokerProcess
 from sparklog.client.admin import ensure_topics
 from sparklog.datasource import register
-from sparklog.jobs import backfill, replay_dlq
+from sparklog.jobs import backfill, replay_dlq, stream_to_delta
 from sparklog.jobs.settings import JobSettings
 from sparklog.sample_events import SCHEMA, Produced, event, produce_events, read_topic
 from sparklog.signals import Stop
@@ -37,9 +37,15 @@ JOB = [sys.executable, "-m", "sparklog.jobs.stream_to_delta"]
 
 
 @pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with BrokerProcess(tmp_path_factory.mktemp("jobs-broker") / "data") as broker:
-        yield broker.bootstrap
+def jobs_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(tmp_path_factory.mktemp("jobs-broker") / "data",
+                       {"schema.registry.listeners": "http://127.0.0.1:0"}) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="module")
+def bootstrap(jobs_broker: BrokerProcess) -> str:
+    return jobs_broker.bootstrap
 
 
 def _table_ids(table: Path) -> list[int]:
@@ -270,3 +276,97 @@ def test_replay_dlq_moves_fixed_records_and_parks_hopeless_ones(spark, bootstrap
     assert DeltaTable(str(table)).version() == version
     assert len(read_topic(bootstrap, f"{dlq}.parking")) == 30
     assert sorted(_table_ids(table)) == sorted(ids_of("good") + ids_of("fixable"))
+
+
+USER_V1 = {"type": "record", "name": "User", "namespace": "test", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}
+USER_V2 = {**USER_V1, "fields": [*USER_V1["fields"],
+                                 {"name": "email", "type": ["null", "string"], "default": None}]}
+
+
+def _produce_avro(jobs_broker: BrokerProcess, topic: str, schema: dict,
+                  records: list[dict], *raw: bytes) -> None:
+    """``records`` written by confluent-kafka's ``AvroSerializer`` (registering ``schema``
+    as the subject's next version), then the ``raw`` values."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    registry = SchemaRegistryClient({"url": jobs_broker.schema_registry_url})
+    serialize = AvroSerializer(registry, json.dumps(schema))
+    context = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": jobs_broker.bootstrap, "enable.idempotence": True})
+    for value in [serialize(r, context) for r in records] + list(raw):
+        producer.produce(topic, value=value)
+    assert producer.flush(30) == 0
+
+
+@pytest.mark.timeout(600)
+def test_stream_to_delta_takes_the_registry_schema_and_evolves_the_table(
+        spark, jobs_broker: BrokerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    register(spark)
+    bootstrap, topic, table = jobs_broker.bootstrap, "avro-users", tmp_path / "table"
+    ensure_topics(bootstrap, {topic: 1})
+    _produce_avro(jobs_broker, topic, USER_V1, [{"id": i, "name": f"u{i}"} for i in range(4)],
+                  b"not avro at all")
+    checkpoint = tmp_path / "checkpoint"
+    argv = stream_to_delta.parse_args([
+        "--bootstrap", bootstrap, "--topic", topic, "--table", str(table),
+        "--checkpoint", str(checkpoint), "--schema-registry", jobs_broker.schema_registry_url,
+        "--trigger", "availableNow"])
+    settings = JobSettings.load(None, ["stream.maxOffsetsPerTrigger=2"])  # batches of 2
+
+    # version 2 (a nullable field added) is registered while the job runs, after batch 0
+    route_batch = stream_to_delta.route_batch
+
+    def evolve_after_the_first_batch(*args: object, **kwargs: object) -> object:
+        outcome = route_batch(*args, **kwargs)
+        registry = SchemaRegistryClient({"url": jobs_broker.schema_registry_url})
+        if len(registry.get_versions(f"{topic}-value")) == 1:
+            registry.register_schema(f"{topic}-value", Schema(json.dumps(USER_V2), "AVRO"))
+        return outcome
+
+    monkeypatch.setattr(stream_to_delta, "route_batch", evolve_after_the_first_batch)
+
+    def run() -> list[dict]:
+        assert stream_to_delta.run(spark, argv, settings, Stop()) == 0
+        return sorted(DeltaTable(str(table)).to_pyarrow_table().to_pylist(),
+                      key=lambda row: row["id"])
+
+    with caplog.at_level("INFO", "sparklog.jobs"):
+        rows = run()
+    assert rows == [{"id": i, "name": f"u{i}", "email": None} for i in range(4)]
+    assert [f.name for f in DeltaTable(str(table)).schema().fields] == ["id", "name", "email"]
+    evolved = [r.getMessage() for r in caplog.records if r.name.endswith("registry_values")]
+    assert len(evolved) == 1 and "adds column(s) email" in evolved[0], evolved
+    assert len([r for r in caplog.records if r.getMessage().startswith("batch ")]) == 3
+    dead = read_topic(bootstrap, f"{topic}.dlq")
+    assert [r[3] for r in dead] == [b"not avro at all"]
+    assert _headers(dead[0])["dlq.error.class"] == "UndecodableRecord"
+    assert "unknown magic byte" in _headers(dead[0])["dlq.error.message"]
+
+    # a replay: Spark runs the last batch again (its commit mark is gone); the table
+    # records its txn, so no row and no dead letter is written twice
+    commits = checkpoint / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    assert last == 2
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    version = DeltaTable(str(table)).version()
+    caplog.clear()
+    with caplog.at_level("INFO", "sparklog.jobs"):
+        assert len(run()) == 4
+    assert any(r.getMessage().startswith("batch 2: skipped") for r in caplog.records)
+    assert DeltaTable(str(table)).version() == version
+    assert len(read_topic(bootstrap, f"{topic}.dlq")) == 1
+
+    # records of version 2 fill the new column; those of version 1 read it as null
+    _produce_avro(jobs_broker, topic, USER_V2,
+                  [{"id": i, "name": f"u{i}", "email": f"u{i}@x"} for i in (4, 5)])
+    assert run() == ([{"id": i, "name": f"u{i}", "email": None} for i in range(4)]
+                     + [{"id": i, "name": f"u{i}", "email": f"u{i}@x"} for i in (4, 5)])
+    assert len(read_topic(bootstrap, f"{topic}.dlq")) == 1

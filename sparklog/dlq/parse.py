@@ -82,6 +82,13 @@ class ParseSpec:
     def with_corrupt(self) -> StructType:
         return StructType([*self.schema.fields, StructField(CORRUPT, StringType())])
 
+    def parse(self, df: DataFrame) -> DataFrame:
+        """``parse(df, self)``: the interface ``sparklog.jobs.routing`` splits a batch by."""
+        return parse(df, self)
+
+    def classify(self, value: bytes | None) -> tuple[str, str]:
+        return classify(value, self)
+
 
 def parse(df: DataFrame, spec: ParseSpec) -> DataFrame:
     """``df`` (the Kafka source schema) with the parsed value as a struct column ``PARSED``."""

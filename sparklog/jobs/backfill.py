@@ -1,13 +1,15 @@
 """Backfill a Delta table from a range of a topic, once: running the same range again adds
 nothing.
 
-    python -m sparklog.jobs.backfill --bootstrap HOST:PORT --topic T --table PATH --schema DDL \\
+    python -m sparklog.jobs.backfill --bootstrap HOST:PORT --topic T --table PATH \\
+        (--schema DDL | --schema-registry URL [--subject S] [--value-format avro|json]) \\
         (--from-offsets JSON --to-offsets JSON | --from-time T --to-time T) [--dlq-topic T]
 
 Offsets are Spark's Kafka JSON (``{"T": {"0": 0, "1": 0}}``, -2 earliest, -1 latest; the end is
 exclusive); times are ISO 8601 (UTC when no zone is given) or epoch milliseconds. The range is
 read with ``spark.read.format("sparklog")`` (``startingOffsets``/``endingOffsets`` or
-``startingTimestamp``/``endingTimestamp``), parsed like ``stream_to_delta`` does, the bad
+``startingTimestamp``/``endingTimestamp``), parsed (or decoded with the registry's
+schema) like ``stream_to_delta`` does, the bad
 records go to the dead-letter topic (``T.dlq`` by default) and the good ones are committed in
 ONE Delta commit with the txn ``(sparklog-backfill:<digest of topic and range>, 0)``.
 
@@ -33,8 +35,8 @@ from deltalake import Transaction
 
 from sparklog.client.admin import ensure_topics, partition_count
 from sparklog.delta.sink import DeltaSink
-from sparklog.dlq.parse import ParseSpec
 from sparklog.dlq.producer import DeadLetterProducer
+from sparklog.jobs.registry_values import table_schema_mode, value_spec
 from sparklog.jobs.routing import dlq_state_dir, route_batch
 from sparklog.jobs.runner import spark_job
 from sparklog.jobs.settings import JobSettings, job_parser
@@ -106,8 +108,9 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings) ->
     options = range_options(args)
     writer_id = app_id(args.topic, options)
     dlq_topic = args.dlq_topic or args.topic + settings["dlq.topicSuffix"]
+    spec = value_spec(args, settings, args.topic)
     sink = DeltaSink(args.table, writer_id=writer_id, partition_by=settings.partition_by(),
-                     schema_mode=settings.schema_mode())
+                     schema_mode=table_schema_mode(spec, settings))
     if sink.recorded_version(writer_id) is not None:
         log.info("backfill %s of %s %s is already in %s: nothing to do", writer_id,
                  args.topic, options, args.table)
@@ -121,7 +124,7 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings) ->
     dlq = DeadLetterProducer(args.bootstrap, writer_id=writer_id, state_dir=dlq_state_dir(sink),
                              destinations=[dlq_topic], client_config=settings.client_security())
     try:
-        outcome = route_batch(reader.load(), ParseSpec.from_ddl(args.schema), sink,
+        outcome = route_batch(reader.load(), spec, sink,
                               [Transaction(writer_id, 0)], dlq, "0", lambda letter: dlq_topic)
     finally:
         dlq.close()

@@ -3,12 +3,14 @@ back to the dead-letter topic (one more attempt) or, after ``--max-attempts``, t
 topic.
 
     python -m sparklog.jobs.replay_dlq --bootstrap HOST:PORT --dlq-topic D --table PATH \\
-        --schema DDL [--group-id G] [--max-attempts N] [--parking-topic P]
+        (--schema DDL | --schema-registry URL [--subject S] [--value-format avro|json]) \\
+        [--group-id G] [--max-attempts N] [--parking-topic P]
 
 One run handles what the dead-letter topic holds when it starts (dead letters it sends back
 are for the next run), partition by partition, in chunks of ``replay.batchSize`` offsets from
 the consumer group's committed offset (``D.replay`` by default). A chunk is parsed with the
-same code as ``stream_to_delta``; its good rows are committed to Delta with the txn
+same code as ``stream_to_delta`` (with the registry, the subject defaults to that of the
+topic D names, D without ``dlq.topicSuffix``); its good rows are committed to Delta with the txn
 ``(sparklog-replay:<group>:<D>:<partition>, <end offset of the chunk>)``, then the chunk's end
 is committed to the group (``sparklog.offsets.OffsetCommitter``, synchronously).
 
@@ -46,8 +48,8 @@ from sparklog.client.watch import WatchedConsumer
 from sparklog.datasource.schema import source_schema
 from sparklog.delta.sink import DeltaSink
 from sparklog.dlq.headers import DeadLetter
-from sparklog.dlq.parse import ParseSpec
 from sparklog.dlq.producer import DeadLetterProducer
+from sparklog.jobs.registry_values import table_schema_mode, value_spec
 from sparklog.jobs.routing import BatchOutcome, dlq_state_dir, route_batch
 from sparklog.jobs.runner import run_job
 from sparklog.jobs.settings import JobSettings, job_parser
@@ -90,11 +92,13 @@ class Replay:
         if self.max_attempts < 1:
             raise SystemExit(f"--max-attempts must be at least 1, got {self.max_attempts}")
         self.chunk = settings.integer("replay.batchSize")
-        self.spec = ParseSpec.from_ddl(args.schema)
+        # the dead letters of topic T (in T + dlq.topicSuffix) have T's subject
+        self.spec = value_spec(args, settings,
+                               self.topic.removesuffix(settings["dlq.topicSuffix"]))
         self.writer_id = f"{APP_PREFIX}{self.group}:{self.topic}"
         self.sink = DeltaSink(args.table, writer_id=self.writer_id,
                               partition_by=settings.partition_by(),
-                              schema_mode=settings.schema_mode())
+                              schema_mode=table_schema_mode(self.spec, settings))
         self.dlq = DeadLetterProducer(args.bootstrap, writer_id=self.writer_id,
                                       state_dir=dlq_state_dir(self.sink),
                                       destinations=[self.topic, self.parking],

@@ -16,26 +16,42 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pyspark import StorageLevel
 
 from sparklog.delta.sink import BatchResult, DeltaSink
 from sparklog.dlq.headers import DeadLetter
-from sparklog.dlq.parse import ParseSpec, bad_rows, classify, good_rows, parse
+from sparklog.dlq.parse import bad_rows, good_rows
 from sparklog.dlq.producer import DeadLetterProducer, SendResult
 from sparklog.faults import fault_point
 
 if TYPE_CHECKING:
     from deltalake import Transaction
     from pyspark.sql import DataFrame, Row
+    from pyspark.sql.types import StructType
 
 
-def dead_letters(rows: Iterable[Row], spec: ParseSpec) -> Iterator[DeadLetter]:
+class ValueSpec(Protocol):
+    """How a job turns values into table rows: ``sparklog.dlq.parse.ParseSpec`` (JSON and
+    a DDL schema) or ``sparklog.jobs.registry_values.RegistryValues`` (the registry's)."""
+
+    @property
+    def schema(self) -> StructType: ...  # the good rows' columns
+
+    @property
+    def required(self) -> tuple[str, ...]: ...  # the columns declared NOT NULL
+
+    def parse(self, df: DataFrame) -> DataFrame: ...  # adds the struct ``PARSED``
+
+    def classify(self, value: bytes | None) -> tuple[str, str]: ...  # a bad value's error
+
+
+def dead_letters(rows: Iterable[Row], spec: ValueSpec) -> Iterator[DeadLetter]:
     """Bad rows (``bad_rows``) as dead letters, each with its error."""
     for row in rows:
         value = bytes(row.value) if row.value is not None else None
-        error_class, message = classify(value, spec)
+        error_class, message = spec.classify(value)
         yield DeadLetter.from_record(
             key=bytes(row.key) if row.key is not None else None, value=value,
             headers=[(h.key, bytes(h.value) if h.value is not None else None)
@@ -59,13 +75,13 @@ class BatchOutcome:
                 f"committed as Delta version {self.delta.table_version}")
 
 
-def route_batch(df: DataFrame, spec: ParseSpec, sink: DeltaSink,
+def route_batch(df: DataFrame, spec: ValueSpec, sink: DeltaSink,
                 transactions: Sequence[Transaction], dlq: DeadLetterProducer, batch_key: str,
                 destination: Callable[[DeadLetter], str]) -> BatchOutcome:
     """Write a batch's good rows to Delta once and its bad rows to ``destination(letter)``."""
     # parsed once for both the Delta files and the dead letters; on disk, which measured as
     # fast as memory here and leaves the executors' heap alone
-    parsed = parse(df, spec).persist(StorageLevel.DISK_ONLY)
+    parsed = spec.parse(df).persist(StorageLevel.DISK_ONLY)
     sent: list[SendResult] = []
 
     def send_dead_letters() -> None:

@@ -3,7 +3,8 @@
 Invariants:
 - Settings are loaded and ``check``-ed before Spark starts, so a bad setting fails at once;
   a failure the user can act on (a setting, a ``--schema`` that does not parse, a topic that
-  is missing or cannot be created, a refused login or a client of another security protocol
+  is missing or cannot be created, a registry subject without a usable schema
+  (``RegistrySchemaError``), a refused login or a client of another security protocol
   than the listener's, ``client.failures.ConnectionFailure``, and no bootstrap server
   answering, raised by the job or carried in the error of a Spark query whose sparklog
   source or sink raised it) ends the job with one line naming it and exit code 1, not a
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 from sparklog.client.admin import TopicError
 from sparklog.client.failures import ConnectionFailure
 from sparklog.dlq.parse import ParseSpec, SchemaError
+from sparklog.jobs.registry_values import RegistrySchemaError
 from sparklog.jobs.settings import JobSettings
 from sparklog.jobs.spark import build_spark
 from sparklog.signals import Stop, stop_on_signals
@@ -75,9 +77,10 @@ def spark_job(app_name: str, args: argparse.Namespace,
         check(settings)
     spark = build_spark(app_name, settings, args.master)
     try:
-        ParseSpec.from_ddl(args.schema)  # a bad --schema fails now, before any work
+        if args.schema:
+            ParseSpec.from_ddl(args.schema)  # a bad --schema fails now, before any work
         yield spark, settings
-    except (TopicError, SchemaError, ConnectionFailure) as error:
+    except (TopicError, SchemaError, RegistrySchemaError, ConnectionFailure) as error:
         raise SystemExit(str(error)) from None
     except Exception as error:
         cause = _CLIENT_FAILURE.search(str(error))

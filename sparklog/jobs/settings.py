@@ -115,9 +115,17 @@ def job_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", required=True,
                         metavar="HOST:PORT", help="Kafka bootstrap servers")
     parser.add_argument("--table", required=True, help="Delta table path (created if missing)")
-    parser.add_argument("--schema", required=True,
+    parser.add_argument("--schema",
                         help="DDL schema of the JSON values, e.g. 'id BIGINT NOT NULL, user "
-                             "STRING'; NOT NULL top-level fields are required")
+                             "STRING'; NOT NULL top-level fields are required (without it: "
+                             "the subject's schema from --schema-registry)")
+    parser.add_argument("--schema-registry", metavar="URL",
+                        help="schema registry whose latest version of --subject gives the "
+                             "table's columns; values in Confluent's wire format (default: "
+                             "the schema.registry.url setting)")
+    parser.add_argument("--subject", help="the values' subject (default: TOPIC-value)")
+    parser.add_argument("--value-format", choices=("avro", "json"),
+                        help="the values' format (default: the subject's schema type)")
     parser.add_argument("--conf-dir", help=f"directory with jobs.properties and "
                                            f"spark-local.conf (default: ${CONF_ENV}, else the "
                                            f"defaults in the package)")

@@ -1,15 +1,25 @@
-"""Stream a topic of JSON records into a Delta table exactly once; bad records to a dead-letter
-topic.
+"""Stream a topic of JSON (or registry-framed Avro / JSON) records into a Delta table exactly
+once; bad records to a dead-letter topic.
 
     python -m sparklog.jobs.stream_to_delta --bootstrap HOST:PORT --topic T --table PATH \\
-        --checkpoint PATH --schema DDL [--dlq-topic T] [--trigger availableNow|processingTime=10s]
+        --checkpoint PATH (--schema DDL | --schema-registry URL [--subject S]
+        [--value-format avro|json]) [--dlq-topic T] [--trigger availableNow|processingTime=10s]
         [--group-id G] [--conf-dir DIR] [--set key=value ...] [--master URL]
 
 Reads ``T`` with ``spark.readStream.format("sparklog")`` (from ``stream.startingOffsets``),
-parses each value with the DDL schema (``sparklog.dlq.parse``) and, per micro-batch
-(``foreachBatch``): sends the records that fail to parse to the dead-letter topic (``T.dlq``
-by default), then commits the good ones to the Delta table in one commit carrying the txn
+parses each value with the DDL schema (``sparklog.dlq.parse``), or decodes it with the
+latest schema of the subject (``T-value`` by default) in the schema registry
+(``sparklog.jobs.registry_values``), and, per micro-batch (``foreachBatch``): sends the
+records that fail to parse or decode to the dead-letter topic (``T.dlq`` by default), then
+commits the good ones to the Delta table in one commit carrying the txn
 ``(sparklog-stream:<query id>, batch id)``. Logs one line per batch.
+
+Schema evolution (registry): the subject's latest version is asked once per batch, before
+the batch is decoded. A new version is logged as one line, the batch and those after it are
+decoded into it (older records' added fields get their defaults) and its added fields become
+nullable table columns in that batch's write. The query goes on: its own schema is the
+source's (bytes), so nothing stops or restarts, and batch boundaries, txns and dead-letter
+intents are those of any batch.
 
 Invariants:
 - The app id is the query id Spark keeps in the checkpoint: a restart from the same
@@ -36,9 +46,9 @@ from typing import TYPE_CHECKING
 from sparklog.client.admin import ensure_topics, partition_count
 from sparklog.datasource.checkpoints import clear_interrupted_first_batch
 from sparklog.delta.sink import DeltaSink
-from sparklog.dlq.parse import ParseSpec
 from sparklog.dlq.producer import DeadLetterProducer
-from sparklog.jobs.routing import dlq_state_dir, route_batch
+from sparklog.jobs.registry_values import RegistryValues, table_schema_mode, value_spec
+from sparklog.jobs.routing import ValueSpec, dlq_state_dir, route_batch
 from sparklog.jobs.runner import quiet_interrupted_batch, run_job
 from sparklog.jobs.settings import JobSettings, job_parser
 from sparklog.jobs.spark import sparklog_reader
@@ -91,7 +101,7 @@ class BatchWriter:
     """The ``foreachBatch`` function: one ``route_batch`` per micro-batch."""
 
     def __init__(self, spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
-                 spec: ParseSpec, dlq_topic: str, stop: Stop) -> None:
+                 spec: ValueSpec, dlq_topic: str, stop: Stop) -> None:
         self.spark = spark
         self.stop = stop
         self.args = args
@@ -107,7 +117,7 @@ class BatchWriter:
             app_id = APP_PREFIX + query_id
             self._sink = DeltaSink(self.args.table, writer_id=app_id,
                                    partition_by=self.settings.partition_by(),
-                                   schema_mode=self.settings.schema_mode())
+                                   schema_mode=table_schema_mode(self.spec, self.settings))
             self._dlq = DeadLetterProducer(self.args.bootstrap, writer_id=app_id,
                                            state_dir=dlq_state_dir(self._sink),
                                            destinations=[self.dlq_topic],
@@ -121,6 +131,8 @@ class BatchWriter:
 
         started = time.monotonic()
         sink, dlq = self._open()
+        if isinstance(self.spec, RegistryValues):
+            self.spec = self.spec.refreshed()
         try:
             outcome = route_batch(df, self.spec, sink, [Transaction(sink.writer_id, batch_id)],
                                   dlq, str(batch_id), lambda letter: self.dlq_topic)
@@ -160,8 +172,8 @@ def run(spark: SparkSession, args: argparse.Namespace, settings: JobSettings,
     security = settings.client_security()
     ensure_topics(args.bootstrap,
                   {dlq_topic: partition_count(args.bootstrap, args.topic, security)}, security)
-    writer = BatchWriter(spark, args, settings, ParseSpec.from_ddl(args.schema), dlq_topic,
-                         stop)
+    writer = BatchWriter(spark, args, settings, value_spec(args, settings, args.topic),
+                         dlq_topic, stop)
     query = start(spark, args, settings, writer)
     try:
         while query.isActive and not stop.requested:
