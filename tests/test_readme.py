@@ -124,7 +124,8 @@ PLANS: list[tuple[str, Plan]] = [
     ("sparklog transactions list", Plan("shell", (BROKER, EVENTS, TRANSACTION))),
     ('"kafka.sasl.jaas.config"', Plan("spark")),
     ("sparklog certs create", Plan("shell")),
-    ("python -m sparklog.jobs.stream_to_delta", Plan("shell", READS_EVENTS)),
+    ("--checkpoint /tmp/sparklog/checkpoints/events", Plan("shell", READS_EVENTS)),
+    ("--schema-registry http://127.0.0.1:8081", Plan("shell", (BROKER,))),
     ("docker compose up", Plan(SKIP, reason=NO_CONTAINER_ENGINE)),
     ("docker compose exec", Plan(SKIP, reason=NO_CONTAINER_ENGINE)),
 ]
@@ -255,8 +256,8 @@ def _wait_for_output(proc: subprocess.Popen[str], wanted: str, timeout: float) -
         if time.monotonic() > deadline:
             raise AssertionError(f"no {wanted!r} within {timeout}s:\n{seen}")
         ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            seen += os.read(proc.stdout.fileno(), 65536).decode()
+        if ready:  # the pipe, not readline: two lines in one write would leave one unseen
+            seen += os.read(proc.stdout.fileno(), 65536).decode(errors="replace")
     return seen
 
 
@@ -326,7 +327,15 @@ def _the_lake_holds_what_the_readme_says(place: Place) -> None:
     assert fields == {"user": False, "clicks": True}
 
 
-CHECKS = {"python -m sparklog.jobs.stream_to_delta": _the_lake_holds_what_the_readme_says}
+def _the_users_table_has_the_registry_schema(place: Place) -> None:
+    """The Avro records are in the table, with the subject's fields as its columns."""
+    table = DeltaTable(str(place.root / "sparklog" / "lake" / "users"))
+    assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": i, "name": f"user-{i}"} for i in range(3)]
+
+
+CHECKS = {"--checkpoint /tmp/sparklog/checkpoints/events": _the_lake_holds_what_the_readme_says,
+          "--checkpoint /tmp/sparklog/checkpoints/users": _the_users_table_has_the_registry_schema}
 """What a block must leave behind, beyond exiting 0 (by a marker of the block)."""
 
 
