@@ -370,3 +370,39 @@ def test_stream_to_delta_takes_the_registry_schema_and_evolves_the_table(
     assert run() == ([{"id": i, "name": f"u{i}", "email": None} for i in range(4)]
                      + [{"id": i, "name": f"u{i}", "email": f"u{i}@x"} for i in (4, 5)])
     assert len(read_topic(bootstrap, f"{topic}.dlq")) == 1
+
+
+def test_backfill_decodes_json_schema_values_from_the_registry(
+        spark, jobs_broker: BrokerProcess, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from sparklog.jobs.registry_values import RegistrySchemaError
+
+    register(spark)
+    bootstrap, topic, table = jobs_broker.bootstrap, "json-orders", tmp_path / "table"
+    ensure_topics(bootstrap, {topic: 1})
+    order = {"type": "object", "properties": {"id": {"type": "integer"},
+                                              "item": {"type": "string"}}}
+    serialize = JSONSerializer(json.dumps(order),
+                               SchemaRegistryClient({"url": jobs_broker.schema_registry_url}))
+    context = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(3):
+        producer.produce(topic, value=serialize({"id": i, "item": f"i{i}"}, context))
+    producer.produce(topic, value=None)  # a tombstone: a bad record
+    assert producer.flush(30) == 0
+    argv = ["--bootstrap", bootstrap, "--topic", topic, "--table", str(table),
+            "--schema-registry", jobs_broker.schema_registry_url,
+            "--from-offsets", json.dumps({topic: {"0": -2}}),
+            "--to-offsets", json.dumps({topic: {"0": -1}})]
+
+    with pytest.raises(RegistrySchemaError, match="has a JSON schema"):
+        backfill.run(spark, backfill.parse_args([*argv, "--value-format", "avro"]), _settings())
+    assert backfill.run(spark, backfill.parse_args(argv), _settings()) == 0
+    rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    assert sorted(rows, key=lambda r: r["id"]) == [{"id": i, "item": f"i{i}"} for i in range(3)]
+    dead = read_topic(bootstrap, f"{topic}.dlq")
+    assert [_headers(r)["dlq.error.class"] for r in dead] == ["NullValue"]
