@@ -29,6 +29,17 @@ Invariants:
 - A null value (a tombstone), bad framing, an unknown schema id or bytes that do not decode
   make a bad row, never a failed batch; a registry that does not answer fails the batch
   (no record's fault).
+- A batch replayed after a crash is decoded with the latest version at the replay, which
+  may be newer than its first attempt's. Its rows are committed all at once by the replay,
+  and its dead letters are found by their origin, so a record lands once as long as it is
+  good (or bad) under both versions: a compatible version that adds fields keeps good
+  records good; a value that did not decode at all (framing, unknown id, bad bytes) stays
+  bad. The one case not covered: a record whose writer schema the older reader could not
+  resolve but the newer can, replayed across that registration.
+- The registry client's settings are ``schema.registry.url`` (or ``--schema-registry``) and
+  ``schema.registry.<setting>`` for confluent-kafka's ``basic.auth.user.info``,
+  ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location`` (the source's
+  ``schemaRegistry.*`` names).
 """
 
 from __future__ import annotations
@@ -51,11 +62,17 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from sparklog.dlq.parse import ParseSpec
+    from sparklog.jobs.routing import ValueSpec
     from sparklog.jobs.settings import JobSettings
 
 log = logging.getLogger(__name__)
 
 FORMATS = {"avro": "AVRO", "json": "JSON"}
+SETTING_PREFIX = "schema.registry."
+REGISTRY_SETTINGS = ("url", "basic.auth.user.info", "ssl.ca.location",
+                     "ssl.certificate.location", "ssl.key.location")
+"""The registry client's settings the jobs take (``RegistryConfig``'s, confluent-kafka's
+names; the source's ``schemaRegistry.*`` are the same)."""
 UNDECODABLE = "UndecodableRecord"
 
 
@@ -74,13 +91,9 @@ class RegistryValues:
     required: tuple[str, ...] = ()
 
     @classmethod
-    def latest(cls, url: str, subject: str, value_format: str | None = None) -> RegistryValues:
+    def latest(cls, config: RegistryConfig, subject: str,
+               value_format: str | None = None) -> RegistryValues:
         """The subject's latest version; ``value_format`` None: the schema's own type."""
-        return cls._of(RegistryConfig((("url", url),)), subject, value_format)
-
-    @classmethod
-    def _of(cls, config: RegistryConfig, subject: str,
-            value_format: str | None) -> RegistryValues:
         from pyspark.sql.pandas.types import from_arrow_type
 
         from sparklog.delta.schema import nullable
@@ -117,7 +130,7 @@ class RegistryValues:
     def refreshed(self) -> RegistryValues:
         """The subject's latest version now: ``self`` when unchanged, else the new one
         (logged as one line naming the columns it adds)."""
-        latest = self._of(self.config, self.subject, self.format)
+        latest = self.latest(self.config, self.subject, self.format)
         if latest.chosen.schema_id == self.chosen.schema_id:
             return self
         added = [n for n in latest.schema.fieldNames() if n not in self.schema.fieldNames()]
@@ -195,14 +208,19 @@ def value_spec(args: argparse.Namespace, settings: JobSettings,
 
     if args.schema:
         return ParseSpec.from_ddl(args.schema)
-    url = args.schema_registry or settings.values.get("schema.registry.url", "")
-    if not url:
+    given = {name: settings.values.get(f"{SETTING_PREFIX}{name}", "")
+             for name in REGISTRY_SETTINGS}
+    given["url"] = args.schema_registry or given["url"]
+    if not given["url"]:
         raise SystemExit("give --schema (a DDL schema of JSON values) or --schema-registry URL "
                          "(the subject's schema; or the schema.registry.url setting)")
-    return RegistryValues.latest(url, args.subject or f"{topic}-value", args.value_format)
+    values = RegistryValues.latest(RegistryConfig(tuple((k, v) for k, v in given.items() if v)),
+                                   args.subject or f"{topic}-value", args.value_format)
+    log.info("values decoded with %s", values.describe)
+    return values
 
 
-def table_schema_mode(spec: ParseSpec | RegistryValues, settings: JobSettings) -> str | None:
+def table_schema_mode(spec: ValueSpec, settings: JobSettings) -> str | None:
     """The Delta sink's schema mode: ``merge`` for the registry's schema (a new version's
     added fields become columns), else the ``delta.schemaMode`` setting."""
     return "merge" if isinstance(spec, RegistryValues) else settings.schema_mode()
