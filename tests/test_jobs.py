@@ -408,3 +408,11 @@ def test_backfill_decodes_json_schema_values_from_the_registry(
     assert sorted(rows, key=lambda r: r["id"]) == [{"id": i, "item": f"i{i}"} for i in range(3)]
     dead = read_topic(bootstrap, f"{topic}.dlq")
     assert [_headers(r)["dlq.error.class"] for r in dead] == ["NullValue"]
+
+    # replay_dlq takes the subject of the topic the dead letters came from
+    replay = ["--bootstrap", bootstrap, "--dlq-topic", f"{topic}.dlq", "--table", str(table),
+              "--schema-registry", jobs_broker.schema_registry_url]
+    assert replay_dlq.run(spark, replay_dlq.parse_args(replay), _settings(), Stop()) == 0
+    again = [_headers(r) for r in read_topic(bootstrap, f"{topic}.dlq")]
+    assert [(h["dlq.error.class"], h["dlq.attempt"]) for h in again] == [
+        ("NullValue", "1"), ("NullValue", "2")]
