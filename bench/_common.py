@@ -29,12 +29,21 @@ def peak_rss_mib() -> float:
 def vm_hwm_mib(pid: int | None) -> float:
     """Peak resident set size of another process, from /proc/<pid>/status (VmHWM), in MiB;
     NaN when there is no such process (any more)."""
+    return _status_mib(pid, "VmHWM")
+
+
+def vm_rss_mib(pid: int | None) -> float:
+    """Resident set size of another process now (VmRSS), in MiB; NaN without the process."""
+    return _status_mib(pid, "VmRSS")
+
+
+def _status_mib(pid: int | None, field: str) -> float:
     try:
         status = Path(f"/proc/{pid}/status").read_text() if pid is not None else ""
     except OSError:
         status = ""
     for line in status.splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 

@@ -114,11 +114,11 @@ class PlainFile:
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = 0
-        self.reservation = BlockReservation(self.fd) if reserved else None
+        self.reservation = BlockReservation() if reserved else None
 
     def write(self, batch: bytes) -> None:
         if self.reservation is not None:
-            self.reservation.ensure(self.size, self.size + len(batch))
+            self.reservation.ensure(self.fd, self.size, self.size + len(batch))
         self.size += os.write(self.fd, batch)
 
     def validate_and_writev(self, batch: bytes) -> None:

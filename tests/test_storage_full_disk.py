@@ -14,12 +14,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import os
 import struct
 import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from broker_fixtures import (
@@ -265,32 +265,25 @@ def test_a_clean_on_a_full_disk_changes_nothing_and_works_once_space_returns(
     manager.close()
 
 
-class _FullFile:
-    """An index file on a full disk: every write fails (ENOSPC), as a buffered file's
-    write or flush does once its buffer must reach the disk."""
-
-    def __init__(self, real: Any) -> None:
-        self.real = real
-
-    def write(self, data: bytes) -> int:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    def close(self) -> None:
-        self.real.close()
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-
-def test_an_index_that_cannot_write_its_file_keeps_its_entries(tmp_path: Path) -> None:
+def test_an_index_that_cannot_write_its_file_keeps_its_entries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The active offset index loses its file mid-append: lookups keep answering from
-    memory, the file goes (never a torn one), and closing writes it whole, as a reopen
-    reads it."""
-    index = OffsetIndex(tmp_path / "00000000000000000000.index", 0, 1 << 20)
+    memory, the file goes (never a torn one, nor one with a hole: a write after the failure
+    that would succeed is not made, though the open-file cache may reopen it), and closing
+    writes it whole, as a reopen reads it."""
+    name = "00000000000000000000.index"
+    index = OffsetIndex(tmp_path, name, 0, 1 << 20)
     index.open_for_append()
     index.append(10, 100)
-    index._file = _FullFile(index._file)  # the disk fills up
-    index.append(20, 200)
-    index.append(30, 300)
+
+    def full(fd: int, data: bytes, position: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as disk_full:
+        disk_full.setattr(os, "pwrite", full)  # the disk fills up
+        index.append(20, 200)
+    index.append(30, 300)  # space came back: still not written until the close
     assert not index.path.exists()
     assert index.lookup(25) == (20, 200) and index.entries == 3
     index.close()
-    assert OffsetIndex(index.path, 0, 1 << 20).lookup(35) == (30, 300)
+    assert OffsetIndex(tmp_path, name, 0, 1 << 20).lookup(35) == (30, 300)

@@ -81,7 +81,14 @@ def _check_everything(
         assert positions == _expected_index_positions(segment, config.index_interval_bytes)
     stems = {segment_name(s.base_offset) for s in log.segments}
     files = segment_files(log.directory)
-    assert files[".log"] == files[".index"] == files[".timeindex"] == stems
+    # an active segment's index files are made with their first entry
+    sealed = stems - {segment_name(log.active.base_offset)}
+    assert files[".log"] == stems
+    assert files.get(".index", set()) - stems == files.get(".timeindex", set()) - stems == set()
+    assert files.get(".index", set()) & sealed == files.get(".timeindex", set()) & sealed \
+        == sealed
+    if log.active.offset_index.entries:
+        assert segment_name(log.active.base_offset) in files[".index"]
     records = offsets_and_timestamps(stored)
     for target in {t + d for _, t in records for d in (0, 1)} | set(targets):
         assert log.offset_for_timestamp(target) == expected_offset_for_timestamp(records, target)
@@ -123,9 +130,10 @@ def test_rolls_by_segment_bytes_into_kafka_named_files(tmp_path: Path) -> None:
     assert [s.base_offset for s in log.segments] == [0, 6, 12, 18]
     assert [s.size for s in log.segments] == [3 * len(batch)] * 3 + [len(batch)]
     names = {p.name for p in (tmp_path / "topic-0").iterdir()}
-    for base in ("00000000000000000000", "00000000000000000006", "00000000000000000012",
-                 "00000000000000000018"):
+    for base in ("00000000000000000000", "00000000000000000006", "00000000000000000012"):
         assert {f"{base}.log", f"{base}.index", f"{base}.timeindex"} <= names
+    # the active segment has no index entry yet: its index files come with the first one
+    assert "00000000000000000018.log" in names
     check_log(log, stored)
     log.close(NOW)
 

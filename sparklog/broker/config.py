@@ -57,6 +57,13 @@ BROKER_DEFAULTS: dict[str, str] = {
     "auto.create.topics.enable": "true",
     "delete.topic.enable": "true",
     "socket.request.max.bytes": "104857600",
+    # connections (Kafka's: no limit by default) and descriptors (log.open.files.max is
+    # sparklog's own, -1: a quarter of the descriptor limit; max.broker.partitions KIP-578's
+    # name, -1: ten per descriptor; storage/log_manager.py)
+    "max.connections": "2147483647",
+    "max.connections.per.ip": "2147483647",
+    "log.open.files.max": "-1",
+    "max.broker.partitions": "-1",
     "max.request.partition.size.limit": "2000",
     "log.retention.check.interval.ms": "300000",
     "log.flush.scheduler.interval.ms": "1000",
@@ -116,6 +123,7 @@ BROKER_DEFAULTS: dict[str, str] = {
 
 _INT_KEYS = {
     "node.id", "num.partitions", "default.replication.factor", "socket.request.max.bytes",
+    "max.connections", "max.connections.per.ip", "log.open.files.max", "max.broker.partitions",
     "max.request.partition.size.limit",
     "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms",
     "log.flush.offset.checkpoint.interval.ms", "offsets.topic.num.partitions",

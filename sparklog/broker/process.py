@@ -13,12 +13,15 @@ Invariants:
 - The child runs ``python -m sparklog.cli broker`` with the same interpreter, so it sees the
   same installed packages; its stderr goes to ``<data_dir>/../broker-<port>.log`` or a given
   file, never to a pipe that could fill up and block it.
+- ``max_open_files`` sets the child's RLIMIT_NOFILE, soft and hard, before it starts (tests
+  of a broker short of descriptors); without it the child inherits this process's limits.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -37,7 +40,8 @@ _REGISTRY = re.compile(r"schema registry on (?P<url>\S+)")
 class BrokerProcess:
     def __init__(self, data_dir: Path, config: Mapping[str, str] | None = None, *,
                  port: int = 0, log_file: Path | None = None,
-                 env: Mapping[str, str] | None = None, detached: bool = False) -> None:
+                 env: Mapping[str, str] | None = None, detached: bool = False,
+                 max_open_files: int | None = None) -> None:
         self.data_dir = data_dir
         self.config = dict(config or {})
         self.env = dict(env or {})  # e.g. SPARKLOG_FAULT_POINT for crash tests
@@ -49,6 +53,7 @@ class BrokerProcess:
         self.listeners: dict[str, str] = {}
         """Further listeners (after the first, ``bootstrap``): name -> advertised address."""
         self.detached = detached  # outlives this process: own session, stdout to a file
+        self.max_open_files = max_open_files  # RLIMIT_NOFILE, soft and hard (tests)
         self._proc: subprocess.Popen[str] | None = None
 
     @property
@@ -65,7 +70,9 @@ class BrokerProcess:
         stdout = open(stdout_file, "w") if self.detached else subprocess.PIPE
         self._proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, text=True,
                                       stdin=subprocess.DEVNULL, start_new_session=self.detached,
-                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
+                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                                      preexec_fn=self._limit_open_files
+                                      if self.max_open_files else None)
         stderr.close()
         if self.detached:
             stdout.close()  # type: ignore[union-attr]
@@ -76,6 +83,11 @@ class BrokerProcess:
                 follower.close()
         assert self._proc.stdout is not None
         return self._await_listening(self._proc.stdout, timeout)
+
+    def _limit_open_files(self) -> None:
+        """In the child, before it runs the broker: its descriptor limit, soft and hard."""
+        limit = self.max_open_files
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
     def _await_listening(self, lines: _Follow | IO[str], timeout: float) -> BrokerProcess:
         deadline = time.monotonic() + timeout

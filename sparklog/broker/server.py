@@ -24,6 +24,14 @@ Invariants:
   answer is written.
 - Warnings about closed connections are rate-limited (``WarningLimiter``): a burst of bad
   connections gives a few lines and a count, not a line each.
+- ``max.connections`` and ``max.connections.per.ip`` (Kafka's names and defaults: no limit)
+  bound the broker's open client connections, over all its listeners (``ConnectionQuotas``,
+  one per broker); a connection past either is closed at once, before anything is read
+  (Kafka closes one past the per-address limit so too; past ``max.connections`` its
+  acceptor waits instead), counted (``refused``, and in the request metrics per listener)
+  and logged once a minute at most, with a count of the rest.
+- An idle connection costs its task, session and transport: no receive buffer is held
+  between requests (``FrameProtocol`` returns its staging buffer to a shared pool).
 - Every accepted connection has TCP_NODELAY (``_no_delay``), as Kafka's sockets do: Nagle's
   algorithm would hold a small response back for the client's delayed ACK.
 - On a cluster broker a connection's requests are pipelined (``request_context``: a request
@@ -53,6 +61,7 @@ import logging
 import os
 import socket
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
@@ -116,6 +125,54 @@ class _Descriptor:
         return len(data)
 
 
+class ConnectionQuotas:
+    """Kafka's ``max.connections`` and ``max.connections.per.ip``: open client connections
+    of one broker, in all and per client address, over all its listeners."""
+
+    def __init__(self, max_connections: int, max_per_ip: int) -> None:
+        self.max_connections = max_connections
+        self.max_per_ip = max_per_ip
+        self.total = 0
+        self.per_ip: dict[str, int] = {}
+        self.refused = 0  # connections refused since start
+
+    def admit(self, address: str) -> str | None:
+        """Count a new connection from ``address`` in; else why it is refused."""
+        if self.total >= self.max_connections:
+            self.refused += 1
+            return f"the broker has the configured maximum of {self.max_connections} " \
+                   "connections (max.connections)"
+        count = self.per_ip.get(address, 0)
+        if count >= self.max_per_ip:
+            self.refused += 1
+            return f"{address} has the configured maximum of {self.max_per_ip} connections " \
+                   "(max.connections.per.ip)"
+        self.total += 1
+        self.per_ip[address] = count + 1
+        return None
+
+    def release(self, address: str) -> None:
+        self.total -= 1
+        count = self.per_ip[address] - 1
+        if count:
+            self.per_ip[address] = count
+        else:
+            del self.per_ip[address]
+
+
+_QUOTAS: weakref.WeakKeyDictionary[Broker, ConnectionQuotas] = weakref.WeakKeyDictionary()
+
+
+def connection_quotas(broker: Broker) -> ConnectionQuotas:
+    """The broker's connection counts, shared by its listeners' servers."""
+    found = _QUOTAS.get(broker)
+    if found is None:
+        found = _QUOTAS[broker] = ConnectionQuotas(
+            broker.config.get_int("max.connections"),
+            broker.config.get_int("max.connections.per.ip"))
+    return found
+
+
 class BrokerServer:
     """Serves ``broker`` on ``sock``, a listening socket bound before the broker was loaded
     (so a port in use fails before the data directory is touched)."""
@@ -134,6 +191,8 @@ class BrokerServer:
         self._connections: dict[asyncio.Task[None], Session] = {}
         self._max_frame = broker.config.get_int("socket.request.max.bytes")
         self._closing_warnings = WarningLimiter(log, "connections closed for bad input")
+        self.quotas = connection_quotas(broker)
+        self._refusals = WarningLimiter(log, "connections refused", burst=1, window_s=60.0)
 
     def client_software(self) -> Counter[tuple[str, str]]:
         """Open connections per client software name and version (KIP-511)."""
@@ -164,11 +223,21 @@ class BrokerServer:
         if self._server is not None:
             await self._server.wait_closed()
         self._closing_warnings.flush()
+        self._refusals.flush()
 
     async def _serve(self, frames: FrameProtocol, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         peer = writer.get_extra_info("peername")
+        address = peer[0] if peer else ""
+        refused = self.quotas.admit(address)
+        if refused is not None:
+            self._refusals.warning("refusing a connection from %s on %s: %s", address,
+                                   self.listener, refused)
+            if self.metrics is not None:
+                self.metrics.refused_connection(self.listener)
+            writer.close()
+            return
         _no_delay(writer.get_extra_info("socket"))
         session = Session(self.security,
                           certificate_principal(writer.get_extra_info("ssl_object")),
@@ -217,6 +286,7 @@ class BrokerServer:
                 pending.cancel()
                 pending.add_done_callback(_retrieved)
             self._connections.pop(task, None)
+            self.quotas.release(address)
             writer.close()
 
     async def _start(self, frame: memoryview, session: Session, writer: asyncio.StreamWriter,

@@ -48,11 +48,14 @@ _NODE_ENDPOINTS_TAG = 0
 
 @dataclass(frozen=True, slots=True)
 class FileRegion:
-    """``length`` bytes of the open file ``fd`` from ``position``, to send with sendfile."""
+    """``length`` bytes of the open file ``fd`` from ``position``, to send with sendfile;
+    ``owner`` is whatever keeps ``fd`` open until the region is sent (a segment's
+    descriptor object, which closes it when the last reference goes)."""
 
     fd: int
     position: int
     length: int
+    owner: object = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,12 +9,18 @@ Invariants:
   (offset index), so a binary search is always valid.
 - Indexes are derived data: neither is checksummed, and after an unclean shutdown the segment
   rebuilds them from the log. ``sanity_check`` catches a torn or garbled file.
-- Only the active segment's entries live in Python memory (a bytearray mirrored to the file);
-  a closed index is searched through a read-only ``mmap``, so memory stays bounded however
-  many segments a partition has.
+- Only the active segment's entries live in Python memory (a bytearray mirrored to the file
+  with ``pwrite``); a closed index is searched through a read-only ``mmap``, so memory stays
+  bounded however many segments a partition has. An active index's file is made with its
+  first entry (a new partition creates one file, its log); a sealed index always has one
+  (unless the disk was full: below).
+- Files are opened through the open-file cache (``file_handles``): the active index's
+  descriptor and a closed index's map are each one cached file, reopened when used after
+  an eviction; an index costs no descriptor at rest.
 - A failed write of the file (a full disk) never fails an append: the active index keeps its
-  entries in memory, drops the file and writes it whole when closed; a file that still
-  cannot be written is left missing, and the segment rebuilds it from its log at load.
+  entries in memory, drops the file (``_lost``: nothing is written to it again, so no hole
+  or stale entry) and writes it whole when closed; a file that still cannot be written is
+  left missing, and the segment rebuilds it from its log at load.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import os
 import struct
 from pathlib import Path
 
+from sparklog.storage.file_handles import OPEN_FILES, CachedFile, NamedFile
+
 log = logging.getLogger(__name__)
 
 
@@ -33,48 +41,77 @@ class CorruptIndexError(Exception):
     """The index file is inconsistent and must be rebuilt from its segment."""
 
 
-class _SparseIndex:
+class _SparseIndex(NamedFile):
+    __slots__ = (
+        "_active",
+        "_entries",
+        "_file",
+        "_last",
+        "_lost",
+        "_map",
+        "base_offset",
+        "max_entries",
+    )
     ENTRY: struct.Struct
 
-    def __init__(self, path: Path, base_offset: int, max_bytes: int) -> None:
-        self.path = path
+    def __init__(self, directory: Path, name: str, base_offset: int, max_bytes: int) -> None:
+        super().__init__(directory, name)
         self.base_offset = base_offset
         self.max_entries = max(1, max_bytes // self.ENTRY.size)
         self._active: bytearray | None = None  # entries of a writable index
-        self._map: mmap.mmap | memoryview | None = None  # entries of a read-only index
-        self._file = None
-        size = path.stat().st_size if path.exists() else 0
-        self._entries = size // self.ENTRY.size
+        self._map: mmap.mmap | None = None  # entries of a read-only index, while cached
+        self._file: CachedFile | None = None  # a writable index's file
+        self._lost = False  # a write of the active index's file failed: kept in memory only
+        try:
+            self._entries = os.stat(self.where).st_size // self.ENTRY.size
+        except FileNotFoundError:
+            self._entries = 0
         self._last: tuple[int, int] | None = None  # cached last entry (appends compare to it)
 
     # -- buffers -------------------------------------------------------------------------
-    def _buffer(self) -> bytes | bytearray | mmap.mmap | memoryview:
+    def _buffer(self) -> bytes | bytearray | mmap.mmap:
+        """The entries: in memory when writable, else a map through the open-file cache
+        (the caller's reference keeps it valid if the cache evicts it meanwhile)."""
         if self._active is not None:
             return self._active
-        if self._map is None:
+        buffer = self._map
+        if buffer is None:
             size = self._entries * self.ENTRY.size
             if size == 0:
-                self._map = memoryview(b"")
-            else:
-                with open(self.path, "rb") as f:
-                    self._map = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-        return self._map
+                return b""
+            buffer = self._map = OPEN_FILES.map(self.where, size)
+        OPEN_FILES.touch(self)
+        return buffer
+
+    def evict(self) -> None:
+        """The open-file cache needs the room: drop the map (a reader keeps its own)."""
+        self._map = None
 
     def open_for_append(self) -> None:
         """Make this the active segment's index: entries move into memory, appends go to disk."""
         if self._active is not None:
             return
         size = self._entries * self.ENTRY.size
-        data = self.path.read_bytes()[:size] if self.path.exists() else b""
+        try:
+            on_disk = os.stat(self.where).st_size
+        except FileNotFoundError:
+            on_disk = 0  # the file is made with the first entry
+        data = self.path.read_bytes()[:size] if size else b""
         self._release_map()
         self._active = bytearray(data)
-        self._file = open(self.path, "r+b" if self.path.exists() else "w+b")
-        self._file.truncate(size)
-        self._file.seek(size)
+        if on_disk != size:  # a torn entry at the end
+            handle = self._writable().handle()
+            os.ftruncate(handle.fd, size)
+
+    def _writable(self) -> CachedFile:
+        """The active index's file (its ``CachedFile`` made at the first write: an idle
+        partition's index costs no object for it)."""
+        if self._file is None:
+            self._file = CachedFile(self.where, os.O_RDWR | os.O_CREAT)
+        return self._file
 
     def _release_map(self) -> None:
-        if isinstance(self._map, mmap.mmap):
-            self._map.close()
+        OPEN_FILES.forget(self)
         self._map = None
 
     # -- queries -------------------------------------------------------------------------
@@ -115,12 +152,15 @@ class _SparseIndex:
         if self._entries >= self.max_entries:
             raise CorruptIndexError(f"index {self.path} is full")
         packed = self.ENTRY.pack(key, value)
-        self._active += packed
-        if self._file is not None:
+        if not self._lost:
             try:
-                self._file.write(packed)
+                file = self._writable()
+                handle = file.handle()
+                os.pwrite(handle.fd, packed, len(self._active))
+                file.dirty = True
             except OSError as exc:
                 self._lose_file(exc)
+        self._active += packed
         self._entries += 1
         self._last = (key, value)
 
@@ -129,10 +169,10 @@ class _SparseIndex:
         segment's lookups read them, and the file goes until ``close`` writes it whole (if
         that fails too, the segment rebuilds the missing index from its log at load)."""
         log.warning("%s: %s; the index is kept in memory", self.path, exc.strerror)
-        file, self._file = self._file, None
-        with contextlib.suppress(OSError):
-            if file is not None:
-                file.close()  # closes the descriptor even when flushing its buffer fails
+        self._lost = True
+        if self._file is not None:
+            self._file.close()
+            self._file = None
         with contextlib.suppress(OSError):
             self.path.unlink(missing_ok=True)
 
@@ -144,20 +184,19 @@ class _SparseIndex:
         size = count * self.ENTRY.size
         if self._active is not None:
             del self._active[size:]
-            if self._file is not None:
-                try:
-                    self._file.flush()
-                    self._file.truncate(size)
-                    self._file.seek(size)
+            if not self._lost and (self._file is not None or os.path.exists(self.where)):
+                try:  # (else the file is made at the first entry, or written whole at close)
+                    handle = self._writable().handle()
+                    os.ftruncate(handle.fd, size)
                 except OSError as exc:
                     self._lose_file(exc)
         else:
             self._release_map()
-            if self.path.exists():
-                os.truncate(self.path, size)
+            if os.path.exists(self.where):
+                os.truncate(self.where, size)
 
     def _check_size(self) -> None:
-        if self.path.exists() and self.path.stat().st_size % self.ENTRY.size:
+        if os.path.exists(self.where) and os.stat(self.where).st_size % self.ENTRY.size:
             raise CorruptIndexError(
                 f"{self.path} size is not a multiple of {self.ENTRY.size} bytes"
             )
@@ -169,24 +208,19 @@ class _SparseIndex:
     def flush(self) -> None:
         if self._file is not None:
             try:
-                self._file.flush()
-                os.fsync(self._file.fileno())
+                self._file.sync()
             except OSError as exc:
                 self._lose_file(exc)
 
     def close(self) -> None:
-        """Flush and turn read-only; the file keeps exactly the valid entries."""
+        """Turn read-only (the file keeps exactly the valid entries) and release the file;
+        entries are read through a map again when next searched."""
         if self._file is not None:
-            try:
-                self._file.close()
-            except OSError as exc:
-                self._lose_file(exc)
+            self._file.close()
             self._file = None
-        if self._active is not None and not self.path.exists():
+        if self._lost and self._active is not None:
             self._write_whole(self._active)
-        elif not self.path.exists():
-            with contextlib.suppress(OSError):  # missing: rebuilt at load
-                self.path.touch()
+        self._lost = False
         self._active = None
         self._release_map()
 
@@ -200,20 +234,33 @@ class _SparseIndex:
             with contextlib.suppress(OSError):
                 self.path.unlink(missing_ok=True)
 
+    def seal(self) -> None:
+        """Close for good as a sealed segment's index: its file exists, entries or not
+        (unless the disk is full: then it is rebuilt at load)."""
+        self.close()
+        if not self._entries and not os.path.exists(self.where):
+            with contextlib.suppress(OSError):
+                self.path.touch()
+
     def delete(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
 
     def rename(self, path: Path) -> None:
         """Rename the file; an open map stays valid (it follows the inode), so a reader on
-        another thread may keep searching this index while the cleaner renames it."""
-        os.replace(self.path, path)
-        self.path = path
+        another thread may keep searching this index while the cleaner renames it. An
+        active index without entries may have no file yet: then only its name changes."""
+        if self._entries or os.path.exists(self.where):
+            os.replace(self.path, path)
+        self._moved(path)
+        if self._file is not None:
+            self._file.path = os.fspath(path)
 
 
 class OffsetIndex(_SparseIndex):
     """Maps an offset to the file position of a batch at or before it."""
 
+    __slots__ = ()
     ENTRY = struct.Struct(">ii")
 
     def lookup(self, offset: int) -> tuple[int, int]:
@@ -256,6 +303,7 @@ class OffsetIndex(_SparseIndex):
 class TimeIndex(_SparseIndex):
     """Maps a timestamp to the offset of the segment's largest timestamp so far."""
 
+    __slots__ = ()
     ENTRY = struct.Struct(">qi")
 
     def lookup(self, timestamp: int) -> tuple[int, int]:

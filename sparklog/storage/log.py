@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -157,12 +158,15 @@ class PartitionLog:
     def _load(self, now_ms: int, clean: bool) -> list[LogSegment]:
         """Open every segment; return the ones recovered (their txn indexes need a rebuild)."""
         recovered = []
-        self._settle_interrupted_swaps(now_ms)
-        for path in self.directory.iterdir():
-            if path.suffix in _LEFTOVER_SUFFIXES:
-                path.unlink()
-        bases = sorted(int(p.stem) for p in self.directory.glob(f"*{LOG_SUFFIX}")
-                       if p.stem.isdigit())
+        names = os.listdir(self.directory)  # one listing (100,000 partitions load at start)
+        if any(name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for name in names):
+            self._settle_interrupted_swaps(now_ms)
+            names = os.listdir(self.directory)
+        for name in names:
+            if name.endswith(_LEFTOVER_SUFFIXES):
+                (self.directory / name).unlink()
+        bases = sorted(int(name[:-len(LOG_SUFFIX)]) for name in names
+                       if name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit())
         truncated = False
         for base in bases:
             segment = LogSegment(self.directory, base, self.config, now_ms)
@@ -614,10 +618,13 @@ class PartitionLog:
         return count
 
     # -- durability ----------------------------------------------------------------------
-    def flush(self, now_ms: int) -> None:
-        """fsync everything appended so far; the recovery point becomes the log end."""
+    def flush(self, now_ms: int, *, sync: bool = True) -> None:
+        """fsync everything appended so far; the recovery point becomes the log end.
+        ``sync`` False: the caller syncs the whole filesystem before it writes the recovery
+        point anywhere (a clean shutdown of many logs)."""
         self.await_rolled_flushes()
-        self.active.flush()
+        if sync:
+            self.active.flush()
         self.recovery_point = self.log_end_offset
         self._unflushed = 0
         self._last_flush_ms = now_ms
@@ -646,10 +653,13 @@ class PartitionLog:
         for segment in self.segments:
             segment.config = config
 
-    def close(self, now_ms: int) -> None:
-        """Clean close: fsync, snapshot producer state, release files."""
-        self.flush(now_ms)
-        self.producer_state.write_snapshot(self.log_end_offset)
+    def close(self, now_ms: int, *, sync: bool = True) -> None:
+        """Clean close: fsync, snapshot producer state (unless the log is empty: there is
+        no state), release files. ``sync`` False leaves every fsync to the caller, who
+        syncs the filesystem once for all its logs (``LogManager.close``)."""
+        self.flush(now_ms, sync=sync)
+        if self.log_end_offset or self.producer_state.producers:
+            self.producer_state.write_snapshot(self.log_end_offset, sync=sync)
         self.discard()
 
     def retire(self) -> None:

@@ -228,11 +228,13 @@ class ProducerStateManager:
         }
         return json.dumps({"offset": offset, "producers": state}).encode()
 
-    def write_snapshot(self, offset: int, data: bytes | None = None) -> None:
+    def write_snapshot(self, offset: int, data: bytes | None = None, *,
+                       sync: bool = True) -> None:
         """Atomically write the state as of ``offset`` (or ``data`` taken then by
-        ``snapshot``); keep the two newest snapshots."""
+        ``snapshot``); keep the two newest snapshots. ``sync`` False leaves the fsyncs to
+        the caller (``checkpoint.write_atomically``)."""
         path = self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
-        write_atomically(path, self.snapshot(offset) if data is None else data)
+        write_atomically(path, self.snapshot(offset) if data is None else data, sync=sync)
         for old in self.snapshot_offsets()[:-2]:
             (self.directory / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
 

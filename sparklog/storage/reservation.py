@@ -47,27 +47,32 @@ _FALLOCATE = _load_fallocate()
 
 
 class BlockReservation:
-    """The reserved range past one file's end; ``ensure`` before writing up to a position."""
+    """The reserved range past one file's end; ``ensure`` before writing up to a position
+    (the file's descriptor is given at each call: a segment may have reopened it)."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    __slots__ = ("enabled", "reserved_to")
+
+    def __init__(self) -> None:
         self.reserved_to = 0  # blocks are reserved below this file position
         self.enabled = _FALLOCATE is not None
 
-    def ensure(self, size: int, end: int) -> None:
+    def ensure(self, fd: int, size: int, end: int) -> None:
         """Reserve past ``end`` (where the next write will stop) when it is beyond the
         reserved range; ``size`` is the file's current size."""
         if end <= self.reserved_to or not self.enabled:
             return
         ahead = min(max(size, MIN_AHEAD), MAX_AHEAD)
         target = end + ahead
-        if _FALLOCATE(self.fd, FALLOC_FL_KEEP_SIZE, size, target - size) != 0:  # type: ignore[misc]
+        if _FALLOCATE(fd, FALLOC_FL_KEEP_SIZE, size, target - size) != 0:  # type: ignore[misc]
             self.enabled = False
             return
         self.reserved_to = target
 
-    def release(self, size: int) -> None:
+    def needs_release(self, size: int) -> bool:
+        return self.reserved_to > size
+
+    def release(self, fd: int, size: int) -> None:
         """Free the blocks reserved past ``size``, the file's final size."""
         if self.reserved_to > size:
-            os.ftruncate(self.fd, size)
+            os.ftruncate(fd, size)
         self.reserved_to = 0

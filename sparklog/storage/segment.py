@@ -19,12 +19,19 @@ Invariants:
   first offsets, from producer state); ``recover`` rebuilds the other two indexes.
 - Reads return file ranges (``FileSlice``) that start on a batch boundary; nothing is copied
   into Python memory except 61-byte headers while searching.
-- ``close`` closes the descriptor once (a second close, or the flusher thread's ``flush`` of
-  a segment deleted meanwhile, must not reach a descriptor its number was reused for).
+- Files are opened when used, through the process's open-file cache (``file_handles``),
+  which closes the least recently used: a segment at rest costs no descriptor. Every
+  system call takes the descriptor object (``_handle``) into a local variable first, and a
+  ``FileSlice`` holds it, so an eviction meanwhile never closes a descriptor in use nor
+  lets its number be reused under a read or a ``sendfile``.
+- ``close`` releases the files for good: a second close does nothing, and a closed segment
+  is never reopened (the flusher thread's ``flush`` of a segment deleted meanwhile does
+  nothing; a read raises EBADF, as a closed descriptor did).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -45,6 +52,7 @@ from sparklog.record.batch import (
 from sparklog.record.control import Marker, batch_marker
 from sparklog.record.records import decode_records
 from sparklog.storage.config import LogConfig
+from sparklog.storage.file_handles import OPEN_FILES, CachedFile, Descriptor
 from sparklog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from sparklog.storage.reservation import BlockReservation
 from sparklog.storage.txn_index import TransactionIndex
@@ -67,20 +75,55 @@ def segment_name(base_offset: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FileSlice:
-    """Bytes [position, position + length) of a segment file, starting on a batch boundary."""
+    """Bytes [position, position + length) of a segment file, starting on a batch boundary.
 
-    path: Path
-    fd: int
+    It holds the segment's ``Descriptor``: the file stays open while the slice is in use (a
+    ``sendfile`` under way), however the open-file cache evicts meanwhile."""
+
+    path: str
+    handle: Descriptor
     position: int
     length: int
     first_offset: int
 
+    @property
+    def fd(self) -> int:
+        return self.handle.fd
+
     def read(self) -> bytes:
-        return os.pread(self.fd, self.length, self.position)
+        return os.pread(self.handle.fd, self.length, self.position)
+
+    def may_pin(self) -> bool:
+        """Whether this slice may keep its descriptor until it is sent (zero-copy), else
+        its bytes are read now (``file_handles.OpenFiles.may_pin``)."""
+        return OPEN_FILES.may_pin()
 
 
 class LogSegment:
     """A segment file and its indexes; only the partition's last segment is appended to."""
+
+    __slots__ = (
+        "_bytes_since_index_entry",
+        "_config",
+        "_first_batch_timestamp",
+        "_index_interval_bytes",
+        "_log",
+        "_reservation",
+        "_roll_after_ms",
+        "_segment_bytes",
+        "_torn",
+        "base_offset",
+        "closed",
+        "created_ms",
+        "directory",
+        "max_timestamp",
+        "next_offset",
+        "offset_index",
+        "offset_of_max_timestamp",
+        "size",
+        "time_index",
+        "txn_index",
+    )
 
     def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int,
                  *, suffix: str = "") -> None:
@@ -89,16 +132,18 @@ class LogSegment:
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
-        self.log_path = self._path(LOG_SUFFIX, suffix)
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self.fd).st_size
-        self._reservation = BlockReservation(self.fd)
+        self._log = CachedFile(os.path.join(directory, self._name(LOG_SUFFIX, suffix)),
+                               os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        self.closed = False
+        handle = self._log.handle()
+        self.size = os.fstat(handle.fd).st_size
+        self._reservation: BlockReservation | None = None  # from the first append
         self.created_ms = now_ms
-        self.offset_index = OffsetIndex(self._path(INDEX_SUFFIX, suffix), base_offset,
+        self.offset_index = OffsetIndex(directory, self._name(INDEX_SUFFIX, suffix), base_offset,
                                         config.segment_index_bytes)
-        self.time_index = TimeIndex(self._path(TIMEINDEX_SUFFIX, suffix), base_offset,
+        self.time_index = TimeIndex(directory, self._name(TIMEINDEX_SUFFIX, suffix), base_offset,
                                     config.segment_index_bytes)
-        self.txn_index = TransactionIndex(self._path(TXNINDEX_SUFFIX, suffix))
+        self.txn_index = TransactionIndex(directory, self._name(TXNINDEX_SUFFIX, suffix))
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -115,8 +160,8 @@ class LogSegment:
             self._check_index_ends()
         except CorruptIndexError:
             self.recover()
-            self.offset_index.close()  # read-only again: only the active segment's stay open
-            self.time_index.close()
+            self.offset_index.seal()  # read-only again: only the active segment's stay open
+            self.time_index.seal()
             return
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
         _, position = self.offset_index.lookup(self.offset_index.last_offset)
@@ -126,13 +171,18 @@ class LogSegment:
         self._first_batch_timestamp = None
 
     def _check_index_ends(self) -> None:
-        """A few preads beyond the files' own checks: both indexes exist, and their first and
-        last entries name the batches they point at, so a missing, zeroed or garbled index is
-        rebuilt rather than trusted."""
-        for index in (self.offset_index, self.time_index):
-            if not index.path.exists():
-                raise CorruptIndexError(f"{index.path} is missing")
+        """A few preads beyond the files' own checks: the offset index has entries if the
+        log is longer than ``index.interval.bytes``, the time index if the offset index
+        has, and both indexes' first and last entries
+        name the batches they point at, so a missing, zeroed or garbled index is rebuilt
+        rather than trusted."""
         offsets, times = self.offset_index, self.time_index
+        if offsets.entries == 0 and self.size > self._index_interval_bytes:
+            # (an active segment's index files are made with their first entry)
+            raise CorruptIndexError(f"{offsets.path} is missing or empty for {self.size} "
+                                    "bytes of log")
+        if offsets.entries and not times.entries:  # both get their first entry together
+            raise CorruptIndexError(f"{times.path} is missing or empty")
         for n in (0, offsets.entries - 1) if offsets.entries else ():
             relative, position = offsets.entry(n)
             header = self.read_header(position)
@@ -164,7 +214,8 @@ class LogSegment:
         self.next_offset, self.max_timestamp = self.base_offset, -1
         self.offset_of_max_timestamp, self._bytes_since_index_entry = self.base_offset, 0
         self._first_batch_timestamp = None
-        file_size = os.fstat(self.fd).st_size
+        handle = self._handle()
+        file_size = os.fstat(handle.fd).st_size
         valid, last_offset = 0, self.base_offset - 1
         while valid < file_size:
             header = self._read_valid_batch(valid, file_size)
@@ -174,18 +225,20 @@ class LogSegment:
             valid += header.size
             last_offset = header.last_offset
         if valid < file_size:
-            os.ftruncate(self.fd, valid)
+            os.ftruncate(handle.fd, valid)
         self.size = valid
         return file_size - valid
 
     def truncate_to(self, offset: int) -> None:
         """Cut the file at the batch holding ``offset`` (every later byte goes) and rebuild
         the indexes: a follower dropping a divergent tail. The segment is appendable after."""
-        os.ftruncate(self.fd, self.position_of(offset))
+        position = self.position_of(offset)
+        handle = self._handle()
+        os.ftruncate(handle.fd, position)
         self.recover()
 
     def _read_valid_batch(self, position: int, file_size: int) -> BatchHeader | None:
-        head = os.pread(self.fd, HEADER_SIZE, position)
+        head = self._pread(HEADER_SIZE, position)
         if len(head) < HEADER_SIZE:
             return None
         header = parse_header(head)
@@ -195,7 +248,7 @@ class LogSegment:
             return None
         if header.last_offset - self.base_offset > INT32_MAX:
             return None
-        data = os.pread(self.fd, header.size, position)
+        data = self._pread(header.size, position)
         if len(data) < header.size or not crc_matches(data, header):
             return None
         return header
@@ -232,12 +285,17 @@ class LogSegment:
             self._cut_back(position)
             if self._torn:
                 raise KafkaStorageError(f"{self.log_path} still ends in a partial write")
+        handle = self._handle()
+        reservation = self._reservation
+        if reservation is None:
+            reservation = self._reservation = BlockReservation()
         try:
-            self._reservation.ensure(position, position + size)
-            written = os.writev(self.fd, buffers)
+            reservation.ensure(handle.fd, position, position + size)
+            written = os.writev(handle.fd, buffers)
         except OSError as exc:
             self._cut_back(position)
             raise KafkaStorageError(f"writing {self.log_path}: {exc.strerror}") from exc
+        self._log.dirty = True
         if written != size:
             self._cut_back(position)
             raise KafkaStorageError(f"short write to {self.log_path}: {written} of {size} "
@@ -250,7 +308,8 @@ class LogSegment:
         """Drop a partial write: the file ends at ``position`` again (shrinking a file needs
         no space, so this works on a full disk)."""
         try:
-            os.ftruncate(self.fd, position)
+            handle = self._handle()
+            os.ftruncate(handle.fd, position)
             self._torn = False
         except OSError as exc:  # appends stop until it works (at the latest, recovery)
             self._torn = True
@@ -283,7 +342,7 @@ class LogSegment:
         """Largest record timestamp, or the file's modification time if none (Kafka's rule)."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return int(os.fstat(self.fd).st_mtime * 1000)
+        return int(os.stat(self._log.path).st_mtime * 1000)
 
     def first_batch_timestamp(self) -> int:
         if self._first_batch_timestamp is None:
@@ -295,7 +354,7 @@ class LogSegment:
     def read_header(self, position: int) -> BatchHeader | None:
         if position + HEADER_SIZE > self.size:
             return None
-        return BatchHeader(*HEADER.unpack(os.pread(self.fd, HEADER_SIZE, position)),
+        return BatchHeader(*HEADER.unpack(self._pread(HEADER_SIZE, position)),
                            position=position)
 
     def iter_headers(self, position: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
@@ -310,7 +369,7 @@ class LogSegment:
 
     def marker(self, header: BatchHeader) -> Marker | None:
         """The marker of the control batch at ``header.position`` (None for an emptied one)."""
-        data = os.pread(self.fd, header.size, header.position)
+        data = self._pread(header.size, header.position)
         return batch_marker(data, parse_header(data))
 
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchHeader | None:
@@ -334,7 +393,8 @@ class LogSegment:
         if header is None or header.position >= limit:
             return None
         length = max(min(max_bytes, limit - header.position), header.size)
-        return FileSlice(self.log_path, self.fd, header.position, length, header.base_offset)
+        return FileSlice(self._log.path, self._handle(), header.position, length,
+                         header.base_offset)
 
     def position_of(self, offset: int) -> int:
         """File position of the batch holding ``offset``, or the end if it is past the log."""
@@ -350,7 +410,7 @@ class LogSegment:
         for header in self.iter_headers(position):
             if header.max_timestamp < timestamp or header.last_offset < min_offset:
                 continue
-            data = os.pread(self.fd, header.size, header.position)
+            data = self._pread(header.size, header.position)
             for record in decode_records(data, parse_header(data)):
                 if record.timestamp >= timestamp and record.offset >= min_offset:
                     return record.offset, record.timestamp
@@ -365,15 +425,35 @@ class LogSegment:
         header = self.translate_offset(self.offset_of_max_timestamp)
         if header is None:
             return None
-        data = os.pread(self.fd, header.size, header.position)
+        data = self._pread(header.size, header.position)
         offset = next((r.offset for r in decode_records(data, parse_header(data))
                        if r.timestamp == header.max_timestamp), header.last_offset)
         return offset, header.max_timestamp, header.leader_epoch
 
     # -- lifecycle -----------------------------------------------------------------------
+    def _handle(self) -> Descriptor:
+        """The log file's descriptor, reopened if the open-file cache closed it; keep it in
+        a local variable while a system call uses its number."""
+        if self.closed:
+            raise OSError(errno.EBADF, f"segment {self.log_path} is closed")
+        return self._log.handle()
+
+    def _pread(self, length: int, position: int) -> bytes:
+        handle = self._handle()
+        return os.pread(handle.fd, length, position)
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self._log.path)
+
+    @property
+    def is_open(self) -> bool:
+        """The log file has a descriptor in the open-file cache now."""
+        return self._log.is_open
+
     def flush(self) -> None:
-        if self.fd >= 0:  # closed: deleted, or its log flushed it before closing
-            os.fsync(self.fd)
+        if not self.closed:  # closed: deleted, or its log flushed it before closing
+            self._log.sync()
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
@@ -386,21 +466,33 @@ class LogSegment:
     def seal(self) -> None:
         """Turn the indexes read-only (written out, not fsynced: they are rebuilt if lost)
         and give back the disk blocks reserved past the end."""
-        self._reservation.release(self.size)
-        self.offset_index.close()
-        self.time_index.close()
+        self._release_reservation()
+        self.offset_index.seal()
+        self.time_index.seal()
+
+    def _release_reservation(self) -> None:
+        reservation = self._reservation
+        if reservation is not None and not self.closed:
+            if reservation.needs_release(self.size):
+                handle = self._handle()
+                reservation.release(handle.fd, self.size)
+            self._reservation = None
 
     def close(self) -> None:
-        self._reservation.release(self.size)
+        """Release every file; reads already holding the descriptor (a ``FileSlice``) keep
+        it until they are done. Nothing reopens a closed segment."""
+        self._release_reservation()
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1  # a second close must not close a descriptor the number was reused for
+        self.closed = True
+        self._log.close()
+
+    def _name(self, extension: str, suffix: str) -> str:
+        return f"{segment_name(self.base_offset)}{extension}{suffix}"
 
     def _path(self, extension: str, suffix: str) -> Path:
-        return self.directory / f"{segment_name(self.base_offset)}{extension}{suffix}"
+        return self.directory / self._name(extension, suffix)
 
     def change_suffix(self, suffix: str) -> None:
         """Rename the files ``<base>.log<suffix>`` etc., the indexes first and the log last
@@ -410,8 +502,8 @@ class LogSegment:
         self.time_index.rename(self._path(TIMEINDEX_SUFFIX, suffix))
         self.txn_index.rename(self._path(TXNINDEX_SUFFIX, suffix))
         path = self._path(LOG_SUFFIX, suffix)
-        os.replace(self.log_path, path)
-        self.log_path = path
+        os.replace(self._log.path, path)
+        self._log.path = os.fspath(path)
 
     def mark_deleted(self) -> None:
         """Rename the files ``*.deleted``; the open descriptor keeps serving reads."""

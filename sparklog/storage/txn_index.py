@@ -11,8 +11,9 @@ Invariants:
 - Derived data, like the offset and time indexes: not checksummed; a torn tail (a partial
   entry) is dropped when the file is opened, and ``reset`` empties it before a rebuild.
 - Entries are few (one per aborted transaction) and kept in memory; the file is appended to
-  and fsynced with its segment. An append that cannot reach the file (a full disk) is kept
-  in memory and the file rewritten whole at the next append, flush or close that can.
+  (through the open-file cache, ``file_handles``: opened at the first append) and fsynced
+  with its segment. An append that cannot reach the file (a full disk) is kept in memory
+  and the file rewritten whole at the next append, flush or close that can.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
+
+from sparklog.storage.file_handles import CachedFile, NamedFile
 
 ENTRY = struct.Struct(">hqqqq")
 VERSION = 0
@@ -34,38 +37,53 @@ class AbortedTxn(NamedTuple):
     last_stable_offset: int
 
 
-class TransactionIndex:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        data = path.read_bytes() if path.exists() else b""
-        whole = len(data) - len(data) % ENTRY.size
-        self.entries: list[AbortedTxn] = [
-            AbortedTxn(*ENTRY.unpack_from(data, pos)[1:]) for pos in range(0, whole, ENTRY.size)]
-        self._fd: int | None = None
-        self._behind = False  # an append failed to reach the file: rewrite it whole
-        if whole != len(data):  # a torn entry: not one the log can stand behind
-            os.truncate(path, whole)
+class TransactionIndex(NamedFile):
+    __slots__ = ("_behind", "_file", "entries")
 
-    def _file(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
+    def __init__(self, directory: Path, name: str) -> None:
+        super().__init__(directory, name)
+        # no list until there is an entry: most segments hold no aborted transaction
+        self.entries: list[AbortedTxn] | tuple[()] = ()
+        self._file: CachedFile | None = None  # opened at the first append
+        self._behind = False  # an append failed to reach the file: rewrite it whole
+        try:
+            with open(self.where, "rb") as file:
+                data = file.read()
+        except FileNotFoundError:
+            return
+        whole = len(data) - len(data) % ENTRY.size
+        if whole:
+            self.entries = [AbortedTxn(*ENTRY.unpack_from(data, pos)[1:])
+                            for pos in range(0, whole, ENTRY.size)]
+        if whole != len(data):  # a torn entry: not one the log can stand behind
+            os.truncate(self.where, whole)
 
     def append(self, txn: AbortedTxn) -> None:
+        if isinstance(self.entries, tuple):
+            self.entries = []
         self.entries.append(txn)
         if self._behind:
             self._write_whole()
             return
         try:
-            os.write(self._file(), ENTRY.pack(VERSION, *txn))
+            handle = self._writable().handle()
+            os.write(handle.fd, ENTRY.pack(VERSION, *txn))
         except OSError:  # a full disk: kept in memory, the file written whole at the next try
             self._behind = True
+
+    def _writable(self) -> CachedFile:
+        file = self._file
+        if file is None:
+            file = self._file = CachedFile(self.where, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        file.dirty = True
+        return file
 
     def _write_whole(self) -> None:
         """Write every entry again (after a failed append); stays behind while that fails."""
         try:
-            os.ftruncate(self._file(), 0)
-            os.write(self._file(), b"".join(ENTRY.pack(VERSION, *t) for t in self.entries))
+            handle = self._writable().handle()
+            os.ftruncate(handle.fd, 0)
+            os.write(handle.fd, b"".join(ENTRY.pack(VERSION, *t) for t in self.entries))
             self._behind = False
         except OSError:
             self._behind = True
@@ -89,29 +107,32 @@ class TransactionIndex:
 
     def reset(self) -> None:
         """Empty the index (before it is rebuilt from the log)."""
-        self.entries = []
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-        elif self.path.exists():
-            os.truncate(self.path, 0)
+        self.entries = ()
+        if self._file is not None:
+            handle = self._file.handle()
+            os.ftruncate(handle.fd, 0)
+        elif os.path.exists(self.where):
+            os.truncate(self.where, 0)
 
     def flush(self) -> None:
         if self._behind:
             self._write_whole()
-        if self._fd is not None:
-            os.fsync(self._fd)
+        if self._file is not None:
+            self._file.sync()
 
     def close(self) -> None:
         if self._behind:
             self._write_whole()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def rename(self, path: Path) -> None:
-        if self.path.exists():
-            os.replace(self.path, path)
-        self.path = path
+        if os.path.exists(self.where):
+            os.replace(self.where, path)
+        self._moved(path)
+        if self._file is not None:
+            self._file.path = os.fspath(path)
 
     def delete(self) -> None:
         self.close()

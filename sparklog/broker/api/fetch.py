@@ -4,7 +4,10 @@ Behaviour:
 - Each partition returns the bytes from the segment file starting at the batch that holds
   ``fetch_offset`` (clients skip the records before it), at least that whole batch, else at
   most ``partition_max_bytes`` and the response's remaining ``max_bytes`` (the last batch
-  may be cut short, as with Kafka). Record data goes out with sendfile.
+  may be cut short, as with Kafka). Record data goes out with sendfile, each region keeping
+  its segment file open until sent; when the broker already holds as many such files as
+  its open-file cache (a Fetch of thousands of partitions), a partition's bytes are read
+  into the answer instead, so a Fetch never runs the broker out of descriptors.
 - Long poll: while fewer than ``min_bytes`` are available the request waits, up to
   ``max_wait``, for an append to one of its partitions.
 - Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere); a follower's Fetch
@@ -179,7 +182,8 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int | None,
             found = log.read(p.fetch_offset, limit, stable if committed else
                              None if replica_id >= 0 else high)
             if found is not None:
-                records = FileRegion(found.fd, found.position, found.length)
+                records = FileRegion(found.fd, found.position, found.length, found.handle) \
+                    if found.may_pin() else found.read()  # descriptors are short: copy
                 if committed:
                     aborted = tuple((t.producer_id, t.first_offset)
                                     for t in log.aborted_transactions(p.fetch_offset, stable))

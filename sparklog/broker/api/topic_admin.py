@@ -24,7 +24,12 @@ Behaviour:
   deleted nor given partitions: INVALID_REQUEST naming the topic, as in Kafka, since the
   coordinators place their keys by the partition count and read nothing elsewhere.
 - A CreateTopics or CreatePartitions request adding more than 10,000 partitions in all is
-  refused whole with POLICY_VIOLATION, as Kafka's controller does.
+  refused whole with POLICY_VIOLATION, as Kafka's controller does; so is one that would take
+  this broker past its partition budget (``max.broker.partitions``) or find too few file
+  descriptors left to open the new partitions' files (``LogManager.check_partition_budget``:
+  the message says which, and the counts). Nothing is created: the check runs before the
+  first topic. On a cluster the replicas landing here are estimated as the new replicas
+  spread evenly over the live brokers.
 - Flexible from CreateTopics v5, DeleteTopics v4, CreatePartitions v2 (v3 is v2 again).
   CreateTopics v5+ (KIP-525) answers what was created (or, with ``validate_only``, would
   be): partition count, replication factor and every topic config with its value and
@@ -81,15 +86,35 @@ def _added_partitions(broker: Broker, topic: Any) -> int:
     return max(topic.count - current.partitions, 0) if current is not None else 0
 
 
+def _replicas_here(broker: Broker, replicas: int) -> int:
+    """Of ``replicas`` new replicas spread over the live brokers, how many land on this one
+    (all of them on a single node; round robin spreads them evenly on a cluster)."""
+    return -(-replicas // max(len(broker.replicas.live), 1))
+
+
+def _factor(broker: Broker, topic: Any) -> int:
+    if topic.assignments:
+        return max((len(a.broker_ids) for a in topic.assignments), default=1)
+    if topic.replication_factor == -1:
+        return broker.config.get_int("default.replication.factor")
+    return max(topic.replication_factor, 1)
+
+
 async def _each(items: Any, action: Callable[[Any], Awaitable[None]], added_partitions: int,
-                ) -> list[tuple[Any, ErrorCode, str | None]]:
+                added_here: int, broker: Broker) -> list[tuple[Any, ErrorCode, str | None]]:
     """Apply ``action`` to every item: (item, error code, message) each; errors are per
-    topic, and a request adding too many partitions in all is refused whole."""
+    topic, and a request adding too many partitions in all, or more than this broker's
+    partition and descriptor budget holds (``added_here`` replicas here), is refused whole
+    before anything is created."""
+    try:
+        if added_partitions > MAX_PARTITIONS_PER_REQUEST:
+            raise _TOO_MANY
+        broker.logs.check_partition_budget(added_here)
+    except KafkaError as exc:
+        return [(item, exc.code, str(exc)) for item in items]
     results: list[tuple[Any, ErrorCode, str | None]] = []
     for item in items:
         try:
-            if added_partitions > MAX_PARTITIONS_PER_REQUEST:
-                raise _TOO_MANY
             await action(item)
         except KafkaError as exc:
             results.append((item, exc.code, str(exc)))
@@ -104,6 +129,8 @@ async def create_topics(broker: Broker, header: RequestHeader,
     build = Build(header)
     validate_only = request.validate_only if header.api_version else False
     added = sum(_requested_partitions(broker, t) for t in request.topics)
+    here = _replicas_here(broker, sum(_requested_partitions(broker, t) * _factor(broker, t)
+                                      for t in request.topics))
     created: dict[str, tuple[TopicMetadata, int]] = {}
 
     async def create(topic: Any) -> None:
@@ -124,7 +151,7 @@ async def create_topics(broker: Broker, header: RequestHeader,
         created[topic.name] = (metadata, len(next(iter(manual.values()))) if manual
                                else factor)
 
-    results = await _each(request.topics, create, added)
+    results = await _each(request.topics, create, added, here, broker)
     return build.response(topics=tuple(
         _created(build, broker, topic.name, code, message, created.get(topic.name),
                  validate_only) for topic, code, message in results))
@@ -171,6 +198,13 @@ def _manual(topic: Any) -> dict[int, tuple[int, ...]] | None:
         raise KafkaError("the assignment's partitions must be 0 to n-1",
                          ErrorCode.INVALID_REPLICA_ASSIGNMENT)
     return assignment
+
+
+def _current_factor(broker: Broker, name: str) -> int:
+    """The replication factor of an existing topic (its first partition's replicas, when
+    known here; else 1)."""
+    partition = broker.replicas.partitions.get((name, 0))
+    return max(len(partition.replicas), 1) if partition is not None else 1
 
 
 def _refuse_internal(broker: Broker, name: str, change: str) -> None:
@@ -234,6 +268,8 @@ async def create_partitions(broker: Broker, header: RequestHeader,
                             request: CreatePartitionsRequest) -> Any:
     build = Build(header)
     added = sum(_added_partitions(broker, t) for t in request.topics)
+    here = _replicas_here(broker, sum(
+        _added_partitions(broker, t) * _current_factor(broker, t.name) for t in request.topics))
 
     async def grow(topic: Any) -> None:
         broker.security.require(Operation.ALTER, ResourceType.TOPIC, topic.name)
@@ -243,7 +279,7 @@ async def create_partitions(broker: Broker, header: RequestHeader,
             [a.broker_ids for a in topic.assignments or ()], request.validate_only,
             request.timeout.total_seconds())
 
-    results = await _each(request.topics, grow, added)
+    results = await _each(request.topics, grow, added, here, broker)
     return build.response(results=tuple(
         build("CreatePartitionsTopicResult", name=topic.name, error_code=code,
               error_message=message)

@@ -80,6 +80,7 @@ FAMILIES: dict[str, str] = {
     "kafka_network_requestmetrics_totaltimems": "histogram",
     "kafka_server_socket_server_metrics_connection_count": "gauge",
     "kafka_server_socket_server_metrics_connections": "gauge",
+    "kafka_server_socket_server_metrics_connections_refused": "counter",
     "kafka_log_log_size": "gauge",
     "kafka_log_log_logstartoffset": "gauge",
     "kafka_log_log_logendoffset": "gauge",
@@ -196,7 +197,13 @@ def _request_metrics(status: BrokerStatus) -> Iterator[Metric]:
     for client in status.clients:
         software.add_metric([client.name, client.version, client.listener, "0"],
                             client.connections)
-    yield from (requests, errors, latency, connections, software)
+    refused = CounterMetricFamily(
+        "kafka_server_socket_server_metrics_connections_refused",
+        "Client connections refused past max.connections or max.connections.per.ip",
+        labels=["listener"])
+    for listener, count in sorted(status.requests.refused_connections.items()):
+        refused.add_metric([listener], count)
+    yield from (requests, errors, latency, connections, software, refused)
 
 
 def _log_metrics(status: BrokerStatus) -> Iterator[Metric]:

@@ -72,6 +72,7 @@ class ApiTotals:
 class RequestTotals:
     apis: dict[str, ApiTotals]
     bytes_out: dict[str, int]
+    refused_connections: dict[str, int]  # per listener: max.connections(.per.ip)
 
 
 class RequestMetrics:
@@ -79,6 +80,11 @@ class RequestMetrics:
         self._apis: dict[str, _ApiCounters] = {}
         self._names: dict[int, str] = {}
         self._bytes_out: dict[str, int] = {}
+        self._refused: dict[str, int] = {}
+
+    def refused_connection(self, listener: str) -> None:
+        """A connection to ``listener`` was refused (``max.connections``, ``.per.ip``)."""
+        self._refused[listener] = self._refused.get(listener, 0) + 1
 
     def answered(self, header: RequestHeader, request: Any, result: Any, seconds: float) -> None:
         """A request was handled and ``result`` (a response entity, a FetchResponse, or None
@@ -136,4 +142,4 @@ class RequestMetrics:
         return RequestTotals(
             {name: ApiTotals(dict(c.by_version), tuple(c.buckets), c.total_ms, dict(c.errors))
              for name, c in self._apis.items()},
-            dict(self._bytes_out))
+            dict(self._bytes_out), dict(self._refused))
