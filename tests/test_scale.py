@@ -159,9 +159,19 @@ def _api_versions(conn: RawConnection) -> None:
     conn.recv_frame()
 
 
-def _refuses(bootstrap: str) -> bool:
-    with RawConnection(bootstrap) as conn:
+def _refuses(bootstrap: str, source: str = "127.0.0.1") -> bool:
+    with _From(bootstrap, source) as conn:
         return conn.read_until_closed(5.0) == b""
+
+
+class _From(RawConnection):
+    """A raw connection from the loopback address ``source``."""
+
+    def __init__(self, bootstrap: str, source: str) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10,
+                                             source_address=(source, 0))
+        self._correlation = 0
 
 
 def test_connections_past_the_limits_are_refused_and_counted(tmp_path: Path) -> None:
@@ -177,8 +187,15 @@ def test_connections_past_the_limits_are_refused_and_counted(tmp_path: Path) -> 
         wait_until(lambda: quotas.total == 2)
         with RawConnection(broker.bootstrap) as again:
             _api_versions(again)
-        for conn in held:
+        wait_until(lambda: quotas.total == 2)
+        others = [_From(broker.bootstrap, "127.0.0.2") for _ in range(3)]  # 5 in all
+        for conn in others:
+            _api_versions(conn)
+        assert _refuses(broker.bootstrap, "127.0.0.3")  # past max.connections
+        assert quotas.refused == 2
+        for conn in held + others:
             conn.close()
+        wait_until(lambda: quotas.total == 0)
 
 
 def test_idle_connections_hold_no_receive_buffer(tmp_path: Path) -> None:
