@@ -169,7 +169,7 @@ def partition_case(root: Path, partitions: int, records: int) -> Figures:
         rss = settle_rss(broker.pid)
         one = metadata_ms(broker, WORK, 20)
         every = metadata_ms(broker, None, 3)
-        clean = restart_s(broker, broker.stop)
+        clean = restart_s(broker, lambda: broker.stop(LOAD_TIMEOUT_S))
         killed = restart_s(broker, broker.kill)
         produced = produce_per_s(broker, records)
         return Figures(create, rss, one, every, clean, killed, produced)
