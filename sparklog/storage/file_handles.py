@@ -98,6 +98,11 @@ class OpenFiles:
     def touch(self, owner: Evictable) -> None:
         """``owner`` holds an open file, used now."""
         lru = self._lru
+        try:  # the common case, one call into C (atomic under the GIL): no lock taken
+            lru.move_to_end(owner)
+            return
+        except KeyError:
+            pass
         with self._lock:
             if owner in lru:
                 lru.move_to_end(owner)

@@ -30,6 +30,7 @@ import logging
 import mmap
 import os
 import struct
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from sparklog.storage.file_handles import OPEN_FILES, CachedFile, NamedFile
@@ -54,7 +55,9 @@ class _SparseIndex(NamedFile):
     )
     ENTRY: struct.Struct
 
-    def __init__(self, directory: Path, name: str, base_offset: int, max_bytes: int) -> None:
+    def __init__(self, directory: Path, name: str, base_offset: int, max_bytes: int,
+                 present: AbstractSet[str] | None = None) -> None:
+        """``present``: the directory's file names, if listed already (none: look)."""
         super().__init__(directory, name)
         self.base_offset = base_offset
         self.max_entries = max(1, max_bytes // self.ENTRY.size)
@@ -62,10 +65,10 @@ class _SparseIndex(NamedFile):
         self._map: mmap.mmap | None = None  # entries of a read-only index, while cached
         self._file: CachedFile | None = None  # a writable index's file
         self._lost = False  # a write of the active index's file failed: kept in memory only
-        try:
-            self._entries = os.stat(self.where).st_size // self.ENTRY.size
-        except FileNotFoundError:
-            self._entries = 0
+        self._entries = 0
+        if present is None or name in present:
+            with contextlib.suppress(FileNotFoundError):
+                self._entries = os.stat(self.where).st_size // self.ENTRY.size
         self._last: tuple[int, int] | None = None  # cached last entry (appends compare to it)
 
     # -- buffers -------------------------------------------------------------------------
@@ -179,6 +182,8 @@ class _SparseIndex(NamedFile):
     def truncate_entries(self, count: int) -> None:
         """Keep only the first ``count`` entries (recovery after a truncated log)."""
         count = min(count, self._entries)
+        if count == self._entries and self._active is not None:
+            return  # the file holds exactly the entries (``open_for_append``): nothing to cut
         self._entries = count
         self._last = None
         size = count * self.ENTRY.size

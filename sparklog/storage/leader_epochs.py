@@ -14,6 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sparklog.storage.checkpoint import write_atomically
@@ -26,11 +27,14 @@ class LeaderEpochCache:
     def __init__(self, directory: Path) -> None:
         self.path = directory / FILE_NAME
         self.entries: list[tuple[int, int]] = []
-        if self.path.exists():
-            lines = self.path.read_text().split("\n")
-            count = int(lines[1])
-            self.entries = [(int(e), int(o)) for e, o in
-                            (line.split() for line in lines[2:2 + count])]
+        try:  # one open, no stat first: every partition's cache is read at start
+            with open(os.path.join(directory, FILE_NAME)) as file:
+                lines = file.read().split("\n")
+        except FileNotFoundError:
+            return
+        count = int(lines[1])
+        self.entries = [(int(e), int(o)) for e, o in
+                        (line.split() for line in lines[2:2 + count])]
 
     @property
     def latest_epoch(self) -> int:

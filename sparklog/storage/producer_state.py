@@ -35,7 +35,9 @@ Invariants:
 from __future__ import annotations
 
 import json
+import os
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -214,9 +216,13 @@ class ProducerStateManager:
                 for pid, entry in self.producers.items() if entry.batches}
 
     # -- snapshots -----------------------------------------------------------------------
-    def snapshot_offsets(self) -> list[int]:
-        return sorted(int(p.stem) for p in self.directory.glob(f"*{SNAPSHOT_SUFFIX}")
-                      if p.stem.isdigit())
+    def snapshot_offsets(self, names: Iterable[str] | None = None) -> list[int]:
+        """The snapshots' offsets, ascending, among ``names`` (the directory's files, when
+        the caller has listed them) or the directory's listing."""
+        cut = -len(SNAPSHOT_SUFFIX)
+        return sorted(int(name[:cut]) for name in
+                      (os.listdir(self.directory) if names is None else names)
+                      if name.endswith(SNAPSHOT_SUFFIX) and name[:cut].isdigit())
 
     def snapshot(self, offset: int) -> bytes:
         """The state as of ``offset``, serialised (cheap; writing it is the slow part)."""
@@ -238,14 +244,16 @@ class ProducerStateManager:
         for old in self.snapshot_offsets()[:-2]:
             (self.directory / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
 
-    def load_snapshot(self, max_offset: int, log_end: int) -> int:
-        """Load the newest readable snapshot at or below ``max_offset``; return its offset.
+    def load_snapshot(self, max_offset: int, log_end: int,
+                      names: Iterable[str] | None = None) -> int:
+        """Load the newest readable snapshot at or below ``max_offset`` (``names``: the
+        directory's files, if listed already); return its offset.
 
         Returns -1 (and an empty state) when there is none; snapshots above ``log_end`` (from
         before a truncation) are deleted.
         """
         self.producers, self.ongoing, self.verifications = {}, {}, {}
-        for offset in reversed(self.snapshot_offsets()):
+        for offset in reversed(self.snapshot_offsets(names)):
             path = self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
             if offset > log_end:
                 path.unlink(missing_ok=True)

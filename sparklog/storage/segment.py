@@ -35,6 +35,7 @@ import errno
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,9 +127,11 @@ class LogSegment:
     )
 
     def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int,
-                 *, suffix: str = "") -> None:
+                 *, suffix: str = "", present: AbstractSet[str] | None = None) -> None:
         """Open (or create) the files ``<base>.log<suffix>`` and its indexes; the log cleaner
-        writes segments with a ``.cleaned`` suffix and recovery reopens ``.swap`` ones."""
+        writes segments with a ``.cleaned`` suffix and recovery reopens ``.swap`` ones.
+        ``present``: the directory's file names, when the caller listed them (an index
+        file not among them is not looked for)."""
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
@@ -140,10 +143,11 @@ class LogSegment:
         self._reservation: BlockReservation | None = None  # from the first append
         self.created_ms = now_ms
         self.offset_index = OffsetIndex(directory, self._name(INDEX_SUFFIX, suffix), base_offset,
-                                        config.segment_index_bytes)
+                                        config.segment_index_bytes, present)
         self.time_index = TimeIndex(directory, self._name(TIMEINDEX_SUFFIX, suffix), base_offset,
-                                    config.segment_index_bytes)
-        self.txn_index = TransactionIndex(directory, self._name(TXNINDEX_SUFFIX, suffix))
+                                    config.segment_index_bytes, present)
+        self.txn_index = TransactionIndex(directory, self._name(TXNINDEX_SUFFIX, suffix),
+                                          present)
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset

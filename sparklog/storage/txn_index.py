@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,12 +41,16 @@ class AbortedTxn(NamedTuple):
 class TransactionIndex(NamedFile):
     __slots__ = ("_behind", "_file", "entries")
 
-    def __init__(self, directory: Path, name: str) -> None:
+    def __init__(self, directory: Path, name: str,
+                 present: AbstractSet[str] | None = None) -> None:
+        """``present``: the directory's file names, if listed already (none: look)."""
         super().__init__(directory, name)
         # no list until there is an entry: most segments hold no aborted transaction
         self.entries: list[AbortedTxn] | tuple[()] = ()
         self._file: CachedFile | None = None  # opened at the first append
         self._behind = False  # an append failed to reach the file: rewrite it whole
+        if present is not None and name not in present:
+            return
         try:
             with open(self.where, "rb") as file:
                 data = file.read()
@@ -107,7 +112,10 @@ class TransactionIndex(NamedFile):
 
     def reset(self) -> None:
         """Empty the index (before it is rebuilt from the log)."""
+        if not self.entries and self._file is None:
+            return  # no file, or an empty one (a torn entry alone was cut when read)
         self.entries = ()
+        self._behind = False
         if self._file is not None:
             handle = self._file.handle()
             os.ftruncate(handle.fd, 0)
