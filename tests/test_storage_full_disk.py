@@ -43,6 +43,8 @@ from sparklog.broker.process import BrokerProcess
 from sparklog.errors import ErrorCode, KafkaStorageError
 from sparklog.protocol.versions import ApiKey
 from sparklog.record.batch import split_batches
+from sparklog.storage import log_manager
+from sparklog.storage.checkpoint import read_checkpoint
 from sparklog.storage.index import OffsetIndex
 from sparklog.storage.log_manager import RECOVERY_CHECKPOINT, LogManager
 
@@ -287,3 +289,35 @@ def test_an_index_that_cannot_write_its_file_keeps_its_entries(
     assert index.lookup(25) == (20, 200) and index.entries == 3
     index.close()
     assert OffsetIndex(tmp_path, name, 0, 1 << 20).lookup(35) == (30, 300)
+
+
+def test_a_shutdown_whose_write_back_fails_is_not_clean(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clean shutdown writes every log without an fsync each and then syncs the
+    filesystem once: when that write-back fails (EIO, or ENOSPC on a thin device), nothing
+    written since the last checkpoint is known durable, so the recovery points stay where
+    they were and no clean-shutdown marker is written: the next start recovers the logs
+    (every record still there, as the page cache kept them)."""
+    manager = LogManager(tmp_path / "data", clock=Clock())
+    manager.create_topic("t", 2)
+    for partition in (0, 1):
+        manager.get_log("t", partition).append(make_batch(4), now_ms=NOW)
+    manager.checkpoint()  # recovery points 0: nothing flushed yet
+
+    def failed_write_back(directory: Path) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(log_manager, "sync_filesystem", failed_write_back)
+    manager.close()
+    assert read_checkpoint(tmp_path / "data" / RECOVERY_CHECKPOINT) == {("t", 0): 0,
+                                                                        ("t", 1): 0}
+    monkeypatch.undo()
+    reopened = LogManager(tmp_path / "data", clock=Clock())
+    try:
+        assert not reopened.clean_start
+        assert [reopened.get_log("t", p).log_end_offset for p in (0, 1)] == [4, 4]
+    finally:
+        reopened.close()
+    again = LogManager(tmp_path / "data", clock=Clock())
+    assert again.clean_start
+    again.close()
