@@ -4,7 +4,11 @@ What a user relies on: a later task or micro-batch in the same Python worker reu
 producer of an earlier one (the broker sees one idempotent producer, not one per task, and
 the task pays for no new connection, metadata or producer id), while every task still fails
 on its own records' delivery errors; a producer whose task failed is never reused; idle
-producers are closed after ``spark.kafka.producer.cache.timeout``. The tasks here are
+producers are closed after ``spark.kafka.producer.cache.timeout``. With exactly-once, a
+task resumes the producer of the same transactional id an earlier task left in the worker
+only once the driver committed that producer's transaction (one producer id and epoch for
+every micro-batch); a transaction the driver did not commit, or a producer another one of
+the id fenced, gets a new producer, which aborts what was left open. The tasks here are
 ``TaskProducer``s driven directly, as a write task drives them, against a broker process;
 ``tests/test_spark_sink.py`` has the same through Spark.
 """
@@ -14,10 +18,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from broker_fixtures import create_topic, wait_until
+from committed_reader import read_committed
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from sparklog.broker.process import BrokerProcess
@@ -27,8 +33,11 @@ from sparklog.client.settings import ClientConfig, RetryPolicy, parse_bootstrap
 from sparklog.client.transactions import describe_producers
 from sparklog.datasource.options import OptionError
 from sparklog.datasource.write import producer as producer_module
+from sparklog.datasource.write import transactional_producer
+from sparklog.datasource.write.commit_message import SinkCommitMessage
 from sparklog.datasource.write.producer import SinkDeliveryError, TaskProducer
 from sparklog.datasource.write.producer_cache import ProducerCache
+from sparklog.datasource.write.two_phase_commit import TransactionCommitter
 from sparklog.datasource.write.write_options import sink_spec
 
 SCHEMA = StructType([StructField("value", BinaryType())])
@@ -109,3 +118,71 @@ def test_a_bad_timeout_names_the_option(broker: BrokerProcess) -> None:
                                           r"must be a duration"):
         sink_spec({"kafka.bootstrap.servers": broker.bootstrap, "topic": "t",
                    "spark.kafka.producer.cache.timeout": "soon"}, SCHEMA)
+
+
+# -- exactly-once: transactional producers pooled per transactional id -----------------------
+
+def eo_task(broker: BrokerProcess, topic: str, prefix: str, values: list[bytes],
+            monkeypatch: pytest.MonkeyPatch, partition_id: int = 0) -> SinkCommitMessage:
+    """One exactly-once write task of partition ``partition_id``, attempt 0: its records in
+    a transaction left open, as a Spark task leaves it."""
+    monkeypatch.setattr(transactional_producer, "task_transactional_id",
+                        lambda p: f"{p}-{partition_id}-0")
+    spec = sink_spec({"kafka.bootstrap.servers": broker.bootstrap, "topic": topic,
+                      "deliveryGuarantee": "exactly-once", "transactionalIdPrefix": prefix},
+                     SCHEMA)
+    producer = transactional_producer.TransactionalTaskProducer(spec)
+    try:
+        producer.send(pa.record_batch([pa.array(values)], names=["value"]))
+        return producer.finish()
+    except BaseException:
+        producer.abandon()
+        raise
+
+
+def topic_and_driver(broker: BrokerProcess, prefix: str, checkpoint: Path
+                     ) -> tuple[str, TransactionCommitter]:
+    """A new topic of one partition, and the driver's committer of the sink's prefix."""
+    topic = create_topic(broker.bootstrap, f"eo-cached-{uuid.uuid4().hex[:8]}")
+    return topic, TransactionCommitter(ClientConfig(parse_bootstrap(broker.bootstrap)),
+                                       prefix, str(checkpoint))
+
+
+def test_exactly_once_tasks_resume_the_pooled_producer_once_the_driver_committed(
+        broker: BrokerProcess, cache: ProducerCache, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    topic, driver = topic_and_driver(broker, "eo-resume", tmp_path)
+    transactions = []
+    for batch_id in range(3):
+        message = eo_task(broker, topic, "eo-resume", [b"%d" % batch_id] * 5, monkeypatch)
+        assert cache.idle_count() == 1  # back in the pool, its transaction open
+        transactions.append(message.transaction)
+        driver.commit_batch([message], batch_id)
+    # one producer id and epoch for every batch: no new producer, no InitProducerId
+    assert len({(t.producer_id, t.producer_epoch) for t in transactions}) == 1
+    assert sorted(read_committed(broker.bootstrap, topic, 1)) == [b"0"] * 5 + [b"1"] * 5 + [
+        b"2"] * 5
+
+
+def test_a_pooled_producer_is_not_resumed_unless_the_driver_committed_its_transaction(
+        broker: BrokerProcess, cache: ProducerCache, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    topic, driver = topic_and_driver(broker, "eo-fenced", tmp_path)
+    first = eo_task(broker, topic, "eo-fenced", [b"undecided"], monkeypatch).transaction
+    # No commit (a driver died before deciding): the next task must not commit it, and
+    # aborts it by fencing with a new producer.
+    second = eo_task(broker, topic, "eo-fenced", [b"second"], monkeypatch).transaction
+    assert second.producer_epoch > first.producer_epoch
+    driver.commit_batch([SinkCommitMessage(1, 6, second)], 0)
+    # Another worker's producer of the id fences the pooled one after that commit.
+    elsewhere = ProducerCache()
+    monkeypatch.setattr(producer_module, "PRODUCERS", elsewhere)
+    third = eo_task(broker, topic, "eo-fenced", [b"elsewhere"], monkeypatch).transaction
+    driver.commit_batch([SinkCommitMessage(1, 9, third)], 1)
+    elsewhere.close()
+    monkeypatch.setattr(producer_module, "PRODUCERS", cache)
+    fourth = eo_task(broker, topic, "eo-fenced", [b"back"], monkeypatch).transaction
+    assert fourth.producer_epoch > third.producer_epoch
+    driver.commit_batch([SinkCommitMessage(1, 4, fourth)], 2)
+    assert sorted(read_committed(broker.bootstrap, topic, 1)) == [b"back", b"elsewhere",
+                                                                   b"second"]

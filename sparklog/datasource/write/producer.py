@@ -5,7 +5,8 @@ Invariants:
   ``SinkSpec`` (never pickled) or leased from the worker's ``producer_cache`` (a drained
   producer of an earlier task with the same settings), always idempotent: librdkafka's own
   retries within a task neither duplicate nor reorder records. A task returns its producer
-  to the cache only when it succeeded; a transactional producer is never cached. Each is a
+  to the cache only when it succeeded (a transactional one to a later task of the same
+  transactional id: ``transactional_producer``). Each is a
   ``client.watch.WatchedProducer``: a refused login or a protocol mismatch fails the task at
   once with its one line.
 - Nothing is lost silently. ``finish`` returns only once ``flush`` has drained librdkafka's
@@ -34,7 +35,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from sparklog.client.rdkafka_log import routed
 from sparklog.datasource.write.commit_message import SinkCommitMessage
-from sparklog.datasource.write.producer_cache import PRODUCERS
+from sparklog.datasource.write.producer_cache import PRODUCERS, Lease
 from sparklog.datasource.write.write_options import SinkSpec
 
 METADATA_TIMEOUT_S = 30.0
@@ -95,21 +96,25 @@ class TaskProducer:
     """Sends a write task's Arrow batches; ``finish`` returns the task's commit message."""
 
     def __init__(self, spec: SinkSpec, transactional_id: str | None = None) -> None:
-        """``transactional_id``: a fresh transactional producer of that id, not cached."""
+        """``transactional_id``: a transactional producer of that id."""
         self._spec = spec
         self._failures = _Failures()
         config = {**spec.producer_config, "delivery.report.only.error": True}
         if transactional_id is not None:
             config["transactional.id"] = transactional_id
-        self._lease = PRODUCERS.lease(routed(config), self._failures,
-                                      cached=transactional_id is None,
-                                      timeout_s=spec.producer_cache_timeout_s)
-        self._producer = self._lease.producer
-        self._checked_topics = self._lease.checked_topics
+        self._config = routed(config)
+        self._lease = self._lease_producer()
         self._records = 0
         self._bytes = 0
         if spec.topic is not None:
             self._check_topic(spec.topic)
+
+    def _lease_producer(self) -> Lease:
+        lease = PRODUCERS.lease(self._config, self._failures,
+                                timeout_s=self._spec.producer_cache_timeout_s)
+        self._producer = lease.producer
+        self._checked_topics = lease.checked_topics
+        return lease
 
     def _check_topic(self, topic: str) -> None:
         try:
@@ -194,6 +199,12 @@ class TaskProducer:
 
     def finish(self) -> SinkCommitMessage:
         """Wait for every record's outcome; raise if any failed, else count what was sent."""
+        message = self._drain()
+        self._lease.release()
+        return message
+
+    def _drain(self) -> SinkCommitMessage:
+        """Wait for every record's outcome; raise (the producer discarded) if any failed."""
         while self._producer.flush(1.0):
             pass
         failures = self._failures
@@ -202,7 +213,6 @@ class TaskProducer:
             raise SinkDeliveryError(
                 f"{failures.count} of {self._records} records failed delivery to "
                 f"{self._spec.bootstrap}; the first: {failures.first}")
-        self._lease.release()
         return SinkCommitMessage(records=self._records, bytes=self._bytes)
 
     def abandon(self) -> None:

@@ -11,8 +11,14 @@ Invariants:
   the current lease).
 - ``Lease.discard`` never returns a producer: a task that failed (records may be in flight),
   or whose records failed delivery (the idempotent producer may be in a fatal state), drops
-  it. Transactional producers are never cached, and never closed (``close`` would abort the
-  transaction the driver is to commit): the last reference destroys them.
+  it.
+- A transactional producer (its ``transactional.id`` is part of the settings, so it is
+  leased only to a later task of the same id) goes back to the cache drained but with its
+  transaction left open for the driver to commit; the lease's ``session`` (what
+  ``transactional_producer`` keeps with it: its protocol client, the producer id and epoch
+  of that transaction) travels with it. Such a producer is never closed (``close`` would
+  abort a transaction the driver may still have to commit): evicting or discarding it
+  closes its session, and the last reference destroys it (librdkafka sends no EndTxn).
 - An idle producer is closed once it has been idle for its lease's timeout (Spark's
   ``spark.kafka.producer.cache.timeout``, default 10 minutes), by a daemon thread that
   sleeps until the earliest expiry, and when the worker exits (``atexit``).
@@ -28,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -36,6 +42,12 @@ from sparklog.client.watch import WatchedProducer
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 Key = tuple[tuple[str, str], ...]
+
+
+class Session(Protocol):
+    """What a lease's owner keeps with a producer across its tasks."""
+
+    def close(self) -> None: ...
 
 
 class _Route:
@@ -53,15 +65,17 @@ class _Route:
 class _Entry:
     producer: Producer
     route: _Route
+    transactional: bool
     checked_topics: set[str] = field(default_factory=set)
     expires: float = 0.0
+    session: Session | None = None
 
 
 class Lease:
     """One task's use of a producer: ``release`` when drained, ``discard`` otherwise."""
 
-    def __init__(self, cache: ProducerCache | None, key: Key, entry: _Entry,
-                 timeout_s: float) -> None:
+    def __init__(self, cache: ProducerCache, key: Key, entry: _Entry, timeout_s: float
+                 ) -> None:
         self._cache, self._key, self._entry, self._timeout_s = cache, key, entry, timeout_s
 
     @property
@@ -72,20 +86,28 @@ class Lease:
     def checked_topics(self) -> set[str]:
         return self._entry.checked_topics
 
+    @property
+    def session(self) -> Session | None:
+        return self._entry.session
+
+    @session.setter
+    def session(self, session: Session) -> None:
+        self._entry.session = session
+
     def release(self) -> None:
-        """The task drained the producer: keep it for the next task (when cached)."""
+        """The task drained the producer: keep it for the next task."""
         self._entry.route.target = None
-        if self._cache is not None:
-            self._cache.give_back(self._key, self._entry, self._timeout_s)
+        self._cache.give_back(self._key, self._entry, self._timeout_s)
 
     def discard(self) -> None:
-        """The task failed: the producer is not reused. A cached one drops what it still
-        holds (the task is retried whole); it is destroyed with its last reference, which
-        sends no EndTxn, so a transactional producer's transaction stays as it is."""
+        """The task failed: the producer is not reused. It drops what it still holds (the
+        task is retried whole) and is destroyed with its last reference, which sends no
+        EndTxn, so a transactional producer's transaction stays as it is."""
         self._entry.route.target = None
-        if self._cache is not None:
-            self._entry.producer.purge()
-            self._entry.producer.flush(0)
+        if self._entry.session is not None:
+            self._entry.session.close()
+        self._entry.producer.purge()
+        self._entry.producer.flush(0)
 
 
 class ProducerCache:
@@ -97,29 +119,29 @@ class ProducerCache:
         self._closed = False
 
     def lease(self, config: Mapping[str, Any], on_delivery: DeliveryCallback, *,
-              cached: bool = True, timeout_s: float) -> Lease:
+              timeout_s: float) -> Lease:
         """A producer of ``config`` whose delivery reports go to ``on_delivery`` until the
-        lease ends; ``cached=False`` makes a fresh one that is never kept."""
+        lease ends: an idle one of the same settings, else a new one."""
         key = tuple(sorted((k, str(v)) for k, v in config.items()))
         entry = None
-        if cached:
-            with self._lock:
-                idle = self._idle.get(key)
-                if idle:
-                    entry = idle.pop()
-                    if not idle:
-                        del self._idle[key]
+        with self._lock:
+            idle = self._idle.get(key)
+            if idle:
+                entry = idle.pop()
+                if not idle:
+                    del self._idle[key]
         if entry is None:
             route = _Route()
-            entry = _Entry(WatchedProducer({**config, "on_delivery": route}), route)
+            entry = _Entry(WatchedProducer({**config, "on_delivery": route}), route,
+                           transactional="transactional.id" in config)
         entry.route.target = on_delivery
-        return Lease(self if cached else None, key, entry, timeout_s)
+        return Lease(self, key, entry, timeout_s)
 
     def give_back(self, key: Key, entry: _Entry, timeout_s: float) -> None:
         entry.expires = self._clock() + timeout_s
         with self._lock:
             if self._closed:
-                _close(entry.producer)
+                _close(entry)
                 return
             self._idle.setdefault(key, []).append(entry)
             if self._evictor is None:
@@ -144,7 +166,7 @@ class ProducerCache:
                                     else max(0.0, earliest - self._clock()))
                     continue
             for entry in expired:
-                _close(entry.producer)
+                _close(entry)
 
     def _take_expired(self, now: float) -> list[_Entry]:
         expired = []
@@ -164,12 +186,15 @@ class ProducerCache:
             idle = [e for entries in self._idle.values() for e in entries]
             self._idle.clear()
         for entry in idle:
-            _close(entry.producer)
+            _close(entry)
 
 
-def _close(producer: Producer) -> None:
-    """Close a drained idle producer (nothing to flush, no transaction)."""
-    producer.close()
+def _close(entry: _Entry) -> None:
+    """Close a drained idle producer; a transactional one is left to its last reference."""
+    if entry.session is not None:
+        entry.session.close()
+    if not entry.transactional:
+        entry.producer.close()
 
 
 PRODUCERS = ProducerCache()
