@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -186,3 +187,24 @@ def test_a_pooled_producer_is_not_resumed_unless_the_driver_committed_its_transa
     driver.commit_batch([SinkCommitMessage(1, 4, fourth)], 2)
     assert sorted(read_committed(broker.bootstrap, topic, 1)) == [b"back", b"elsewhere",
                                                                    b"second"]
+
+
+def test_a_worker_keeps_few_idle_transactional_producers(broker: BrokerProcess) -> None:
+    cache = ProducerCache(max_idle_transactional=2)
+    configs = [{"bootstrap.servers": broker.bootstrap, "transactional.id": f"few-{n}"}
+               for n in range(4)]
+
+    def lease(config: dict[str, str]) -> Any:
+        return cache.lease(config, lambda error, message: None, timeout_s=60)
+
+    try:
+        leases = [lease(config) for config in configs]
+        for used in leases:
+            used.release()
+        lease({"bootstrap.servers": broker.bootstrap}).release()  # not transactional
+        assert cache.idle_count() == 3
+        # the longest idle went first
+        assert lease(configs[3]).producer is leases[3].producer
+        assert lease(configs[0]).producer is not leases[0].producer
+    finally:
+        cache.close()

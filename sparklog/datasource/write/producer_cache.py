@@ -19,6 +19,9 @@ Invariants:
   of that transaction) travels with it. Such a producer is never closed (``close`` would
   abort a transaction the driver may still have to commit): evicting or discarding it
   closes its session, and the last reference destroys it (librdkafka sends no EndTxn).
+  At most ``MAX_IDLE_TRANSACTIONAL`` of them are kept idle, the longest idle evicted first:
+  Spark does not send a partition's tasks to the same worker, so with many partitions an
+  id seldom comes back, and each idle producer holds librdkafka's threads and connections.
 - An idle producer is closed once it has been idle for its lease's timeout (Spark's
   ``spark.kafka.producer.cache.timeout``, default 10 minutes), by a daemon thread that
   sleeps until the earliest expiry, and when the worker exits (``atexit``).
@@ -42,6 +45,8 @@ from sparklog.client.watch import WatchedProducer
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 Key = tuple[tuple[str, str], ...]
+MAX_IDLE_TRANSACTIONAL = 8
+"""Idle transactional producers a worker keeps (a few micro-batches' ids of its tasks)."""
 
 
 class Session(Protocol):
@@ -111,8 +116,10 @@ class Lease:
 
 
 class ProducerCache:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 max_idle_transactional: int = MAX_IDLE_TRANSACTIONAL) -> None:
         self._clock = clock
+        self._max_idle_transactional = max_idle_transactional
         self._idle: dict[Key, list[_Entry]] = {}
         self._lock = threading.Condition()
         self._evictor: threading.Thread | None = None
@@ -144,11 +151,26 @@ class ProducerCache:
                 _close(entry)
                 return
             self._idle.setdefault(key, []).append(entry)
+            surplus = self._surplus_transactional() if entry.transactional else None
             if self._evictor is None:
                 self._evictor = threading.Thread(target=self._evict, daemon=True,
                                                  name="sparklog-producer-cache")
                 self._evictor.start()
             self._lock.notify()
+        if surplus is not None:
+            _close(surplus)
+
+    def _surplus_transactional(self) -> _Entry | None:
+        """The longest idle transactional producer, taken out, when too many are idle."""
+        idle = [(e.expires, key, e) for key, entries in self._idle.items() for e in entries
+                if e.transactional]
+        if len(idle) <= self._max_idle_transactional:
+            return None
+        _, key, oldest = min(idle, key=lambda found: found[0])
+        self._idle[key].remove(oldest)
+        if not self._idle[key]:
+            del self._idle[key]
+        return oldest
 
     def idle_count(self) -> int:
         with self._lock:
