@@ -8,7 +8,8 @@ Invariants:
   producer settings, the input schema) before any task starts, then check the cluster
   (``client.kafka.check_bootstrap``): no bootstrap server accepting a connection within
   ``BOOTSTRAP_TIMEOUT_S``, a refused login or another security protocol fails the write
-  (or the stream's start) there, naming the servers. They keep only a picklable
+  (or the stream's start) there, naming the servers. A streaming writer checks only at
+  the stream's start (``stream_start``), not at every micro-batch. They keep only a picklable
   ``SinkSpec``: the writer is pickled to the tasks, and a streaming writer is re-created in a
   fresh process for each micro-batch's commit.
 - ``valueFormat`` / ``keyFormat`` avro or json: the constructor resolves the schemas with
@@ -80,6 +81,9 @@ class _SinkWriter:
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._spec = sink_spec(options, schema, streaming=self.streaming)
+        self._check_cluster(options)
+
+    def _check_cluster(self, options: Mapping[str, str]) -> None:
         from sparklog.client.kafka import check_bootstrap
 
         check_bootstrap(self._spec.client_config())
@@ -152,6 +156,12 @@ class SparklogStreamWriter(_SinkWriter, DataSourceStreamArrowWriter):
         super().__init__(options, schema)
         if self._spec.exactly_once:
             self._committer().roll_forward()
+
+    def _check_cluster(self, options: Mapping[str, str]) -> None:
+        from sparklog.datasource.write.stream_start import check_at_stream_start
+
+        check_at_stream_start(options, lambda: super(SparklogStreamWriter, self)
+                              ._check_cluster(options))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self._spec.exactly_once:
