@@ -14,7 +14,17 @@ process writes R records/s (default 200) to a topic of two partitions:
   end (p50 and p99, from the produce time each value carries to its arrival).
 For each query: the median ``triggerExecution`` of its micro-batches (the first
 ``WARM_UP_BATCHES`` left out: Python workers starting, imports, the JIT) and its ratio to
-the floor. Peak RSS of the driver JVM, this process and the broker. The last line is
+the floor. Then exactly-once's own floor, measured without Spark: the median of the
+driver's commit round of a micro-batch of one transaction per partition
+(``TransactionCommitter.commit_batch``: the intent written, an EndTxn per transaction, the
+prefix's open transactions listed, the intent marked committed) and of what a task with a
+pooled producer adds to an at-least-once task (DescribeTransactions before resuming, the
+repeated EndTxn on librdkafka's side, DescribeTransactions at the end). What the
+exactly-once queries pay beyond that floor is mostly a task whose partition's transactional
+id was last used by the other Python worker: Spark does not keep a partition on one worker,
+so the task needs a new librdkafka producer (its start waits 50 to 500 ms on librdkafka's
+timers) where an at-least-once task takes any producer of its worker. Peak RSS of the
+driver JVM, this process and the broker. The last line is
 ``latency_sink_ratio=<source into sink, at-least-once, against the floor>``.
 """
 
@@ -41,9 +51,17 @@ from _common import (  # bench/ on path
 from confluent_kafka import Consumer, Producer
 
 from sparklog.broker.process import BrokerProcess
+from sparklog.client.kafka import KafkaClient
+from sparklog.client.settings import ClientConfig, RetryPolicy, parse_bootstrap
+from sparklog.client.transactions import describe_transaction
+from sparklog.datasource.write.commit_intents import SinkTransaction
+from sparklog.datasource.write.commit_message import SinkCommitMessage
+from sparklog.datasource.write.two_phase_commit import TransactionCommitter
 
 PARTITIONS = 2
 WARM_UP_BATCHES = 3
+COMMIT_ROUNDS = 30
+TIMEOUT_S = 30.0
 
 
 class Feed:
@@ -126,6 +144,39 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
 
 
+def exactly_once_floor(bootstrap: str, topic: str) -> tuple[float, float]:
+    """Median ms of the driver's commit round of a micro-batch of ``PARTITIONS``
+    transactions, and of a pooled-producer task's transactional requests (see the module)."""
+    config = ClientConfig(parse_bootstrap(bootstrap))
+    ids = [f"bench-floor-{p}-0" for p in range(PARTITIONS)]
+    producers = [Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+                 for tid in ids]
+    for producer in producers:
+        producer.init_transactions(TIMEOUT_S)
+    rounds, tasks = [], []
+    with tempfile.TemporaryDirectory(prefix="bench-latency-") as checkpoint, \
+            KafkaClient(config, RetryPolicy(TIMEOUT_S, 0.1)) as client:
+        committer = TransactionCommitter(config, "bench-floor", checkpoint)
+        for batch_id in range(COMMIT_ROUNDS):
+            messages = []
+            for partition, (tid, producer) in enumerate(zip(ids, producers, strict=True)):
+                started = time.perf_counter()
+                if batch_id:
+                    describe_transaction(client, tid)
+                    producer.commit_transaction(TIMEOUT_S)
+                producer.begin_transaction()
+                producer.produce(topic, b"x", partition=partition)
+                producer.flush(TIMEOUT_S)
+                state = describe_transaction(client, tid)
+                tasks.append(1000 * (time.perf_counter() - started))
+                messages.append(SinkCommitMessage(1, 1, SinkTransaction(
+                    tid, state.producer_id, state.producer_epoch, 1)))
+            started = time.perf_counter()
+            committer.commit_batch(messages, batch_id)
+            rounds.append(1000 * (time.perf_counter() - started))
+    return statistics.median(rounds), statistics.median(tasks)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=25.0)
@@ -188,6 +239,8 @@ def main() -> int:
                 batches = run_query(start, seconds)
                 results.append((label, batches, arrivals.close() if arrivals else None))
             feed.close()
+            commit_round, task_round = exactly_once_floor(
+                bootstrap, create_topic(bootstrap, "bench-latency-floor", PARTITIONS))
             jvm_rss = vm_hwm_mib(spark.sparkContext._gateway.proc.pid)
             broker_rss = vm_hwm_mib(broker.pid)
             spark.stop()
@@ -206,6 +259,9 @@ def main() -> int:
                  "end to end p50 / p99 ms"], rows)
     print()
     print_table(["median ms of", *PHASES], phases)
+    print(f"exactly-once floor: the driver's commit round of a micro-batch of {PARTITIONS} "
+          f"transactions {commit_round:.1f} ms; a task's transactional requests (a pooled "
+          f"producer; its records' produce and flush included) {task_round:.1f} ms")
     print(f"peak RSS: driver JVM {jvm_rss:.0f} MiB, driver Python {peak_rss_mib():.0f} MiB, "
           f"broker {broker_rss:.0f} MiB")
     copy = median_of(results[3][1], "triggerExecution")
