@@ -15,6 +15,10 @@ the id fenced, gets a new producer, which aborts what was left open. The tasks h
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -208,3 +212,19 @@ def test_a_worker_keeps_few_idle_transactional_producers(broker: BrokerProcess) 
         assert lease(configs[0]).producer is not leases[0].producer
     finally:
         cache.close()
+
+
+def test_each_live_worker_of_a_host_has_its_own_slot(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slot in the transactional id: a worker keeps its own; a worker that exited
+    frees it for the next."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(transactional_producer, "_slot", [])
+    mine = transactional_producer.worker_slot()
+    assert transactional_producer.worker_slot() == mine == 0
+    code = ("from sparklog.datasource.write.transactional_producer import worker_slot; "
+            "print(worker_slot())")
+    others = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, env={**os.environ, "TMPDIR": str(tmp_path)}
+                             ).stdout.strip() for _ in range(2)]
+    assert others == ["1", "1"]

@@ -2,9 +2,15 @@
 transaction, left open for the driver to commit (Flink's KafkaWriter, precommit stage).
 
 Invariants:
-- The transactional id is ``<prefix>-<partition id>-<attempt number>`` of the Spark task:
-  the same ids serve every micro-batch (nothing accumulates at the coordinator), and a
-  retried task or stage reuses or adds an id per attempt, never one per batch.
+- The transactional id is ``<prefix>-<partition id>-<attempt number>-<worker slot>``: the
+  Spark task's partition and attempt (no two tasks running at once share them), and the
+  number of the Python worker among those alive on its host (``worker_slot``: the lowest
+  whose lock file in the temporary directory it could lock, held until it exits). Spark
+  does not keep a partition on one worker; with the slot in the id, the workers that take
+  a partition's tasks in turn each keep a producer of their own id, where one shared id
+  had each new producer fence the other worker's. The same ids serve every micro-batch
+  (slots are reused as workers come and go: nothing accumulates at the coordinator), and
+  a retried task or stage reuses or adds an id per attempt, never one per batch.
 - Producers are pooled per transactional id in the Python worker (``producer_cache``): a
   task takes the producer an earlier task of the same id left in this worker, whose last
   transaction is still open on the producer's side (only the driver ended it), and resumes
@@ -32,7 +38,11 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import tempfile
 from dataclasses import dataclass
+from itertools import count
+from pathlib import Path
+from typing import IO
 
 from confluent_kafka import KafkaException
 from pyspark import TaskContext
@@ -80,11 +90,37 @@ class TransactionSession:
             self.producer_id, self.producer_epoch, transaction_state)
 
 
+SLOTS_DIR = "sparklog-sink-workers"
+_slot: list[tuple[int, IO[str]]] = []
+"""This worker's slot and the open lock file that holds it (set once)."""
+
+
+def worker_slot() -> int:
+    """This Python worker's number among the live ones of its host (0 without ``fcntl``)."""
+    if not _slot:
+        try:
+            import fcntl
+        except ImportError:  # no advisory locks (Windows): one slot, ids shared by workers
+            return 0
+        directory = Path(tempfile.gettempdir()) / SLOTS_DIR
+        directory.mkdir(exist_ok=True)
+        for number in count():
+            handle = open(directory / f"{number}.lock", "a")  # held until the worker exits
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                continue
+            _slot.append((number, handle))
+            break
+    return _slot[0][0]
+
+
 def task_transactional_id(prefix: str) -> str:
     context = TaskContext.get()
     if context is None:
         raise RuntimeError("the exactly-once sink writes from Spark tasks only")
-    return f"{prefix}-{context.partitionId()}-{context.attemptNumber()}"
+    return f"{prefix}-{context.partitionId()}-{context.attemptNumber()}-{worker_slot()}"
 
 
 class TransactionalTaskProducer(TaskProducer):

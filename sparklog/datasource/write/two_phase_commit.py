@@ -2,8 +2,8 @@
 Kafka transactions (Flink's KafkaCommitter, on Spark's writer commit and abort).
 
 Each write task leaves its records in an open transaction of its own transactional id
-(``<prefix>-<partition>-<attempt>``) and reports it (``SinkTransaction``: id, producer id
-and epoch). The driver then ends those transactions on the tasks' behalf with EndTxn.
+(``<prefix>-<partition>-<attempt>-<worker slot>``) and reports it (``SinkTransaction``: id,
+producer id and epoch). The driver then ends those transactions on the tasks' behalf with EndTxn.
 
 Streaming (``commit(messages, batch_id)``):
 1. If the batch has no intent yet, its transactions are written as one
@@ -196,7 +196,7 @@ class TransactionCommitter:
         """Abort every open transaction of this sink's prefix; called once the transactions
         to publish are ended, so what is still open is not part of the output: failed or
         speculative task attempts, a re-run of a published batch, an aborted batch."""
-        ours = re.compile(rf"{re.escape(self._prefix)}-\d+-\d+")
+        ours = re.compile(rf"{re.escape(self._prefix)}-\d+-\d+(-\d+)?")  # older: no slot
         aborted = 0
         for listing in list_transactions(client, states=[ONGOING]):
             tid = listing.transactional_id
