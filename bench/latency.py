@@ -19,11 +19,10 @@ driver's commit round of a micro-batch of one transaction per partition
 (``TransactionCommitter.commit_batch``: the intent written, an EndTxn per transaction, the
 prefix's open transactions listed, the intent marked committed) and of what a task with a
 pooled producer adds to an at-least-once task (DescribeTransactions before resuming, the
-repeated EndTxn on librdkafka's side, DescribeTransactions at the end). What the
-exactly-once queries pay beyond that floor is mostly a task whose partition's transactional
-id was last used by the other Python worker: Spark does not keep a partition on one worker,
-so the task needs a new librdkafka producer (its start waits 50 to 500 ms on librdkafka's
-timers) where an at-least-once task takes any producer of its worker. Peak RSS of the
+repeated EndTxn on librdkafka's side, DescribeTransactions at the end). The exactly-once
+queries pay little more than that floor once each Python worker holds a transactional
+producer per partition (the first micro-batches make them: a new librdkafka producer
+waits 50 to 500 ms on librdkafka's timers). Peak RSS of the
 driver JVM, this process and the broker. The last line is
 ``latency_sink_ratio=<source into sink, at-least-once, against the floor>``.
 """
