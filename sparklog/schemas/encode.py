@@ -6,8 +6,8 @@ Invariants:
   big-endian bytes) followed by the body: Avro's binary encoding of the row with the schema
   (fastavro's ``schemaless_writer``), or the row as a JSON document (UTF-8). A null row
   stays a null value (a tombstone), unframed, as Confluent's serializers do.
-- ``ColumnEncoding`` is what the driver resolved (format, subject, schema id and the
-  schema's text) and is frozen and picklable: tasks never talk to a schema registry.
+- ``ColumnEncoding`` (``column_encoding``) is what the driver resolved; tasks never talk
+  to a schema registry.
 - ``encode`` turns one Arrow column into a binary column of the same length. The rows are
   converted to Python once per call (``to_pylist``, maps as dicts), so a caller bounds the
   memory by calling it per slice of ``CHUNK_ROWS`` rows (``chunks``).
@@ -31,7 +31,6 @@ import decimal
 import io
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -39,9 +38,9 @@ import pyarrow.compute as pc
 
 from sparklog.schemas import json_columnar
 from sparklog.schemas.avro_columnar import Unsupported, encode_column
+from sparklog.schemas.column_encoding import AVRO, JSON, ColumnEncoding
 from sparklog.schemas.wire import prefix
 
-AVRO, JSON = "avro", "json"
 CHUNK_ROWS = 16384
 """Rows encoded at a time: bounds a task's memory whatever its batch. Above Spark's
 ``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000), so a default batch is one slice:
@@ -51,18 +50,6 @@ and ran at about 60% of the rate of whole 100,000-row columns)."""
 
 class EncodeError(ValueError):
     """A row cannot be encoded with the column's schema."""
-
-
-@dataclass(frozen=True)
-class ColumnEncoding:
-    """How a column is encoded: resolved on the driver, shipped to the tasks."""
-
-    format: str
-    """``avro`` or ``json``."""
-    subject: str
-    schema_id: int
-    schema: str
-    """The registered schema's text (Avro JSON or a JSON Schema)."""
 
 
 def chunks(batch: pa.RecordBatch, rows: int = CHUNK_ROWS) -> Iterator[pa.RecordBatch]:

@@ -33,7 +33,7 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklog.datasource.options import OptionError, get_option, parse_bool, parse_choice
-from sparklog.schemas.encode import AVRO, JSON, ColumnEncoding, chunks, encoder
+from sparklog.schemas.column_encoding import AVRO, JSON, ColumnEncoding
 from sparklog.schemas.spark_to_avro import (
     TOP_LEVEL_RECORD,
     SchemaMappingError,
@@ -145,6 +145,8 @@ def batch_encoder(encodings: Mapping[str, ColumnEncoding | None]
                   ) -> Callable[[pa.RecordBatch], Iterator[pa.RecordBatch]] | None:
     """In a task: a function giving a batch's slices (``CHUNK_ROWS`` rows) with each
     encoded column replaced by its encoding; None when no column is encoded."""
+    from sparklog.schemas.encode import chunks, encoder  # Arrow's kernels: in tasks only
+
     encoders = {name: encoder(e) for name, e in encodings.items() if e is not None}
     if not encoders:
         return None

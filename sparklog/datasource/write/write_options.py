@@ -70,7 +70,7 @@ from sparklog.datasource.write.encodings import (
     column_encoding,
     column_format,
 )
-from sparklog.schemas.encode import ColumnEncoding
+from sparklog.schemas.column_encoding import ColumnEncoding
 
 PRODUCER_CACHE_TIMEOUT = "spark.kafka.producer.cache.timeout"
 """Spark's setting, taken as a sink option: a Python data source cannot read Spark's confs."""
