@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,3 +160,18 @@ def test_the_api_package_holds_handlers_that_never_ask_which_broker_they_run_in(
     text = path.read_text()
     assert path.name == "__init__.py" or "@handles(" in text, f"{path.name} serves no API"
     assert WHICH_BROKER.findall(text) == [], path.name
+
+
+HEAVY_FOR_EVERY_BATCH = ("pyarrow.compute", "fastavro", "httpx", "authlib", "deltalake",
+                         "kazoo", "confluent_kafka.schema_registry")
+"""What the modules Spark loads for every micro-batch must not import: Spark builds a
+streaming writer (and its options) in two fresh Python processes per micro-batch, so each
+import here is paid twice per batch (``pyarrow.compute`` alone is about 40 ms)."""
+
+
+def test_what_every_micro_batch_imports_stays_light() -> None:
+    code = ("import sys, pyspark_sparklog, sparklog.datasource.write.writer, "
+            "sparklog.datasource.read.stream_reader; print('\\n'.join(sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=ROOT).stdout.split()
+    assert [m for m in loaded if m.startswith(HEAVY_FOR_EVERY_BATCH)] == []
