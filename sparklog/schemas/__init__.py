@@ -7,8 +7,8 @@ way Spark's ``SchemaConverters.toSqlType`` and ``from_json`` map them), ``avro_d
 ``json_decode`` (encoded values -> one Arrow array), ``registry`` (choosing a subject's
 schema, writer schemas by id); ``spark_to_avro`` and ``spark_to_json_schema`` (Spark type ->
 schema), ``encode``, ``avro_columnar`` and ``json_columnar`` (Arrow columns -> encoded
-values), ``register`` (a writer's registration). The Spark source, the sink and the jobs
-share them.
+values), ``registry_client`` (sparklog's registry client: lookups and a writer's
+registration). The Spark source, the sink and the jobs share them.
 
 Invariant: importing this package imports nothing; nothing here imports sparklog beyond
 ``sparklog.errors``, and Spark types arrive in their JSON form (``DataType.jsonValue()``), so

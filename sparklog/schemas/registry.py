@@ -1,4 +1,4 @@
-"""Schema lookups in a Confluent-compatible registry, with confluent-kafka's client.
+"""Schema lookups in a Confluent-compatible registry (``registry_client``).
 
 ``choose`` picks the reader schema once (on the Spark driver): a schema id, else a version
 of the subject, else its latest version. ``WriterSchemas`` gives the schema text of a
@@ -23,10 +23,7 @@ from typing import TYPE_CHECKING
 from sparklog.schemas.wire import DecodeError
 
 if TYPE_CHECKING:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
-SCHEMA_NOT_FOUND = 40403
-"""Confluent's error code for an unknown schema id."""
+    from sparklog.schemas.registry_client import RegisteredSchema, SchemaRegistry
 
 
 class SchemaLookupError(ValueError):
@@ -41,13 +38,15 @@ class RegistryConfig:
     def url(self) -> str:
         return dict(self.settings)["url"]
 
-    def client(self) -> SchemaRegistryClient:
-        from confluent_kafka.schema_registry import SchemaRegistryClient
+    def client(self) -> SchemaRegistry:
+        # urllib's client is imported where a registry is asked: the source's options
+        # (RegistryConfig) are read in every micro-batch's process
+        from sparklog.schemas.registry_client import RegistryError, SchemaRegistry
 
         try:
-            return SchemaRegistryClient(dict(self.settings))
-        except ValueError as exc:
-            raise SchemaLookupError(f"schema registry {self.url}: {exc}") from None
+            return SchemaRegistry.from_settings(dict(self.settings))
+        except RegistryError as exc:
+            raise SchemaLookupError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -62,31 +61,27 @@ class ChosenSchema:
 def choose(config: RegistryConfig, subject: str, version: int | None = None,
            schema_id: int | None = None) -> ChosenSchema:
     """The reader schema: by id, else by the subject's version, else the subject's latest."""
-    from confluent_kafka.schema_registry import SchemaRegistryError
+    from sparklog.schemas.registry_client import RegistryError
 
     client = config.client()
+    what = (f"schema id {schema_id}" if schema_id is not None
+            else f"version {version} of subject {subject!r}" if version is not None
+            else f"the latest version of subject {subject!r}")
     try:
         if schema_id is not None:
-            what = f"schema id {schema_id}"
-            schema = client.get_schema(schema_id)
+            schema = client.schema(schema_id)
             _check_references(schema, what)
-            return ChosenSchema(schema.schema_type or "AVRO", schema.schema_str, schema_id)
-        what = (f"version {version} of subject {subject!r}" if version is not None
-                else f"the latest version of subject {subject!r}")
-        registered = (client.get_version(subject, version) if version is not None
-                      else client.get_latest_version(subject))
-    except SchemaRegistryError as exc:
+            return ChosenSchema(schema.schema_type, schema.schema, schema_id)
+        registered = client.version(subject, version)
+    except RegistryError as exc:
         raise SchemaLookupError(f"schema registry {config.url}: {what}: {exc}") from None
-    except Exception as exc:  # the client's transport errors
-        raise SchemaLookupError(f"schema registry {config.url} did not answer for {what}: "
-                                f"{type(exc).__name__}: {exc}") from None
-    _check_references(registered.schema, what)
-    return ChosenSchema(registered.schema.schema_type or "AVRO", registered.schema.schema_str,
-                        registered.schema_id, subject, registered.version)
+    _check_references(registered, what)
+    return ChosenSchema(registered.schema_type, registered.schema, registered.schema_id,
+                        subject, registered.version)
 
 
-def _check_references(schema: object, what: str) -> None:
-    if getattr(schema, "references", None):
+def _check_references(schema: RegisteredSchema, what: str) -> None:
+    if schema.references:
         raise SchemaLookupError(f"{what} has schema references, which typed columns do not "
                                 "resolve yet")
 
@@ -96,20 +91,20 @@ class WriterSchemas:
 
     def __init__(self, config: RegistryConfig) -> None:
         self.config = config
-        self._client: SchemaRegistryClient | None = None
+        self._client: SchemaRegistry | None = None
 
     def __call__(self, schema_id: int) -> str:
-        from confluent_kafka.schema_registry import SchemaRegistryError
+        from sparklog.schemas.registry_client import SCHEMA_NOT_FOUND, RegistryError
 
         if self._client is None:
             self._client = self.config.client()
         try:
-            schema = self._client.get_schema(schema_id)
-        except SchemaRegistryError as exc:
+            schema = self._client.schema(schema_id)
+        except RegistryError as exc:
             if exc.error_code == SCHEMA_NOT_FOUND:
                 raise DecodeError(f"schema id {schema_id} is unknown to the schema registry "
                                   f"{self.config.url}") from None
             raise SchemaLookupError(f"schema registry {self.config.url}: schema id "
                                     f"{schema_id}: {exc}") from None
         _check_references(schema, f"schema id {schema_id}")
-        return schema.schema_str
+        return schema.schema

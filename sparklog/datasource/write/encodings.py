@@ -112,7 +112,7 @@ def column_encoding(options: Mapping[str, str], schema: StructType, column: str,
         _fit(fmt, spark_type, inline, f"option {column}Schema")
     text = inline if inline is not None else _derived_schema(options, column, fmt,
                                                               spark_type)
-    from sparklog.schemas.register import RegistryError, SchemaRegistry  # driver only
+    from sparklog.schemas.registry_client import RegistryError, SchemaRegistry  # driver only
 
     registry = SchemaRegistry(url, get_option(options, REGISTRY_USER_INFO))
     schema_type = _SCHEMA_TYPES[fmt]

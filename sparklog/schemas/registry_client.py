@@ -1,11 +1,14 @@
-"""The three schema registry calls a writer makes on the driver, over Confluent's REST API:
-register a schema under a subject, look one up, read a subject's latest version.
+"""sparklog's schema registry client, over Confluent's REST API: a schema by id, a subject's
+version or latest version, and a writer's registration and lookup.
 
 Invariants:
-- Plain ``urllib`` (no client library): a streaming sink resolves its schema in the fresh
-  Python process Spark starts for each micro-batch, where confluent-kafka's
-  ``SchemaRegistryClient`` alone takes 1.7 s to import (httpx, authlib).
-- HTTP basic auth from Confluent's ``basic.auth.user.info`` form (``user:password``).
+- Plain ``urllib`` (no client library): the sink resolves its schema in the fresh Python
+  process Spark starts for each micro-batch, and a read task fetches writer schemas in its
+  worker, where confluent-kafka's ``SchemaRegistryClient`` alone takes 1.7 s to import
+  (httpx, authlib).
+- Settings in confluent-kafka's names (``from_settings``: ``url``, ``basic.auth.user.info``
+  as ``user:password`` for HTTP basic auth, ``ssl.ca.location``,
+  ``ssl.certificate.location``, ``ssl.key.location``).
 - A registry error is a ``RegistryError`` carrying Confluent's ``error_code`` and the
   registry's own message (e.g. why a schema is incompatible); an unreachable registry is one
   too, naming the URL.
@@ -15,9 +18,11 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +43,21 @@ class RegisteredSchema:
     schema_type: str
     """AVRO, JSON or PROTOBUF."""
     version: int | None = None
+    references: tuple[object, ...] = ()
+
+    @classmethod
+    def of(cls, answer: Mapping[str, Any], schema_id: int | None = None) -> RegisteredSchema:
+        """From the registry's JSON answer (AVRO when it names no type, as Confluent's)."""
+        return cls(int(answer["id"]) if schema_id is None else schema_id, answer["schema"],
+                   answer.get("schemaType", "AVRO"), answer.get("version"),
+                   tuple(answer.get("references") or ()))
 
 
 class SchemaRegistry:
-    def __init__(self, url: str, user_info: str | None = None) -> None:
+    def __init__(self, url: str, user_info: str | None = None,
+                 context: ssl.SSLContext | None = None) -> None:
         self.url = url.rstrip("/")
+        self._context = context
         self._headers = {"Content-Type": "application/vnd.schemaregistry.v1+json",
                          "Accept": "application/vnd.schemaregistry.v1+json"}
         if user_info:
@@ -54,7 +69,8 @@ class SchemaRegistry:
         request = urllib.request.Request(self.url + path, data=data, method=method,
                                          headers=self._headers)
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S,
+                                        context=self._context) as answer:
                 return json.loads(answer.read())
         except urllib.error.HTTPError as error:
             try:
@@ -66,6 +82,21 @@ class SchemaRegistry:
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
             raise RegistryError(f"schema registry {self.url} is unreachable: {reason}") from None
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str]) -> SchemaRegistry:
+        """A client of confluent-kafka's settings (see the module's docstring)."""
+        context = None
+        ca, certificate = settings.get("ssl.ca.location"), settings.get("ssl.certificate.location")
+        if ca or certificate:
+            try:
+                context = ssl.create_default_context(cafile=ca)
+                if certificate:
+                    context.load_cert_chain(certificate, settings.get("ssl.key.location"))
+            except (OSError, ssl.SSLError) as error:
+                raise RegistryError(f"schema registry {settings['url']}: its TLS settings: "
+                                    f"{error}") from None
+        return cls(settings["url"], settings.get("basic.auth.user.info"), context)
 
     @staticmethod
     def _subject(subject: str) -> str:
@@ -90,10 +121,15 @@ class SchemaRegistry:
             if error.error_code in (SUBJECT_NOT_FOUND, SCHEMA_NOT_FOUND):
                 return None
             raise
-        return RegisteredSchema(int(answer["id"]), answer["schema"],
-                                answer.get("schemaType", "AVRO"), answer.get("version"))
+        return RegisteredSchema.of(answer)
 
     def latest(self, subject: str) -> RegisteredSchema:
-        answer = self._call("GET", self._subject(subject) + "/versions/latest")
-        return RegisteredSchema(int(answer["id"]), answer["schema"],
-                                answer.get("schemaType", "AVRO"), answer.get("version"))
+        return self.version(subject, None)
+
+    def version(self, subject: str, version: int | None) -> RegisteredSchema:
+        """A version of ``subject`` (None: its latest)."""
+        return RegisteredSchema.of(self._call("GET", self._subject(subject) + "/versions/"
+                                              + ("latest" if version is None else str(version))))
+
+    def schema(self, schema_id: int) -> RegisteredSchema:
+        return RegisteredSchema.of(self._call("GET", f"/schemas/ids/{schema_id}"), schema_id)
