@@ -23,8 +23,18 @@ from broker_fixtures import start_broker
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from hypothesis import given
 from hypothesis import strategies as st
+from protobuf_support import (
+    context,
+    expected,
+    message_classes,
+    order_schema,
+    orders,
+    serializer,
+    sorted_maps,
+)
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
     DateType,
     DecimalType,
@@ -47,10 +57,11 @@ from sparklog.datasource.read.planning import KafkaInputPartition
 from sparklog.datasource.read.read_options import TaskSettings, parse_read_options
 from sparklog.datasource.read.typed_columns import UndecodableRecordError, read_typed, resolve
 from sparklog.datasource.schema import arrow_source_schema, source_schema
-from sparklog.schemas import avro_types, json_types
+from sparklog.schemas import avro_types, json_types, protobuf_types
 from sparklog.schemas.avro_decode import AvroDecoder
 from sparklog.schemas.avro_types import UnsupportedSchemaError
 from sparklog.schemas.json_decode import JsonDecoder
+from sparklog.schemas.protobuf_decode import ProtobufDecoder
 from sparklog.schemas.registry import WriterSchemas
 from sparklog.schemas.wire import DecodeError, frame, split
 
@@ -330,15 +341,15 @@ def test_bare_values_with_an_inline_schema() -> None:
     ({"valueFormat": "avor", "valueSchema": "{}"},
      "option valueFormat must be one of binary, avro, json, protobuf, got 'avor' "
      "\\(did you mean 'avro'\\?\\)"),
-    ({"valueFormat": "protobuf", "schemaRegistry.url": "http://r"},
-     "valueFormat=protobuf is not supported yet"),
+    ({"valueFormat": "avro", "valueSchema": "{}", "valueProtobufMessage": "M"},
+     "option valueProtobufMessage needs valueFormat=protobuf"),
     ({"valueFormat": "avro"}, "valueFormat=avro needs a schema"),
     ({"valueFormat": "avro", "valueSchema": "{}", "onDecodeError": "skipp"},
      "option onDecodeError must be one of fail, skip, deadLetter, got 'skipp' "
      "\\(did you mean 'skip'\\?\\)"),
     ({"valueFormat": "avro", "valueSchema": "{}", "onDecodeError": "deadLetter"},
      "deadLetterTopic"),
-    ({"valueSchema": "{}"}, "option valueSchema needs valueFormat avro or json"),
+    ({"valueSchema": "{}"}, "option valueSchema needs valueFormat avro, json or protobuf"),
     ({"valueFormat": "json", "schemaRegistry.url": "http://r", "valueSchemaVersion": "2",
       "valueSchemaId": "3"}, "give one"),
     ({"schemaRegistry.url": "http://r"}, "set valueFormat"),
@@ -456,3 +467,64 @@ def test_registry_credentials_reach_the_registry(secured: BrokerProcess) -> None
     assert json.loads(WriterSchemas(logged_in.typed.registry)(schema_id)) == V1
     with pytest.raises(DecodeError, match="schema id 4242 is unknown"):
         WriterSchemas(logged_in.typed.registry)(4242)
+
+
+# -- Protobuf --------------------------------------------------------------------------------
+
+
+def test_protobuf_types_map_as_sparks_schema_converters() -> None:
+    kind = source_schema(False, None, protobuf_types.arrow_type(order_schema()))["value"]
+    line = StructType([StructField("sku", StringType()), StructField("qty", IntegerType())])
+    assert kind.dataType == StructType([
+        StructField("id", LongType()), StructField("status", StringType()),
+        StructField("lines", ArrayType(line)), StructField("totals",
+                                                           MapType(StringType(), LongType())),
+        StructField("at", TimestampType()), StructField("first", line),
+        StructField("big", LongType()), StructField("raw", BinaryType()),
+        StructField("price", DoubleType()), StructField("tags", ArrayType(StringType()))])
+    refund = protobuf_types.arrow_type(order_schema(), "Refund")
+    assert refund == pa.struct([pa.field("order_id", pa.int64())])
+    assert protobuf_types.arrow_type(order_schema(), "shop.Order.Line") == pa.struct(
+        [pa.field("sku", pa.string()), pa.field("qty", pa.int32())])
+    with pytest.raises(UnsupportedSchemaError, match="no message 'Nope'"):
+        protobuf_types.arrow_type(order_schema(), "Nope")
+    with pytest.raises(UnsupportedSchemaError, match=r"\.proto text is not supported yet"):
+        protobuf_types.arrow_type('syntax = "proto3"; message M { int32 a = 1; }')
+
+
+def test_protobuf_serializer_records_decode_into_arrow() -> None:
+    from confluent_kafka.schema_registry._sync.mock_schema_registry_client import (
+        MockSchemaRegistryClient,  # the library's own in-memory registry, for unit tests
+    )
+
+    order, refund = message_classes()
+    sr = MockSchemaRegistryClient({"url": "mock://protobuf-decode"})
+    records = orders(order)
+    values = [serializer(order, sr)(record, context("orders")) for record in records]
+    other = serializer(refund, sr)(refund(order_id=3), context("orders"))
+    assert other[5] == 2 and values[0][5] == 0  # message indexes [1]; [0] as one 0 byte
+    schema_id = sr.get_latest_version("orders-value").schema_id
+    decoder = ProtobufDecoder(order_schema(), protobuf_types.arrow_type(order_schema()),
+                              framed=True, reader_id=schema_id,
+                              writer_schema=lambda i: sr.get_schema(i).schema_str)
+    decoded = decoder.decode([*values, None, other, values[0][:5] + b"\x02\x08", b"\x01"])
+    rows = sorted_maps(decoded.array.to_pylist())
+    assert rows[:4] == [*map(expected, records), None]
+    assert rows[4:] == [None, None, None]
+    assert decoded.errors[4] == f"the record is message shop.Refund (schema id {schema_id}), " \
+        "not shop.Order"
+    assert decoded.errors[5].startswith("message indexes [4] are not in schema id")
+    assert "magic byte" in decoded.errors[6]
+    # the same bodies bare, as from_protobuf reads them with an inline schema
+    bare = [record.SerializeToString() for record in records]
+    assert sorted_maps(ProtobufDecoder(order_schema(), decoder.arrow_type, framed=False).decode(
+        bare).array.to_pylist()) == [*map(expected, records)]
+
+
+def test_read_typed_protobuf_with_an_inline_schema() -> None:
+    order, _ = message_classes()
+    records = orders(order)
+    partition = task(valueFormat="protobuf", valueSchema=order_schema(), onDecodeError="skip")
+    values = [records[0].SerializeToString(), b"\xff\xff"]
+    (batch,) = read_typed(partition, raw_batches(values, [None, None]))
+    assert sorted_maps(batch.column("value").to_pylist()) == [expected(records[0])]

@@ -33,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 from fastavro import parse_schema, schemaless_reader
 
-from sparklog.schemas.wire import Decoded, DecodeError, split
+from sparklog.schemas.wire import Decoded, DecodeError, records_array, split
 
 
 class AvroDecoder:
@@ -71,7 +71,7 @@ class AvroDecoder:
             except Exception as exc:  # fastavro's own: bad bytes, schema resolution
                 errors[row] = f"Avro decoding failed: {type(exc).__name__}: {exc}"
                 records.append(None)
-        return Decoded(self._array(records, errors), errors)
+        return Decoded(records_array(records, self.arrow_type, errors), errors)
 
     def _writer(self, schema_id: int) -> Any:
         if schema_id not in self._writers:
@@ -80,17 +80,3 @@ class AvroDecoder:
                                   "schema registry was given to look it up")
             self._writers[schema_id] = parse_schema(json.loads(self._writer_schema(schema_id)))
         return self._writers[schema_id]
-
-    def _array(self, records: list[Any], errors: dict[int, str]) -> pa.Array:
-        """The records as one array; a record Arrow refuses is nulled and counted an error."""
-        try:
-            return pa.array(records, type=self.arrow_type)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            pass
-        for row, record in enumerate(records):
-            try:
-                pa.array([record], type=self.arrow_type)
-            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-                errors[row] = f"the decoded value does not fit its column type: {exc}"
-                records[row] = None
-        return pa.array(records, type=self.arrow_type)

@@ -51,7 +51,7 @@ class RegistryConfig:
 
 @dataclass(frozen=True)
 class ChosenSchema:
-    schema_type: str  # AVRO or JSON (PROTOBUF is refused by the callers)
+    schema_type: str  # AVRO, JSON or PROTOBUF
     schema_str: str
     schema_id: int | None = None  # None: given inline
     subject: str | None = None

@@ -1,6 +1,6 @@
 """Confluent's wire format: magic byte 0, the schema id (4 bytes, big-endian), the body.
 
-Invariant: ``split`` either returns the id and the body (a view, no copy) or raises
+Invariants: ``split`` either returns the id and the body (a view, no copy) or raises
 ``DecodeError`` saying what is wrong with the framing; ``frame`` is its inverse (``prefix``
 its first 5 bytes).
 """
@@ -49,3 +49,19 @@ def prefix(schema_id: int) -> bytes:
 def frame(schema_id: int, body: bytes) -> bytes:
     """``body`` framed with ``schema_id``."""
     return prefix(schema_id) + body
+
+
+def records_array(records: list, arrow_type: pa.DataType, errors: dict[int, str]) -> pa.Array:
+    """Decoded records (Python values) as one array; a record Arrow refuses is nulled and
+    its row gets an error."""
+    try:
+        return pa.array(records, type=arrow_type)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    for row, record in enumerate(records):
+        try:
+            pa.array([record], type=arrow_type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            errors[row] = f"the decoded value does not fit its column type: {exc}"
+            records[row] = None
+    return pa.array(records, type=arrow_type)

@@ -11,8 +11,8 @@ subject got a new latest version in between) fails, saying so.
 
 Executors: ``read_typed`` wraps the plain reader's Arrow batches, replacing the ``key`` /
 ``value`` column by the decoded one (``sparklog.schemas``: fastavro into the reader
-schema, or Arrow's JSON reader). Writer schemas of other ids are asked of the registry
-once per id per task.
+schema, Arrow's JSON reader, or protobuf's parser into the reader's message). Writer
+schemas of other ids are asked of the registry once per id per task.
 
 Invariants:
 - Every batch ``read_typed`` yields has exactly ``arrow_source_schema`` of the typed
@@ -83,9 +83,9 @@ def _resolve_column(typed: TypedOptions, column: ColumnOptions,
                     subscription: Subscription) -> ColumnDecoding:
     from sparklog.schemas.registry import ChosenSchema, choose
 
+    expected = column.format.upper()
     if column.inline_schema is not None:
-        chosen = ChosenSchema("AVRO" if column.format == "avro" else "JSON",
-                              column.inline_schema)
+        chosen = ChosenSchema(expected, column.inline_schema)
     else:
         assert typed.registry is not None
         try:
@@ -93,23 +93,27 @@ def _resolve_column(typed: TypedOptions, column: ColumnOptions,
                             column.schema_id)
         except SchemaLookupError as exc:
             raise OptionError(f"option {column.column}Format={column.format}: {exc}") from None
-        expected = "AVRO" if column.format == "avro" else "JSON"
         if chosen.schema_type != expected:
             raise OptionError(f"option {column.column}Format={column.format}: the registry's "
                               f"schema is {chosen.schema_type}, not {expected}")
     try:
-        if column.format == "avro":
-            from sparklog.schemas.avro_types import arrow_type
+        if column.format == "protobuf":
+            from sparklog.schemas.protobuf_types import arrow_type as protobuf_type
+
+            kind = protobuf_type(chosen.schema_str, column.message)
         else:
-            from sparklog.schemas.json_types import arrow_type
-        kind = arrow_type(chosen.schema_str)
+            if column.format == "avro":
+                from sparklog.schemas.avro_types import arrow_type
+            else:
+                from sparklog.schemas.json_types import arrow_type
+            kind = arrow_type(chosen.schema_str)
     except UnsupportedSchemaError as exc:
         raise OptionError(f"the {column.column} schema cannot be read as typed columns: "
                           f"{exc}") from None
     except ValueError as exc:  # not JSON
         raise OptionError(f"the {column.column} schema is not valid JSON: {exc}") from None
     return ColumnDecoding(column.column, column.format, chosen.schema_str, chosen.schema_id,
-                          kind, framed=typed.registry is not None)
+                          kind, framed=typed.registry is not None, message=column.message)
 
 
 def _subject(column: ColumnOptions, subscription: Subscription) -> str:
@@ -191,6 +195,12 @@ def _decoder(column: ColumnDecoding,
 
         return AvroDecoder(column.schema_str, column.arrow_type, framed=column.framed,
                            reader_id=column.schema_id, writer_schema=writers).decode
+    if column.format == "protobuf":
+        from sparklog.schemas.protobuf_decode import ProtobufDecoder
+
+        return ProtobufDecoder(column.schema_str, column.arrow_type, framed=column.framed,
+                               message=column.message, reader_id=column.schema_id,
+                               writer_schema=writers).decode
     from sparklog.schemas.json_decode import JsonDecoder
 
     return JsonDecoder(column.arrow_type, framed=column.framed).decode

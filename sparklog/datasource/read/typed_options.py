@@ -1,25 +1,29 @@
 """Typed columns' options: which format the key and value are in, and where their schemas are.
 
 Options (``<column>`` is ``value`` or ``key``): ``<column>Format`` (``binary``, the default:
-the column stays bytes; ``avro``; ``json``; ``protobuf`` is refused, not supported yet);
-the schema, inline as ``<column>Schema`` (Avro schema JSON or a JSON Schema) or from the
+the column stays bytes; ``avro``; ``json``; ``protobuf``); the schema, inline as
+``<column>Schema`` (Avro schema JSON, a JSON Schema, or a Protobuf file as the base64
+``FileDescriptorProto`` confluent-kafka registers) or from the
 registry at ``schemaRegistry.url``: the subject ``<column>Subject`` (default
 TopicNameStrategy's ``<topic>-<column>``, so one topic), its latest version unless
-``<column>SchemaVersion`` or ``<column>SchemaId`` names one. Registry client settings in
-confluent-kafka's names: ``schemaRegistry.basic.auth.user.info`` (``user:password``),
-``schemaRegistry.ssl.ca.location``, ``schemaRegistry.ssl.certificate.location``,
-``schemaRegistry.ssl.key.location``. ``onDecodeError``: ``fail`` (default), ``skip`` or
-``deadLetter`` (to ``deadLetterTopic``).
+``<column>SchemaVersion`` or ``<column>SchemaId`` names one; for protobuf,
+``<column>ProtobufMessage`` names the message read (default: the file's first). Registry
+client settings in confluent-kafka's names: ``schemaRegistry.basic.auth.user.info``
+(``user:password``), ``schemaRegistry.ssl.ca.location``,
+``schemaRegistry.ssl.certificate.location``, ``schemaRegistry.ssl.key.location``.
+``onDecodeError``: ``fail`` (default), ``skip`` or ``deadLetter`` (to ``deadLetterTopic``).
 
 Invariants:
 - ``parse_typed_options`` does no I/O; it returns None when neither column has a format
   other than binary (the source's schema and read path are then exactly the untyped ones),
   else a ``TypedOptions`` whose every column with a format has a schema source: inline,
-  or the registry. Schema options for a binary column, a version and an id together,
+  or the registry. Schema options for a binary column, ``<column>ProtobufMessage`` for
+  another format than protobuf, a version and an id together,
   ``deadLetterTopic`` without ``onDecodeError=deadLetter`` (and the reverse) are refused.
 - With an inline schema and no registry, values are the bare encoding (as Spark's
   ``from_avro`` / ``from_json`` read them); with a registry, values are in Confluent's
-  wire format, an inline schema then being the reader schema.
+  wire format (Protobuf's with its message indexes), an inline schema then being the
+  reader schema.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from sparklog.schemas.registry import RegistryConfig
 FORMATS = ("binary", "avro", "json", "protobuf")
 ON_DECODE_ERROR = ("fail", "skip", "deadLetter")
 COLUMNS = ("key", "value")
-_PER_COLUMN = ("Format", "Schema", "Subject", "SchemaVersion", "SchemaId")
+_PER_COLUMN = ("Format", "Schema", "Subject", "SchemaVersion", "SchemaId", "ProtobufMessage")
 REGISTRY_SETTINGS = ("url", "basic.auth.user.info", "ssl.ca.location",
                      "ssl.certificate.location", "ssl.key.location")
 TYPED_OPTIONS = frozenset(
@@ -47,11 +51,12 @@ TYPED_OPTIONS = frozenset(
 @dataclass(frozen=True)
 class ColumnOptions:
     column: str  # key or value
-    format: str  # avro or json
+    format: str  # avro, json or protobuf
     inline_schema: str | None
     subject: str | None
     version: int | None
     schema_id: int | None
+    message: str | None = None  # protobuf: the message read (None: the file's first)
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ def parse_typed_options(options: Mapping[str, str]) -> TypedOptions | None:
     if not columns:
         if registry is not None or get_option(options, "onDecodeError") is not None:
             raise OptionError("options schemaRegistry.* and onDecodeError apply to typed "
-                              "columns: set valueFormat (or keyFormat) to avro or json")
+                              "columns: set valueFormat (or keyFormat) to avro, json or protobuf")
         return None
     return TypedOptions(columns, registry, on_error, dead_letter_topic)
 
@@ -98,12 +103,12 @@ def _column(options: Mapping[str, str], column: str,
              if get_option(options, f"{column}{suffix}") is not None]
     if kind == "binary":
         if given:
-            raise OptionError(f"option {given[0]} needs {name} avro or json (the {column} "
-                              "column is bytes by default)")
+            raise OptionError(f"option {given[0]} needs {name} avro, json or protobuf (the "
+                              f"{column} column is bytes by default)")
         return None
-    if kind == "protobuf":
-        raise OptionError(f"option {name}=protobuf is not supported yet: typed columns read "
-                          "avro and json; read the bytes (binary) and decode them yourself")
+    message = get_option(options, f"{column}ProtobufMessage")
+    if message is not None and kind != "protobuf":
+        raise OptionError(f"option {column}ProtobufMessage needs {name}=protobuf")
     inline = get_option(options, f"{column}Schema")
     version = parse_int(options, f"{column}SchemaVersion", None, minimum=1)
     schema_id = parse_int(options, f"{column}SchemaId", None, minimum=0)
@@ -117,7 +122,7 @@ def _column(options: Mapping[str, str], column: str,
         raise OptionError(f"options {column}SchemaVersion and {column}SchemaId both choose "
                           "the schema: give one")
     return ColumnOptions(column, kind, inline, get_option(options, f"{column}Subject"),
-                         version, schema_id)
+                         version, schema_id, message)
 
 
 @dataclass(frozen=True)
@@ -125,11 +130,12 @@ class ColumnDecoding:
     """A column's schema as resolved on the driver: what its tasks decode with."""
 
     column: str  # key or value
-    format: str  # avro or json
+    format: str  # avro, json or protobuf
     schema_str: str  # the reader schema
     schema_id: int | None  # its registry id (None: inline)
     arrow_type: pa.DataType
     framed: bool  # values in Confluent's wire format (a registry was given)
+    message: str | None = None  # protobuf: the message read (None: the file's first)
 
 
 @dataclass(frozen=True)

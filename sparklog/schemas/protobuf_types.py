@@ -1,0 +1,156 @@
+"""Protobuf schemas as Arrow types, mapped as Spark's ``from_protobuf`` reads them.
+
+A schema is a Protobuf file: the base64 ``FileDescriptorProto`` that confluent-kafka's
+``ProtobufSerializer`` registers (and sparklog's registry serves as sent). ``.proto`` text
+(what Confluent's registry and the Java serializer store) is refused for now: it needs a
+.proto parser. The message read is the file's first message, or the one named (full name,
+or the name within the file's package, nested ones as ``Outer.Inner``).
+
+The mapping (spark-protobuf's ``SchemaConverters`` with its default options): int32,
+sint32, sfixed32 and uint32 -> int32 (IntegerType; uint32 wraps above 2^31 - 1 as Spark's
+Java int does); int64, sint64, sfixed64 and uint64 -> int64 (LongType; uint64 wraps above
+2^63 - 1, Spark's default, not ``upcast.unsigned.ints``' decimal(20,0)); float; double;
+bool; string; bytes -> binary; enum -> string (the value's name); message -> struct;
+``google.protobuf.Timestamp`` -> timestamp[us, UTC] (TimestampType); repeated -> list;
+map -> map. Refused (``UnsupportedSchemaError``): recursive messages, imports other than
+Protobuf's well-known types (schema references).
+
+Invariants:
+- Every field is nullable; a message field that is absent is null, an absent scalar reads
+  as its default (as protobuf's parser gives it), a repeated or map field as empty.
+- List items are named ``element``, as ``pyspark``'s ``to_arrow_type`` names them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from sparklog.schemas.avro_types import UnsupportedSchemaError
+
+if TYPE_CHECKING:
+    from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+TIMESTAMP = "google.protobuf.Timestamp"
+_WELL_KNOWN = "google/protobuf/"
+
+
+def message_descriptor(schema: str, message: str | None = None) -> Descriptor:
+    """The descriptor of ``message`` (default: the first) of the file ``schema``."""
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    try:
+        proto = descriptor_pb2.FileDescriptorProto.FromString(
+            base64.b64decode(schema, validate=True))
+    except (binascii.Error, ValueError, Exception) as exc:  # DecodeError is not a ValueError
+        raise UnsupportedSchemaError(
+            "the Protobuf schema is not a base64 FileDescriptorProto (as confluent-kafka's "
+            f"ProtobufSerializer registers it); .proto text is not supported yet ({exc})"
+        ) from None
+    pool = descriptor_pool.DescriptorPool()
+    for dependency in proto.dependency:
+        if not dependency.startswith(_WELL_KNOWN):
+            raise UnsupportedSchemaError(f"the Protobuf schema imports {dependency}: schema "
+                                         "references are not supported")
+        _add_well_known(pool, dependency)
+    try:
+        file = pool.Add(proto)
+    except TypeError as exc:
+        raise UnsupportedSchemaError(f"the Protobuf schema does not build: {exc}") from None
+    if not proto.message_type:
+        raise UnsupportedSchemaError("the Protobuf schema has no message")
+    if message is None:
+        return file.message_types_by_name[proto.message_type[0].name]
+    for name in (message, f"{proto.package}.{message}" if proto.package else message):
+        try:
+            return pool.FindMessageTypeByName(name)
+        except KeyError:
+            continue
+    raise UnsupportedSchemaError(f"the Protobuf schema has no message {message!r}")
+
+
+def _add_well_known(pool: object, name: str) -> None:
+    # importing the well-known types' modules adds their files to the default pool
+    from google.protobuf import (  # noqa: F401
+        any_pb2,
+        descriptor_pb2,
+        descriptor_pool,
+        duration_pb2,
+        struct_pb2,
+        timestamp_pb2,
+        wrappers_pb2,
+    )
+
+    try:
+        known = descriptor_pool.Default().FindFileByName(name)
+    except KeyError:
+        raise UnsupportedSchemaError(f"the Protobuf schema imports {name}, not a well-known "
+                                     "type known here") from None
+    proto = descriptor_pb2.FileDescriptorProto()
+    known.CopyToProto(proto)
+    pool.Add(proto)  # type: ignore[attr-defined]
+
+
+def message_indexes(descriptor: Descriptor) -> tuple[int, ...]:
+    """Where ``descriptor`` is in its file, as Confluent's message indexes say it."""
+    path: list[int] = []
+    current = descriptor
+    while current.containing_type is not None:
+        parent = current.containing_type
+        path.append(list(parent.nested_types).index(current))
+        current = parent
+    path.append(list(current.file.message_types_by_name).index(current.name))
+    return tuple(reversed(path))
+
+
+def arrow_type(schema: str, message: str | None = None) -> pa.DataType:
+    """The Arrow struct type of ``message`` (default: the first) of ``schema``."""
+    return message_type(message_descriptor(schema, message), ())
+
+
+def message_type(descriptor: Descriptor, seen: tuple[str, ...]) -> pa.DataType:
+    if descriptor.full_name == TIMESTAMP:
+        return pa.timestamp("us", tz="UTC")
+    if descriptor.full_name in seen:
+        raise UnsupportedSchemaError(f"message {descriptor.full_name} is recursive; Spark "
+                                     "types cannot hold recursive structures")
+    inner = (*seen, descriptor.full_name)
+    return pa.struct([pa.field(field.name, field_type(field, inner))
+                      for field in descriptor.fields])
+
+
+def field_type(field: FieldDescriptor, seen: tuple[str, ...]) -> pa.DataType:
+    if is_map(field):
+        key, value = field.message_type.fields
+        return pa.map_(_single_type(key, seen), _single_type(value, seen))
+    kind = _single_type(field, seen)
+    if _is_repeated(field):
+        return pa.list_(pa.field("element", kind))
+    return kind
+
+
+def is_map(field: FieldDescriptor) -> bool:
+    return (_is_repeated(field) and field.message_type is not None
+            and field.message_type.GetOptions().map_entry)
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    return bool(field.is_repeated)
+
+
+def _single_type(field: FieldDescriptor, seen: tuple[str, ...]) -> pa.DataType:
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    if field.type in (F.TYPE_MESSAGE, F.TYPE_GROUP):
+        return message_type(field.message_type, seen)
+    return {
+        F.TYPE_INT32: pa.int32(), F.TYPE_SINT32: pa.int32(), F.TYPE_SFIXED32: pa.int32(),
+        F.TYPE_UINT32: pa.int32(), F.TYPE_FIXED32: pa.int32(),
+        F.TYPE_INT64: pa.int64(), F.TYPE_SINT64: pa.int64(), F.TYPE_SFIXED64: pa.int64(),
+        F.TYPE_UINT64: pa.int64(), F.TYPE_FIXED64: pa.int64(),
+        F.TYPE_FLOAT: pa.float32(), F.TYPE_DOUBLE: pa.float64(), F.TYPE_BOOL: pa.bool_(),
+        F.TYPE_STRING: pa.string(), F.TYPE_BYTES: pa.binary(), F.TYPE_ENUM: pa.string(),
+    }[field.type]
