@@ -2,8 +2,9 @@
 
 A real local SparkSession (the session ``spark`` fixture) reads topics written by
 confluent-kafka's own serializers against a real broker child process with its schema
-registry on: two Avro schema versions read into the newest, JSON Schema, and each
-``onDecodeError`` mode. The expected rows are decoded by hand (fastavro, ``json``).
+registry on: two Avro schema versions read into the newest, JSON Schema, Protobuf, and each
+``onDecodeError`` mode. The expected rows are decoded by hand (fastavro, ``json``,
+confluent-kafka's ``ProtobufDeserializer``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from broker_fixtures import (
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from protobuf_support import context, expected, message_classes, orders, serializer
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.dlq.headers import ERROR_MESSAGE, ORIGINAL_OFFSET, ORIGINAL_TOPIC
@@ -210,3 +213,27 @@ def test_on_decode_error(spark: Any, broker: BrokerProcess) -> None:
     kept.count()  # a replay of the same ranges sends nothing twice
     with pytest.raises(AssertionError, match="consumed 2 of 3"):
         consume_confluent(broker.bootstrap, dlq, 3, timeout=3)
+
+
+def test_protobuf_values(spark: Any, broker: BrokerProcess) -> None:
+    """Records of ProtobufSerializer read as the file's first message (``shop.Order``); a
+    record of the file's other message (``shop.Refund``) is skipped."""
+    topic = unique_topic("protobuf")
+    create_topic(broker.bootstrap, topic)
+    order, refund = message_classes()
+    sr = registry(broker)
+    values = [serializer(order, sr)(record, context(topic)) for record in orders(order)]
+    values.insert(1, serializer(refund, sr)(refund(order_id=7), context(topic)))
+    producer = confluent_producer(broker.bootstrap)
+    for value in values:
+        producer.produce(topic, value)
+    assert producer.flush(TIMEOUT) == 0
+    rows = typed(spark, broker, topic, valueFormat="protobuf",
+                 onDecodeError="skip").orderBy("offset").collect()
+    assert [r.offset for r in rows] == [0, 2, 3]
+    deserializer = ProtobufDeserializer(order, {"use.deprecated.format": False})
+    by_hand = [expected(deserializer(values[offset], context(topic))) for offset in (0, 2, 3)]
+    got = [r.value.asDict(recursive=True) for r in rows]
+    for row in got:
+        row["at"] = row["at"] and row["at"].astimezone(datetime.UTC)
+    assert got == [{**row, "totals": dict(row["totals"])} for row in by_hand]
