@@ -50,6 +50,39 @@ def order_file() -> descriptor_pb2.FileDescriptorProto:
     return proto
 
 
+ORDER_PROTO = """
+syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+
+message Order {
+  message Line {
+    string sku = 1;
+    int32 qty = 2;
+  }
+  enum Status {
+    NEW = 0;
+    PAID = 1;
+  }
+  int64 id = 1;
+  Status status = 2;
+  repeated Line lines = 3;
+  map<string, int64> totals = 4;
+  google.protobuf.Timestamp at = 5;
+  Line first = 6;
+  uint64 big = 7;
+  bytes raw = 8;
+  double price = 9;
+  repeated string tags = 10;
+}
+
+message Refund {
+  int64 order_id = 1;
+}
+"""
+"""``order_file`` as .proto text."""
+
+
 def order_schema() -> str:
     """The file as confluent-kafka registers it (base64 FileDescriptorProto)."""
     return base64.b64encode(order_file().SerializeToString()).decode()

@@ -24,6 +24,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from hypothesis import given
 from hypothesis import strategies as st
 from protobuf_support import (
+    ORDER_PROTO,
     context,
     expected,
     message_classes,
@@ -488,8 +489,10 @@ def test_protobuf_types_map_as_sparks_schema_converters() -> None:
         [pa.field("sku", pa.string()), pa.field("qty", pa.int32())])
     with pytest.raises(UnsupportedSchemaError, match="no message 'Nope'"):
         protobuf_types.arrow_type(order_schema(), "Nope")
-    with pytest.raises(UnsupportedSchemaError, match=r"\.proto text is not supported yet"):
-        protobuf_types.arrow_type('syntax = "proto3"; message M { int32 a = 1; }')
+    # the same file as .proto text (as Confluent's registry stores it) maps alike
+    assert protobuf_types.arrow_type(ORDER_PROTO) == protobuf_types.arrow_type(order_schema())
+    with pytest.raises(UnsupportedSchemaError, match=r"does not parse as \.proto text"):
+        protobuf_types.arrow_type("message M { int32 a = ; }")
 
 
 def test_protobuf_serializer_records_decode_into_arrow() -> None:
@@ -519,6 +522,10 @@ def test_protobuf_serializer_records_decode_into_arrow() -> None:
     bare = [record.SerializeToString() for record in records]
     assert sorted_maps(ProtobufDecoder(order_schema(), decoder.arrow_type, framed=False).decode(
         bare).array.to_pylist()) == [*map(expected, records)]
+    # a .proto text reader schema reads them too (the writer's message named by its indexes)
+    text = ProtobufDecoder(ORDER_PROTO, decoder.arrow_type, framed=True,
+                           writer_schema=lambda i: sr.get_schema(i).schema_str)
+    assert sorted_maps(text.decode(values).array.to_pylist()) == [*map(expected, records)]
 
 
 def test_read_typed_protobuf_with_an_inline_schema() -> None:

@@ -1,9 +1,9 @@
 """Protobuf schemas as Arrow types, mapped as Spark's ``from_protobuf`` reads them.
 
 A schema is a Protobuf file: the base64 ``FileDescriptorProto`` that confluent-kafka's
-``ProtobufSerializer`` registers (and sparklog's registry serves as sent). ``.proto`` text
-(what Confluent's registry and the Java serializer store) is refused for now: it needs a
-.proto parser. The message read is the file's first message, or the one named (full name,
+``ProtobufSerializer`` registers (and sparklog's registry serves as sent), or ``.proto``
+text (what Confluent's registry and the Java serializer store), parsed by ``proto_text``.
+The message read is the file's first message, or the one named (full name,
 or the name within the file's package, nested ones as ``Outer.Inner``).
 
 The mapping (spark-protobuf's ``SchemaConverters`` with its default options): int32,
@@ -43,13 +43,17 @@ def message_descriptor(schema: str, message: str | None = None) -> Descriptor:
     from google.protobuf import descriptor_pb2, descriptor_pool
 
     try:
-        proto = descriptor_pb2.FileDescriptorProto.FromString(
-            base64.b64decode(schema, validate=True))
-    except (binascii.Error, ValueError, Exception) as exc:  # DecodeError is not a ValueError
-        raise UnsupportedSchemaError(
-            "the Protobuf schema is not a base64 FileDescriptorProto (as confluent-kafka's "
-            f"ProtobufSerializer registers it); .proto text is not supported yet ({exc})"
-        ) from None
+        serialized = base64.b64decode(schema, validate=True)
+    except (binascii.Error, ValueError):  # not base64: .proto text
+        from sparklog.schemas.proto_text import file_descriptor
+
+        proto = file_descriptor(schema)
+    else:
+        try:
+            proto = descriptor_pb2.FileDescriptorProto.FromString(serialized)
+        except Exception as exc:  # protobuf's DecodeError
+            raise UnsupportedSchemaError(f"the Protobuf schema is base64 but not a "
+                                         f"FileDescriptorProto: {exc}") from None
     pool = descriptor_pool.DescriptorPool()
     for dependency in proto.dependency:
         if not dependency.startswith(_WELL_KNOWN):

@@ -2,8 +2,8 @@
 
 Options (``<column>`` is ``value`` or ``key``): ``<column>Format`` (``binary``, the default:
 the column stays bytes; ``avro``; ``json``; ``protobuf``); the schema, inline as
-``<column>Schema`` (Avro schema JSON, a JSON Schema, or a Protobuf file as the base64
-``FileDescriptorProto`` confluent-kafka registers) or from the
+``<column>Schema`` (Avro schema JSON, a JSON Schema, or a Protobuf file: ``.proto`` text
+or the base64 ``FileDescriptorProto`` confluent-kafka registers) or from the
 registry at ``schemaRegistry.url``: the subject ``<column>Subject`` (default
 TopicNameStrategy's ``<topic>-<column>``, so one topic), its latest version unless
 ``<column>SchemaVersion`` or ``<column>SchemaId`` names one; for protobuf,
