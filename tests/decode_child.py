@@ -7,8 +7,11 @@ its size, ``r`` a response frame of (api key, version) without its size, ``d`` a
 of the named embedded or internal-topic schema, ``b`` the records of a Fetch answer, read
 by the Spark source's decoders, compiled and aiokafka's, and the broker's; ``t`` a
 PushTelemetry payload, compressed with the codec its api key names, decoded by the broker
-into at most ``TELEMETRY_MAX_BYTES``), int16 api key (or schema index, or codec), int16
-version, int32 length, the bytes. On stdout, per input:
+into at most ``TELEMETRY_MAX_BYTES``; ``v`` a produced record batch as validated produce
+reads it (``schema_validation.prefixes``: every key's and value's schema-id prefix); ``s``
+another broker's schema registry answers to validated produce's lookup of an id (int32
+length, the ``/versions`` answer, then the ``/schemas/ids`` answer)), int16 api key (or
+schema index, or codec), int16 version, int32 length, the bytes. On stdout, per input:
 one status byte (``0`` decoded, ``1`` refused with the decoder's own error) and how far
 that input raised the process's peak RSS above its resident size before it, in KiB (int64;
 the peak is reset before each input through ``/proc/self/clear_refs``, so an earlier
@@ -35,6 +38,8 @@ from kio.index import UnknownEntity, load_response_schema
 
 from sparklog.broker.client_metrics import decode_push
 from sparklog.broker.registry import load_handlers, served
+from sparklog.broker.schema_registry.ids import RegistryUnavailable, info_of, parse_answer
+from sparklog.broker.schema_validation import Field, prefixes
 from sparklog.coordinator import consumer_protocol, group_records, txn_records
 from sparklog.datasource.read.arrow_records import (
     AiokafkaRecordBuilder,
@@ -44,9 +49,9 @@ from sparklog.datasource.read.arrow_records import (
 from sparklog.errors import KafkaError
 from sparklog.protocol.codec import MalformedResponseError, decode_request, decode_response
 from sparklog.protocol.framing import FrameError, parse_request_header
-from sparklog.record.batch import split_batches
+from sparklog.record.batch import split_batches, validate_produced
 from sparklog.record.compression import CODECS
-from sparklog.record.records import decode_records
+from sparklog.record.records import build_batch, decode_records
 
 _HEAD = struct.Struct(">chhi")
 _ANSWER = struct.Struct(">Bq")
@@ -68,6 +73,8 @@ REFUSALS: dict[bytes, tuple[type[BaseException], ...]] = {
     b"d": (ValueError,),
     b"b": (KafkaError, ValueError),  # CorruptRecordError, a legacy format
     b"t": (ValueError,),  # MalformedMetricsError: PushTelemetry answers INVALID_RECORD
+    b"v": (KafkaError,),  # the Produce answer's error; anything else is an internal error
+    b"s": (RegistryUnavailable,),  # the batch is refused REQUEST_TIMED_OUT, retriable
 }
 """Each kind's own errors: any other exception is a defect, and ends the child."""
 TELEMETRY_MAX_BYTES = 64 * 1024
@@ -123,8 +130,24 @@ def _broker(data: bytes) -> None:
         decode_records(data, header)
 
 
+def _validated(data: bytes) -> None:
+    header = validate_produced(data)
+    for column in prefixes(data, header, (Field("key", None), Field("value", None))):
+        column.where(dict.fromkeys(column.distinct(), "refused"))
+
+
+def _registry_answers(data: bytes) -> None:
+    (size,) = struct.unpack_from(">i", data) if len(data) >= 4 else (0,)
+    versions = parse_answer("fuzz", data[4:4 + max(size, 0)])
+    info_of("fuzz", versions, parse_answer("fuzz", data[4 + max(size, 0):]))
+
+
 def _decode(kind: bytes, key: int, version: int, data: bytes) -> None:
-    if kind == b"b":
+    if kind == b"v":
+        _validated(data)
+    elif kind == b"s":
+        _registry_answers(data)
+    elif kind == b"b":
         _read_records(data)
     elif kind == b"q":
         header, offset = parse_request_header(data)
@@ -154,6 +177,9 @@ def _warm_up() -> None:
             _decode(b"t", codec, 0, b"")
         except REFUSALS[b"t"]:
             pass
+    _validated(build_batch([(b"\0\0\0\0\1k", b"\0\0\0\0\1v", [], 0)]))  # Arrow loaded
+    versions = b'[{"subject": "s"}]'
+    _registry_answers(struct.pack(">i", len(versions)) + versions + b'{"schema": "\\"int\\""}')
 
 
 def has_schema(load: Callable[[int, int], type], key: int, version: int) -> bool:

@@ -11,6 +11,9 @@ Covers:
 - garbled record batches (headers included; or the records only, with the CRC made right
   again so the damage reaches the record walker) through the Spark source's decoders
   (compiled and aiokafka's) and the broker's;
+- produced record batches (their records garbled, the CRC made right again) as validated
+  produce reads their keys' and values' schema ids, and another broker's schema registry
+  answers (mutated JSON) to its lookup of an id;
 - PushTelemetry payloads (KIP-714: OTLP ``MetricsData``, compressed with each codec or
   not) through the broker's decompression and decoder, mutated in the protobuf or in the
   compressed bytes;
@@ -27,6 +30,7 @@ structure, not only in noise, and a failure shrinks to a small frame.
 from __future__ import annotations
 
 import io
+import json
 import struct
 import subprocess
 import sys
@@ -233,6 +237,36 @@ def test_no_record_batch_ends_or_bloats_the_record_decoders(child: DecodeChild, 
     else:  # the header too (the readers walk the framing; only the broker checks CRCs)
         batch = data.draw(_mutated(batch, 0))
     _check(child, b"b", 0, 0, batch * data.draw(st.integers(1, 2)))
+
+
+@FUZZ
+@given(specs=record_specs.filter(bool), codec=st.sampled_from(CODECS), data=st.data())
+def test_no_produced_batch_ends_or_bloats_validated_produce(child: DecodeChild, specs: list,
+                                                          codec: int,
+                                                          data: st.DataObject) -> None:
+    """Only a KafkaError may come out (Produce answers it); the producer's CRC is checked
+    first, so the garbling is resealed to reach the record decoders."""
+    batch = build_batch(specs, codec=codec)
+    _check(child, b"v", 0, 0, reseal(batch, data.draw(_mutated(batch[HEADER_SIZE:], 0))))
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                     lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.sampled_from(["subject", "schema", "schemaType",
+                                                        "version", "id", "x"]), inner,
+                                       max_size=4), max_leaves=20)
+
+
+@FUZZ
+@given(versions=_JSON, schema=_JSON, data=st.data())
+def test_no_registry_answer_ends_validated_produce(child: DecodeChild, versions: object,
+                                                   schema: object, data: st.DataObject) -> None:
+    """Another broker's registry answers, mutated: refused as RegistryUnavailable (the
+    batch fails closed) or read; nested deeper than the JSON parser goes, too."""
+    first = json.dumps(versions).encode()
+    second = data.draw(_mutated(json.dumps(schema).encode(), 0)) if data.draw(
+        st.booleans()) else b"[" * 10_000
+    _check(child, b"s", 0, 0, struct.pack(">i", len(first)) + first + second)
 
 
 def test_the_aborting_metadata_request_is_refused(child: DecodeChild) -> None:

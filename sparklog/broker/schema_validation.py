@@ -85,7 +85,7 @@ class Unavailable(KafkaError):
 
 
 @dataclass(frozen=True, slots=True)
-class _Field:
+class Field:
     """One validated field of a topic: ``key`` or ``value`` and its subject name strategy."""
     name: str
     strategy: str
@@ -98,8 +98,8 @@ class _Field:
         return info.name if self.strategy == RECORD_NAME else f"{topic}-{info.name}"
 
 
-def _fields(config: LogConfig) -> tuple[_Field, ...]:
-    return tuple(_Field(field, config.get(f"confluent.{field}.subject.name.strategy"))
+def _fields(config: LogConfig) -> tuple[Field, ...]:
+    return tuple(Field(field, config.get(f"confluent.{field}.subject.name.strategy"))
                  for field in FIELDS if config.get(f"confluent.{field}.schema.validation"))
 
 
@@ -159,8 +159,10 @@ class _ColumnPrefixes:
         return [(i, failed[self._prefixes[i].as_py()]) for i in found.to_pylist()]
 
 
-def _prefixes(records: bytes, header: BatchHeader, fields: tuple[_Field, ...]
+def prefixes(records: bytes, header: BatchHeader, fields: tuple[Field, ...]
               ) -> list[_Prefixes]:
+    """Each field's prefixes over the records of a produced batch (a producer's bytes, CRC
+    checked: any damage is a ``KafkaError``, as ``test_decoder_fuzz`` checks)."""
     section = records_section(records, header)
     if RecordColumns is None:
         decoded = decode_section(bytes(section), header)
@@ -213,11 +215,11 @@ class SchemaValidation:
                 found[(topic, index)] = exc
         return found
 
-    async def _check(self, topic: str, fields: tuple[_Field, ...], records: bytes) -> None:
+    async def _check(self, topic: str, fields: tuple[Field, ...], records: bytes) -> None:
         header = validate_produced(records)  # CORRUPT_MESSAGE / INVALID_RECORD as the log's
         if header.is_control:
             return  # the log refuses a producer's control batch
-        columns = _prefixes(records, header, fields)
+        columns = prefixes(records, header, fields)
         distinct = {(field, prefix) for field, column in zip(fields, columns, strict=True)
                     for prefix in column.distinct()}
         ids_of = {prefix: _schema_id(prefix) for _, prefix in distinct}
@@ -237,9 +239,9 @@ class SchemaValidation:
         raise InvalidRecordError(errors[0][1] + more, record_errors=tuple(errors))
 
     @staticmethod
-    def _failures(topic: str, distinct: Iterable[tuple[_Field, bytes]],
+    def _failures(topic: str, distinct: Iterable[tuple[Field, bytes]],
                   ids_of: Mapping[bytes, int | None], known: Mapping[int, SchemaIdInfo | None]
-                  ) -> dict[tuple[_Field, bytes], str]:
+                  ) -> dict[tuple[Field, bytes], str]:
         """Why each failing (field, prefix) fails, said after ``Record i of topic t: key``."""
         failed = {}
         for field, prefix in distinct:

@@ -9,7 +9,8 @@ Invariants:
   AVRO the top-level type's full name (a record, enum or fixed with its namespace; a
   primitive's type name), JSON Schema its ``title``, PROTOBUF the first message's full
   name (with the file's package); None when it has none.
-- ``fetch`` runs on a thread (it blocks): an answer that is not the registry's is
+- ``fetch`` runs on a thread (it blocks): an answer that is not the registry's (not JSON,
+  nested past the parser, of another shape: ``parse_answer``, ``info_of``) is
   ``RegistryUnavailable``, never taken as "unknown id", so a validation fails closed.
 """
 
@@ -53,7 +54,7 @@ def record_name(schema_type: str, text: str) -> str | None:
         return f"{package.group(1)}.{message.group(1)}" if package else message.group(1)
     try:
         document = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if schema_type == "JSON":
         title = document.get("title") if isinstance(document, dict) else None
@@ -94,12 +95,25 @@ def fetch(url: str, schema_id: int, credentials: tuple[str, str] | None,
     schema = _get(url, f"/schemas/ids/{schema_id}", credentials, timeout_s)
     if schema is None:  # hard-deleted in between
         return None
+    return info_of(url, versions, schema)
+
+
+def info_of(url: str, versions: Any, schema: Any) -> SchemaIdInfo:
+    """The id from the registry's two answers (another broker's: anything may come)."""
     try:
         subjects = frozenset(v["subject"] for v in versions)
         return SchemaIdInfo(record_name(schema.get("schemaType") or "AVRO", schema["schema"]),
                             subjects)
-    except (KeyError, TypeError, AttributeError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise RegistryUnavailable(f"unexpected answer from {url}: {exc}") from None
+
+
+def parse_answer(url: str, body: bytes) -> Any:
+    """An answer's JSON (a nesting too deep for the parser is no answer either)."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise RegistryUnavailable(f"{url}: {type(exc).__name__}: {exc}") from None
 
 
 def _get(url: str, path: str, credentials: tuple[str, str] | None, timeout_s: float) -> Any:
@@ -110,11 +124,11 @@ def _get(url: str, path: str, credentials: tuple[str, str] | None, timeout_s: fl
     try:
         with urllib.request.urlopen(urllib.request.Request(url + path, headers=headers),
                                     timeout=timeout_s) as answer:
-            return json.loads(answer.read())
+            body = answer.read()
     except urllib.error.HTTPError as exc:
         try:
             body = json.loads(exc.read())
-        except ValueError:
+        except (ValueError, RecursionError):
             body = None
         if exc.code == 404 and isinstance(body, dict) \
                 and body.get("error_code") == SCHEMA_NOT_FOUND:
@@ -122,3 +136,4 @@ def _get(url: str, path: str, credentials: tuple[str, str] | None, timeout_s: fl
         raise RegistryUnavailable(f"{url}{path} answered HTTP {exc.code}: {body}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise RegistryUnavailable(f"{url}{path}: {exc}") from None
+    return parse_answer(url + path, body)
