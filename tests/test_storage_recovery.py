@@ -318,3 +318,47 @@ def test_a_second_close_leaves_other_data_directories_alone(tmp_path: Path) -> N
     check_log(second.get_log(TOPIC, 0), stored)
     second.close()
     assert (tmp_path / "second" / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def _snapshots(log: PartitionLog) -> dict[str, int]:
+    """The producer snapshots in the log's directory, by name, with their modification
+    times (a crash copy keeps them; a rewrite makes a new file)."""
+    return {p.name: p.stat().st_mtime_ns for p in log.directory.glob("*.snapshot")}
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "crash"])
+def test_a_snapshot_at_the_log_end_is_not_written_again(
+        source: Source, tmp_path: Path, clean: bool) -> None:
+    """A restart with nothing appended leaves the producer snapshot as it was (100,000
+    partitions each rewriting theirs made a clean shutdown take half a minute), and the
+    producer's state is still the one it holds."""
+    batch = make_batch(2, producer_id=7, producer_epoch=0, base_sequence=0)
+    source.log.append(batch, now_ms=NOW)
+    source.manager = restart(source.manager, clean=True, crash_dir=tmp_path / "first")
+    for path in source.log.directory.glob("*.snapshot"):
+        os.utime(path, ns=(10**18, 10**18))  # long ago: a rewrite would be newer
+    written = _snapshots(source.log)
+    assert written, "a clean shutdown snapshots a log with producer state"
+    source.manager = restart(source.manager, clean=clean, crash_dir=tmp_path / "second")
+    source.manager = restart(source.manager, clean=True, crash_dir=tmp_path / "third")
+    assert _snapshots(source.log) == written
+    assert source.log.append(batch, now_ms=NOW).duplicate
+
+
+def test_a_log_truncated_and_written_again_to_the_same_end_snapshots_its_new_state(
+        source: Source, tmp_path: Path) -> None:
+    """The snapshot at a log end holds the state of the batches written then: after a
+    truncation and other batches up to the same end, a clean shutdown writes the new one."""
+    log = source.log
+    truncate_at = log.log_end_offset
+    first = make_batch(2, producer_id=7, producer_epoch=0, base_sequence=0)
+    log.append(first, now_ms=NOW)
+    source.manager = restart(source.manager, clean=True, crash_dir=tmp_path / "first")
+    log = source.log
+    log.truncate_to(truncate_at)
+    second = make_batch(2, producer_id=8, producer_epoch=0, base_sequence=0)
+    log.append(second, now_ms=NOW)
+    source.manager = restart(source.manager, clean=True, crash_dir=tmp_path / "second")
+    log = source.log
+    assert log.append(second, now_ms=NOW).duplicate
+    assert not log.append(first, now_ms=NOW).duplicate

@@ -10,6 +10,9 @@ Invariants:
   epoch <= the one asked for, and the start offset of the next epoch (the log end for the
   latest); (-1, -1) below the first epoch known.
 - ``truncate_from_end(offset)`` drops what a log truncation to ``offset`` removed.
+- The file is read when the entries are first asked for, not when the cache is made: a
+  broker restarting with 100,000 partitions opens none of these files until a partition
+  changes leader or answers OffsetForLeaderEpoch (a tenth of a restart was these reads).
 """
 
 from __future__ import annotations
@@ -24,17 +27,35 @@ UNDEFINED = (-1, -1)
 
 
 class LeaderEpochCache:
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / FILE_NAME
-        self.entries: list[tuple[int, int]] = []
-        try:  # one open, no stat first: every partition's cache is read at start
-            with open(os.path.join(directory, FILE_NAME)) as file:
-                lines = file.read().split("\n")
+    __slots__ = ("_directory", "_entries")
+
+    def __init__(self, directory: Path | str) -> None:
+        self._directory = directory
+        self._entries: list[tuple[int, int]] | None = None  # not read yet
+
+    @property
+    def path(self) -> Path:
+        return Path(self._directory, FILE_NAME)
+
+    @property
+    def entries(self) -> list[tuple[int, int]]:
+        entries = self._entries
+        if entries is None:
+            entries = self._entries = self._read()
+        return entries
+
+    @entries.setter
+    def entries(self, entries: list[tuple[int, int]]) -> None:
+        self._entries = entries
+
+    def _read(self) -> list[tuple[int, int]]:
+        try:  # one open, no stat first
+            with open(os.path.join(self._directory, FILE_NAME), "rb") as file:
+                lines = file.read().split(b"\n")
         except FileNotFoundError:
-            return
+            return []
         count = int(lines[1])
-        self.entries = [(int(e), int(o)) for e, o in
-                        (line.split() for line in lines[2:2 + count])]
+        return [(int(e), int(o)) for e, o in (line.split() for line in lines[2:2 + count])]
 
     @property
     def latest_epoch(self) -> int:

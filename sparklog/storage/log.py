@@ -84,6 +84,7 @@ from sparklog.storage.producer_state import (
     CompletedTxn,
     ProducerStateManager,
     VerificationStateEntry,
+    snapshot_name,
 )
 from sparklog.storage.segment import (
     DELETED_SUFFIX,
@@ -240,6 +241,9 @@ class PartitionLog:
         rebuilt = {id(s) for s in recovered}
         for segment in recovered:
             segment.txn_index.reset()
+        end = self.log_end_offset
+        if start >= end:
+            return  # the snapshot is at the log end: nothing to replay
         for segment in self.segments[_segment_at(self.segments, start):]:
             _, position = segment.offset_index.lookup(start)
             for header in segment.iter_headers(position):
@@ -247,6 +251,10 @@ class PartitionLog:
                     completed = self.producer_state.update(header, *_marker_of(segment, header))
                     if completed is not None and completed.aborted and id(segment) in rebuilt:
                         segment.txn_index.append(self._aborted_txn(completed))
+        if names is not None and snapshot_name(end) in names:
+            # Replayed past a snapshot at the log end (a recovery replays from before it):
+            # the state is the one that snapshot holds, derived from the same batches.
+            self.producer_state.snapshot_at = end
 
     # -- offsets -------------------------------------------------------------------------
     @property
@@ -669,11 +677,14 @@ class PartitionLog:
         """Clean close: fsync, snapshot producer state, release files. A log without
         producer state and under ``SNAPSHOT_MIN_BYTES`` writes no snapshot: replaying its
         batch headers at the next start costs less than a file per partition at every
-        shutdown (100,000 small partitions). ``sync`` False leaves every fsync to the
-        caller, who syncs the filesystem once for all its logs (``LogManager.close``)."""
+        shutdown (100,000 small partitions); nor does one whose snapshot at its log end is
+        on disk already (written or loaded, nothing appended since). ``sync`` False leaves
+        every fsync to the caller, who syncs the filesystem once for all its logs
+        (``LogManager.close``)."""
         self.flush(now_ms, sync=sync)
-        if self.producer_state.producers or self.size > SNAPSHOT_MIN_BYTES:
-            self.producer_state.write_snapshot(self.log_end_offset, sync=sync)
+        state, end = self.producer_state, self.log_end_offset
+        if (state.producers or self.size > SNAPSHOT_MIN_BYTES) and state.snapshot_at != end:
+            state.write_snapshot(end, sync=sync)
         self.discard()
 
     def retire(self) -> None:

@@ -29,14 +29,15 @@ Invariants:
   batch. Entries are kept in memory only (as Kafka's): a restart asks again.
 - The state is derived from the log: it is rebuilt by replaying batch headers after the
   latest snapshot (``<offset>.snapshot``, written on roll and clean shutdown; it carries open
-  transactions), so it survives restarts without reading whole batches.
+  transactions), so it survives restarts without reading whole batches. ``snapshot_at``
+  names the snapshot file that holds exactly the state in memory, if one does: a clean
+  shutdown with nothing appended since writes none again.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,7 +86,9 @@ class VerificationStateEntry:
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
-    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    # the last MAX_CACHED_BATCHES, oldest first (a list: a deque takes 760 bytes however
+    # short, and most partitions hold a producer or two)
+    batches: list[BatchMetadata] = field(default_factory=list)
     txn_first_offset: int = -1  # the ongoing transaction's first offset, -1 when none
     last_timestamp: int = -1
     coordinator_epoch: int = -1
@@ -95,14 +98,25 @@ class ProducerEntry:
         return self.batches[-1].last_seq if self.batches else -1
 
 
+def snapshot_name(offset: int) -> str:
+    """The file name of the snapshot of the state as of ``offset``."""
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
 class ProducerStateManager:
     """Producer id -> ProducerEntry for one partition, with snapshots on disk."""
+
+    __slots__ = ("directory", "ongoing", "producers", "snapshot_at", "verifications")
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.verifications: dict[int, VerificationStateEntry] = {}
+        # The offset of the snapshot file that holds exactly this state (loaded or written
+        # since the last change), -1 when none does: a clean close whose log end it is
+        # writes none again (Kafka's rule: a snapshot only at a new offset).
+        self.snapshot_at = -1
 
     def needs_verification(self, producer_id: int, epoch: int) -> bool:
         """Whether a transactional batch of ``producer_id`` at ``epoch`` must be verified
@@ -178,6 +192,7 @@ class ProducerStateManager:
         pid = header.producer_id
         if pid < 0:
             return None
+        self.snapshot_at = -1
         entry = self.producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
             old = entry if entry is not None else ProducerEntry(-1)
@@ -194,9 +209,12 @@ class ProducerStateManager:
             # data went before it did, so there is nothing to end.
             return self._complete(entry, pid, header, aborted) if header.record_count else None
         if header.base_sequence >= 0:
-            entry.batches.append(BatchMetadata(
+            batches = entry.batches
+            batches.append(BatchMetadata(
                 header.base_sequence, header.last_sequence, header.base_offset, header.last_offset
             ))
+            if len(batches) > MAX_CACHED_BATCHES:
+                del batches[0]
         if header.is_transactional and entry.txn_first_offset < 0:
             entry.txn_first_offset = self.ongoing[pid] = header.base_offset
         return None
@@ -239,10 +257,12 @@ class ProducerStateManager:
         """Atomically write the state as of ``offset`` (or ``data`` taken then by
         ``snapshot``); keep the two newest snapshots. ``sync`` False leaves the fsyncs to
         the caller (``checkpoint.write_atomically``)."""
-        path = self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+        path = self.directory / snapshot_name(offset)
         write_atomically(path, self.snapshot(offset) if data is None else data, sync=sync)
+        if data is None:  # (``data`` taken earlier may be older than the state now)
+            self.snapshot_at = offset
         for old in self.snapshot_offsets()[:-2]:
-            (self.directory / f"{old:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
+            (self.directory / snapshot_name(old)).unlink(missing_ok=True)
 
     def load_snapshot(self, max_offset: int, log_end: int,
                       names: Iterable[str] | None = None) -> int:
@@ -253,8 +273,9 @@ class ProducerStateManager:
         before a truncation) are deleted.
         """
         self.producers, self.ongoing, self.verifications = {}, {}, {}
+        self.snapshot_at = -1
         for offset in reversed(self.snapshot_offsets(names)):
-            path = self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+            path = self.directory / snapshot_name(offset)
             if offset > log_end:
                 path.unlink(missing_ok=True)
                 continue
@@ -268,6 +289,7 @@ class ProducerStateManager:
             self.ongoing = {pid: entry.txn_first_offset
                             for pid, entry in self.producers.items()
                             if entry.txn_first_offset >= 0}
+            self.snapshot_at = offset
             return offset
         return -1
 
@@ -275,13 +297,14 @@ class ProducerStateManager:
 def read_snapshot(path: Path) -> tuple[int, dict[int, ProducerEntry]]:
     """A snapshot file's offset and producers; ``ValueError`` when it is not one."""
     try:
-        data = json.loads(path.read_text())
+        with open(path, "rb") as file:
+            data = json.loads(file.read())
         producers = {}
         for pid, raw in data["producers"].items():
             entry = ProducerEntry(raw["epoch"], txn_first_offset=raw.get("txn", -1),
                                   last_timestamp=raw.get("ts", -1),
                                   coordinator_epoch=raw.get("coordinator_epoch", -1))
-            entry.batches.extend(BatchMetadata(*b) for b in raw["batches"])
+            entry.batches.extend(BatchMetadata(*b) for b in raw["batches"][-MAX_CACHED_BATCHES:])
             producers[int(pid)] = entry
         return int(data["offset"]), producers
     except (KeyError, TypeError) as exc:

@@ -58,7 +58,7 @@ class _FollowerState:
     last_fetch: tuple[int, int] | None = None  # (time, leader log end then)
 
 
-@dataclass
+@dataclass(slots=True)
 class Partition:
     topic: str
     partition: int
