@@ -453,7 +453,7 @@ def _cleaned_segment(partition_log: PartitionLog, base_offset: int, now_ms: int)
     for extension in FILE_EXTENSIONS:
         stale = partition_log.directory / f"{segment_name(base_offset)}{extension}{CLEANED_SUFFIX}"
         stale.unlink(missing_ok=True)
-    return LogSegment(partition_log.directory, base_offset, partition_log.config, now_ms,
+    return LogSegment(partition_log.dir_path, base_offset, partition_log.config, now_ms,
                       suffix=CLEANED_SUFFIX)
 
 

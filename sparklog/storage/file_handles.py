@@ -186,19 +186,19 @@ OPEN_FILES = OpenFiles()
 
 
 class NamedFile:
-    """A file by its directory (a ``Path`` the partition's files share) and its name: one
+    """A file by its directory (a string the partition's files share) and its name: one
     small string per file rather than a ``Path`` object each (a third of an idle
     partition's memory went to those)."""
 
     __slots__ = ("directory", "name")
 
-    def __init__(self, directory: Path, name: str) -> None:
+    def __init__(self, directory: str | Path, name: str) -> None:
         self.directory = directory
         self.name = name
 
     @property
     def path(self) -> Path:
-        return self.directory / self.name
+        return Path(self.directory, self.name)
 
     @property
     def where(self) -> str:
@@ -207,8 +207,8 @@ class NamedFile:
 
     def _moved(self, path: Path) -> None:
         """The file was renamed to ``path``."""
-        if path.parent != self.directory:
-            self.directory = path.parent
+        if os.fspath(path.parent) != os.fspath(self.directory):
+            self.directory = os.fspath(path.parent)
         self.name = path.name
 
 

@@ -55,7 +55,7 @@ class _SparseIndex(NamedFile):
     )
     ENTRY: struct.Struct
 
-    def __init__(self, directory: Path, name: str, base_offset: int, max_bytes: int,
+    def __init__(self, directory: str | Path, name: str, base_offset: int, max_bytes: int,
                  present: AbstractSet[str] | None = None) -> None:
         """``present``: the directory's file names, if listed already (none: look)."""
         super().__init__(directory, name)

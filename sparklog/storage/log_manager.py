@@ -306,7 +306,8 @@ class LogManager:
     def _open_log(self, topic: TopicMetadata, partition: int, recovery_point: int,
                   log_start_offset: int) -> PartitionLog:
         return PartitionLog(
-            self.data_dir / f"{topic.name}-{partition}", topic.config, now_ms=self.now_ms(),
+            os.path.join(self.data_dir, f"{topic.name}-{partition}"), topic.config,
+            now_ms=self.now_ms(),
             recovery_point=recovery_point, log_start_offset=log_start_offset,
             clean_shutdown=self.clean_start,
         )

@@ -108,7 +108,7 @@ class ProducerStateManager:
 
     __slots__ = ("directory", "ongoing", "producers", "snapshot_at", "verifications")
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: str | Path) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
@@ -257,12 +257,12 @@ class ProducerStateManager:
         """Atomically write the state as of ``offset`` (or ``data`` taken then by
         ``snapshot``); keep the two newest snapshots. ``sync`` False leaves the fsyncs to
         the caller (``checkpoint.write_atomically``)."""
-        path = self.directory / snapshot_name(offset)
+        path = Path(self.directory, snapshot_name(offset))
         write_atomically(path, self.snapshot(offset) if data is None else data, sync=sync)
         if data is None:  # (``data`` taken earlier may be older than the state now)
             self.snapshot_at = offset
         for old in self.snapshot_offsets()[:-2]:
-            (self.directory / snapshot_name(old)).unlink(missing_ok=True)
+            Path(self.directory, snapshot_name(old)).unlink(missing_ok=True)
 
     def load_snapshot(self, max_offset: int, log_end: int,
                       names: Iterable[str] | None = None) -> int:
@@ -275,7 +275,7 @@ class ProducerStateManager:
         self.producers, self.ongoing, self.verifications = {}, {}, {}
         self.snapshot_at = -1
         for offset in reversed(self.snapshot_offsets(names)):
-            path = self.directory / snapshot_name(offset)
+            path = Path(self.directory, snapshot_name(offset))
             if offset > log_end:
                 path.unlink(missing_ok=True)
                 continue

@@ -127,7 +127,7 @@ class LogSegment:
         "txn_index",
     )
 
-    def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int,
+    def __init__(self, directory: str | Path, base_offset: int, config: LogConfig, now_ms: int,
                  *, suffix: str = "", present: AbstractSet[str] | None = None) -> None:
         """Open (or create) the files ``<base>.log<suffix>`` and its indexes; the log cleaner
         writes segments with a ``.cleaned`` suffix and recovery reopens ``.swap`` ones.
@@ -499,7 +499,7 @@ class LogSegment:
         return sys.intern(f"{segment_name(self.base_offset)}{extension}{suffix}")
 
     def _path(self, extension: str, suffix: str) -> Path:
-        return self.directory / self._name(extension, suffix)
+        return Path(self.directory, self._name(extension, suffix))
 
     def change_suffix(self, suffix: str) -> None:
         """Rename the files ``<base>.log<suffix>`` etc., the indexes first and the log last

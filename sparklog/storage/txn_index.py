@@ -41,7 +41,7 @@ class AbortedTxn(NamedTuple):
 class TransactionIndex(NamedFile):
     __slots__ = ("_behind", "_file", "entries")
 
-    def __init__(self, directory: Path, name: str,
+    def __init__(self, directory: str | Path, name: str,
                  present: AbstractSet[str] | None = None) -> None:
         """``present``: the directory's file names, if listed already (none: look)."""
         super().__init__(directory, name)

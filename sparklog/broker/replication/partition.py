@@ -123,7 +123,7 @@ class Partition:
     def attach(self, partition_log: PartitionLog) -> None:
         """A replica is here now: its log (and leader-epoch cache) are this partition's."""
         self._log = partition_log
-        self._epochs = LeaderEpochCache(partition_log.directory)
+        self._epochs = LeaderEpochCache(partition_log.dir_path)
         self.high_watermark = 0
 
     def detach(self) -> None:
