@@ -36,6 +36,7 @@ from sparklog.client.cluster import TopicPartition
 from sparklog.client.kafka import KafkaClient
 from sparklog.client.settings import ClientConfig, RetryPolicy, parse_bootstrap
 from sparklog.client.transactions import describe_producers
+from sparklog.client.watch import WatchedProducer
 from sparklog.datasource.options import OptionError
 from sparklog.datasource.write import producer as producer_module
 from sparklog.datasource.write import transactional_producer
@@ -93,6 +94,25 @@ def test_later_tasks_reuse_the_producer(broker: BrokerProcess, cache: ProducerCa
     create_topic(broker.bootstrap, other)
     task(broker, other, [b"x"], **{"kafka.linger.ms": "1"})
     assert cache.idle_count() == 2
+
+
+def test_later_tasks_ask_no_metadata_before_producing(
+        broker: BrokerProcess, cache: ProducerCache, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The topic is looked up once per producer, not once per task (a Metadata round per
+    micro-batch)."""
+    topic = f"cached-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic)
+    lookups: list[str | None] = []
+    looked_up = WatchedProducer.list_topics
+
+    def counted(self: WatchedProducer, topic: str | None = None, timeout: float = -1) -> Any:
+        lookups.append(topic)
+        return looked_up(self, topic, timeout)
+
+    monkeypatch.setattr(WatchedProducer, "list_topics", counted)
+    for n in range(3):
+        assert task(broker, topic, [b"%d" % n]) == 1
+    assert lookups == [topic]
 
 
 def test_a_failed_task_fails_alone_and_its_producer_is_not_reused(

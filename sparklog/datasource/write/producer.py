@@ -14,9 +14,10 @@ Invariants:
   reported, ``delivery.report.only.error``, so the check costs nothing per record): after
   the drain, a record without a failure report was acknowledged. One failure or more makes
   ``finish`` raise ``SinkDeliveryError`` with the first error and the number of failures.
-- A topic is looked up (one metadata request) before a producer's first record to it; a topic
-  the broker neither has nor creates fails the task with ``SinkTopicError`` naming it, at
-  once, instead of after ``topic.metadata.propagation.max.ms`` (30 s) of waiting.
+- A topic is looked up (one metadata request) before a producer's first record to it (once
+  per producer: a pooled producer's later tasks do not ask again); a topic the broker
+  neither has nor creates fails the task with ``SinkTopicError`` naming it, at once,
+  instead of after ``topic.metadata.propagation.max.ms`` (30 s) of waiting.
 - A full local queue (``BufferError``) is waited out by polling; no record is dropped and
   the order of records is kept.
 - Per record, Python only steps through columns converted to lists once per batch and calls
@@ -117,6 +118,11 @@ class TaskProducer:
         return lease
 
     def _check_topic(self, topic: str) -> None:
+        """Fail now if ``topic`` cannot be written; once per producer and topic (a pooled
+        producer's later tasks ask nothing: a Metadata round per task was a tenth of a
+        micro-batch's write)."""
+        if topic in self._checked_topics:
+            return
         try:
             metadata = self._producer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
         except KafkaException as error:
@@ -142,8 +148,7 @@ class TaskProducer:
             raise SinkTopicError("a row has a null 'topic' and no topic option is set: fill the "
                                  "column or set the option")
         for topic in pc.unique(column).to_pylist():
-            if topic not in self._checked_topics:
-                self._check_topic(topic)
+            self._check_topic(topic)
         return column.to_pylist()
 
     def send(self, batch: pa.RecordBatch) -> None:
