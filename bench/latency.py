@@ -7,6 +7,10 @@ session, and runs these streaming queries one after the other, each for S second
 25; ``--quick`` 8) with trigger ``processingTime="0 seconds"``, while a producer in this
 process writes R records/s (default 200) to a topic of two partitions:
 - Spark's ``rate`` source into ``noop``: Spark's own floor per micro-batch;
+- a Python Data Source that reads R records/s made up in the task into a Python sink that
+  drops them (both doing nothing else): the floor of Spark's Python Data Source API, which
+  every Python source and sink pays per micro-batch (workers fed and read over sockets,
+  Arrow both ways, a commit round on the driver);
 - the sparklog source into ``noop``;
 - ``rate`` into the sparklog sink (at-least-once, then exactly-once);
 - the sparklog source into the sparklog sink (at-least-once, then exactly-once): a record
@@ -23,8 +27,19 @@ repeated EndTxn on librdkafka's side, DescribeTransactions at the end). The exac
 queries pay little more than that floor once each Python worker holds a transactional
 producer per partition (the first micro-batches make them: a new librdkafka producer
 waits 50 to 500 ms on librdkafka's timers). Peak RSS of the
-driver JVM, this process and the broker. The last line is
+driver JVM, this process and the broker. Before the last line, the source into the sink
+against the Python Data Source API's floor; the last line is
 ``latency_sink_ratio=<source into sink, at-least-once, against the floor>``.
+
+Figures (a quiet machine, two runs): Spark's floor 175 and 165 ms; the Python Data Source
+API doing nothing 1.43 and 1.30 of it; sparklog into ``noop`` 1.11 and 1.12; ``rate``
+into the sparklog sink 1.23 and 1.17; sparklog into the sparklog sink 1.53 and 1.43 (1.07
+and 1.10 of the API's floor), p50 topic to topic 330 and 300 ms; exactly-once 1.25 / 1.29
+and 1.51 / 1.59. Inside the tasks sparklog's own work is a few milliseconds (a read task's
+fetch and Arrow building 3.6 ms median, a write task's produce and flush about 3 ms once
+its producer is pooled); the rest is Spark's: two checkpoint files per micro-batch
+(``walCommit``, ``commitOffsets``: 40-60 ms each here) and the Python workers' socket and
+Arrow round trips, which the do-nothing pair pays as well.
 """
 
 from __future__ import annotations
@@ -48,6 +63,13 @@ from _common import (  # bench/ on path
     vm_hwm_mib,
 )
 from confluent_kafka import Consumer, Producer
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.client.kafka import KafkaClient
@@ -112,6 +134,70 @@ class Arrivals:
         self._stop.set()
         self._thread.join()
         return self.delays_ms
+
+
+class _NothingPartition(InputPartition):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class _NothingReader(DataSourceStreamReader):
+    """Offsets are milliseconds; a batch holds ``rate`` records per second of them."""
+
+    def __init__(self, rate: int) -> None:
+        self._rate = rate
+
+    def initialOffset(self) -> dict:
+        return {"ms": int(time.time() * 1000)}
+
+    def latestOffset(self) -> dict:
+        return {"ms": int(time.time() * 1000)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        rows = self._rate * (end["ms"] - start["ms"]) // 1000 // PARTITIONS
+        return [_NothingPartition(rows) for _ in range(PARTITIONS)]
+
+    def read(self, partition: InputPartition) -> Any:
+        assert isinstance(partition, _NothingPartition)
+        return ((str(n),) for n in range(partition.rows))
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class _Dropped(WriterCommitMessage):
+    pass
+
+
+class _NothingWriter(DataSourceStreamWriter):
+    def write(self, iterator: Any) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return _Dropped()
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+
+class NothingSource(DataSource):
+    """``bench_nothing``: the Python Data Source API with no work in it (module docstring);
+    the rate is the ``rowsPerSecond`` option."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_nothing"
+
+    def schema(self) -> str:
+        return "value string"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _NothingReader(int(self.options["rowsPerSecond"]))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        return _NothingWriter()
 
 
 PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
@@ -190,6 +276,7 @@ def main() -> int:
             source_topic = create_topic(bootstrap, "bench-latency-in", PARTITIONS)
             spark = start_spark("bench-latency",
                                 **{"spark.sql.shuffle.partitions": str(PARTITIONS)})
+            spark.dataSource.register(NothingSource)
             feed = Feed(bootstrap, source_topic, args.rate)
 
             def rate() -> Any:
@@ -201,6 +288,15 @@ def main() -> int:
                         .option("kafka.bootstrap.servers", bootstrap)
                         .option("subscribe", source_topic).option("startingOffsets", "latest")
                         .load().select("value"))
+
+            def nothing() -> Any:
+                return (spark.readStream.format("bench_nothing")
+                        .option("rowsPerSecond", args.rate).load())
+
+            def into_nothing(df: Callable[[], Any]) -> Callable[[str], Any]:
+                return lambda checkpoint: (df().writeStream.format("bench_nothing")
+                                           .option("checkpointLocation", checkpoint)
+                                           .trigger(processingTime="0 seconds").start())
 
             def into_noop(df: Callable[[], Any]) -> Callable[[str], Any]:
                 return lambda checkpoint: (df().writeStream.format("noop")
@@ -219,6 +315,8 @@ def main() -> int:
             results: list[tuple[str, list[dict[str, float]], list[float] | None]] = []
             for label, start, copy_topic in [
                     ("rate -> noop (Spark's floor)", into_noop(rate), None),
+                    ("Python source -> Python sink, doing nothing", into_nothing(nothing),
+                     None),
                     ("sparklog -> noop", into_noop(sparklog), None),
                     ("rate -> sparklog sink", into_sink(
                         rate, create_topic(bootstrap, "bench-latency-rate", PARTITIONS),
@@ -263,7 +361,10 @@ def main() -> int:
           f"producer; its records' produce and flush included) {task_round:.1f} ms")
     print(f"peak RSS: driver JVM {jvm_rss:.0f} MiB, driver Python {peak_rss_mib():.0f} MiB, "
           f"broker {broker_rss:.0f} MiB")
-    copy = median_of(results[3][1], "triggerExecution")
+    copy = median_of(results[4][1], "triggerExecution")
+    api_floor = median_of(results[1][1], "triggerExecution")
+    print(f"sparklog into the sparklog sink (at-least-once) against the Python Data Source "
+          f"API's floor: {copy / api_floor:.2f}")
     print(f"latency_sink_ratio={copy / floor:.2f}")
     return 0
 
