@@ -32,8 +32,9 @@ Figures (2 cores, descriptor limit 20,000):
 
 - connections (``--partitions "" --connections 1000,10000``), a quiet machine: 1,000 idle
   connections 69 MiB (6.7 KiB each), 10,000 idle connections 132 MiB (6.1 KiB each);
-  produce beside them 1.60 and 0.58 of the broker without, consume 0.94 and 1.18 (the
-  spread of runs of 200,000 records). Shared with other work (load average 5-12): 69 and
+  produce beside them 1.60 and 0.58 of the broker without, consume 0.94 and 1.18; a second
+  run of 10,000: 129 MiB, produce 1.07, consume 0.68 (runs of 200,000 records swing both
+  ways). Shared with other work (load average 5-12): 69 and
   129 MiB. The 753 MiB an earlier run showed at 10,000 was memory kept
   after 10,000 connections closed at once (each held a 64 KiB staging buffer until its task
   ended; ``frame_protocol``), measured by that run's second round; it is gone.
