@@ -84,7 +84,6 @@ from sparklog.storage.producer_state import (
     CompletedTxn,
     ProducerStateManager,
     VerificationStateEntry,
-    snapshot_name,
 )
 from sparklog.storage.segment import (
     DELETED_SUFFIX,
@@ -253,10 +252,8 @@ class PartitionLog:
                     completed = self.producer_state.update(header, *_marker_of(segment, header))
                     if completed is not None and completed.aborted and id(segment) in rebuilt:
                         segment.txn_index.append(self._aborted_txn(completed))
-        if names is not None and snapshot_name(end) in names:
-            # Replayed past a snapshot at the log end (a recovery replays from before it):
-            # the state is the one that snapshot holds, derived from the same batches.
-            self.producer_state.snapshot_at = end
+        if names is not None:
+            self.producer_state.replayed_to(end, names)
 
     # -- offsets -------------------------------------------------------------------------
     @property

@@ -98,7 +98,7 @@ class ProducerEntry:
         return self.batches[-1].last_seq if self.batches else -1
 
 
-def snapshot_name(offset: int) -> str:
+def _snapshot_name(offset: int) -> str:
     """The file name of the snapshot of the state as of ``offset``."""
     return f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
@@ -257,12 +257,19 @@ class ProducerStateManager:
         """Atomically write the state as of ``offset`` (or ``data`` taken then by
         ``snapshot``); keep the two newest snapshots. ``sync`` False leaves the fsyncs to
         the caller (``checkpoint.write_atomically``)."""
-        path = Path(self.directory, snapshot_name(offset))
+        path = Path(self.directory, _snapshot_name(offset))
         write_atomically(path, self.snapshot(offset) if data is None else data, sync=sync)
         if data is None:  # (``data`` taken earlier may be older than the state now)
             self.snapshot_at = offset
         for old in self.snapshot_offsets()[:-2]:
-            Path(self.directory, snapshot_name(old)).unlink(missing_ok=True)
+            Path(self.directory, _snapshot_name(old)).unlink(missing_ok=True)
+
+    def replayed_to(self, offset: int, names: Iterable[str]) -> None:
+        """The state was rebuilt up to ``offset`` from the log (a recovery replays from
+        before the newest snapshot): a snapshot of that offset among ``names``, the
+        directory's files, holds this same state, derived from the same batches."""
+        if _snapshot_name(offset) in names:
+            self.snapshot_at = offset
 
     def load_snapshot(self, max_offset: int, log_end: int,
                       names: Iterable[str] | None = None) -> int:
@@ -275,7 +282,7 @@ class ProducerStateManager:
         self.producers, self.ongoing, self.verifications = {}, {}, {}
         self.snapshot_at = -1
         for offset in reversed(self.snapshot_offsets(names)):
-            path = Path(self.directory, snapshot_name(offset))
+            path = Path(self.directory, _snapshot_name(offset))
             if offset > log_end:
                 path.unlink(missing_ok=True)
                 continue
