@@ -27,6 +27,7 @@ from sparklog.datasource.read.offset_reader import OffsetReader
 from sparklog.datasource.read.planning import KafkaInputPartition, plan
 from sparklog.datasource.read.read_options import parse_read_options
 from sparklog.datasource.read.typed_options import Decoding
+from sparklog.datasource.worker_heap import settle
 
 
 class SparklogBatchReader(DataSourceReader):
@@ -62,6 +63,7 @@ class SparklogBatchReader(DataSourceReader):
             from sparklog.datasource.read.latest_per_key import read_latest_per_key as read
         else:
             from sparklog.datasource.read.fetcher import read_partition as read  # executors only
+        settle()
         if partition.settings.decoding is not None:
             from sparklog.datasource.read.typed_columns import read_typed
 

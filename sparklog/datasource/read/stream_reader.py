@@ -57,6 +57,7 @@ from sparklog.datasource.read.offsets import PartitionOffsets, from_json, to_jso
 from sparklog.datasource.read.planning import KafkaInputPartition, plan, rate_limit
 from sparklog.datasource.read.read_options import TaskSettings, parse_read_options
 from sparklog.datasource.read.typed_options import Decoding
+from sparklog.datasource.worker_heap import settle
 
 if TYPE_CHECKING:
     from sparklog.datasource.group_offsets import GroupTarget
@@ -217,6 +218,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from sparklog.datasource.read.fetcher import read_partition
 
         assert isinstance(partition, KafkaInputPartition)
+        settle()
         if partition.settings.decoding is not None:
             from sparklog.datasource.read.typed_columns import read_typed
 

@@ -50,6 +50,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from sparklog.datasource.worker_heap import settle
 from sparklog.datasource.write.commit_message import SinkCommitMessage
 from sparklog.datasource.write.write_options import SinkSpec, sink_spec
 from sparklog.faults import fault_point
@@ -80,6 +81,7 @@ class _SinkWriter:
     streaming = False
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        settle()  # Spark builds a writer in a reused Python worker per micro-batch and commit
         self._spec = sink_spec(options, schema, streaming=self.streaming)
         self._check_cluster(options)
 
@@ -99,6 +101,7 @@ class _SinkWriter:
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         producer: TaskProducer | None = None  # none for a task without rows
         encode = self._batch_encoder()
+        settle()
         try:
             for batch in iterator:
                 if batch.num_rows:
