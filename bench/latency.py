@@ -1,24 +1,29 @@
 """Micro-batch latency of the sparklog source and sink against Spark's own floor.
 
-Usage: ``python bench/latency.py [--seconds S] [--rate R] [--quick]``
+Usage: ``python bench/latency.py [--seconds S] [--rounds N] [--rate R] [--quick]``
 
 Starts its own broker (a child process on a scratch directory) and a ``local[2]`` Spark
-session, and runs these streaming queries one after the other, each for S seconds (default
-25; ``--quick`` 8) with trigger ``processingTime="0 seconds"``, while a producer in this
-process writes R records/s (default 200) to a topic of two partitions:
+session, warms the JVM up with an unmeasured ``rate`` query (the first query of a session
+runs its micro-batches twice as slowly while the JIT compiles: measured first, the floor
+would be inflated), then runs these streaming queries one after the other, N rounds of them
+(default 2; ``--quick`` 1), each for S seconds a round (default 15; ``--quick`` 8), with
+trigger ``processingTime="0 seconds"``, while a producer in this process writes R records/s
+(default 200) to a topic of two partitions; interleaving the rounds spreads the machine's
+drift over every query:
 - Spark's ``rate`` source into ``noop``: Spark's own floor per micro-batch;
 - a Python Data Source that reads R records/s made up in the task into a Python sink that
   drops them (both doing nothing else): the floor of Spark's Python Data Source API, which
   every Python source and sink pays per micro-batch (workers fed and read over sockets,
-  Arrow both ways, a commit round on the driver);
+  Arrow both ways, a commit round on the driver); and ``rate`` into that sink: the API's
+  floor for a Python sink alone;
 - the sparklog source into ``noop``;
 - ``rate`` into the sparklog sink (at-least-once, then exactly-once);
 - the sparklog source into the sparklog sink (at-least-once, then exactly-once): a record
   produced to the first topic, copied by the query to a second and consumed there, end to
   end (p50 and p99, from the produce time each value carries to its arrival).
-For each query: the median ``triggerExecution`` of its micro-batches (the first
-``WARM_UP_BATCHES`` left out: Python workers starting, imports, the JIT) and its ratio to
-the floor. Then exactly-once's own floor, measured without Spark: the median of the
+For each query: the median ``triggerExecution`` of its micro-batches over all rounds (the
+first ``WARM_UP_BATCHES`` of each run left out: Python workers starting, imports) and its
+ratio to the floor. Then exactly-once's own floor, measured without Spark: the median of the
 driver's commit round of a micro-batch of one transaction per partition
 (``TransactionCommitter.commit_batch``: the intent written, an EndTxn per transaction, the
 prefix's open transactions listed, the intent marked committed) and of what a task with a
@@ -28,18 +33,33 @@ queries pay little more than that floor once each Python worker holds a transact
 producer per partition (the first micro-batches make them: a new librdkafka producer
 waits 50 to 500 ms on librdkafka's timers). Peak RSS of the
 driver JVM, this process and the broker. Before the last line, the source into the sink
-against the Python Data Source API's floor; the last line is
+and ``rate`` into the sink against the Python Data Source API's floors (the do-nothing pair,
+and ``rate`` into the do-nothing sink); the last line is
 ``latency_sink_ratio=<source into sink, at-least-once, against the floor>``.
 
-Figures (a quiet machine, two runs): Spark's floor 175 and 165 ms; the Python Data Source
-API doing nothing 1.43 and 1.30 of it; sparklog into ``noop`` 1.11 and 1.12; ``rate``
-into the sparklog sink 1.23 and 1.17; sparklog into the sparklog sink 1.53 and 1.43 (1.07
-and 1.10 of the API's floor), p50 topic to topic 330 and 300 ms; exactly-once 1.25 / 1.29
-and 1.51 / 1.59. Inside the tasks sparklog's own work is a few milliseconds (a read task's
-fetch and Arrow building 3.6 ms median, a write task's produce and flush about 3 ms once
-its producer is pooled); the rest is Spark's: two checkpoint files per micro-batch
-(``walCommit``, ``commitOffsets``: 40-60 ms each here) and the Python workers' socket and
-Arrow round trips, which the do-nothing pair pays as well.
+Figures (a quiet machine, three runs of two 15 s rounds): Spark's floor 148, 127 and 128
+ms; a Python source and sink doing nothing 1.58, 1.78 and 1.69 of it, ``rate`` into a
+Python sink doing nothing 1.53, 1.51 and 1.56; sparklog into ``noop`` 1.19, 1.24 and 1.34;
+``rate`` into the sparklog sink 1.21, 1.35 and 1.38; sparklog into the sparklog sink 1.34,
+1.42 and 1.49 (0.85, 0.80 and 0.88 of the do-nothing pair), p50 topic to topic 292, 275
+and 286 ms; exactly-once 1.40 / 1.46 / 1.40 and 1.42 / 1.57 / 1.55.
+
+sparklog beats a Python source and sink that do nothing because PySpark's daemon runs a
+full ``gc.collect()`` in a reused Python worker after every task, which walks every object
+the worker holds (PySpark's and pyarrow's modules: some 46,000 in a do-nothing worker, 23
+ms of CPU per task; 64,000 and 25 ms in a sparklog worker), four tasks a micro-batch, on the
+two cores the driver writes its checkpoint with. sparklog's tasks freeze what their worker
+holds (``sparklog.datasource.worker_heap``), so that collection walks only what came since:
+a worker's CPU per micro-batch went from 36 to 2-6 ms and Spark's commit-log write, which
+ran beside those collections, from 78 to 42-48 ms (before: sparklog into the sink 1.56 to
+1.70 of the floor, 1.10 to 1.18 of the do-nothing pair). Inside the tasks sparklog's own
+work is 1 to 2 ms of CPU (a read task's fetch and Arrow building, a write task's produce
+and flush once its producer is pooled); the rest is Spark's: two checkpoint files per
+micro-batch (``walCommit``, ``commitOffsets``: 40-50 ms each here), a Python worker on the
+driver building the writer for each micro-batch and another committing it, and the
+workers' socket and Arrow round trips. The JVM is warmed up first: the first query of a
+session runs its micro-batches about twice as slowly (``rate`` into ``noop``: 163 ms, then
+89 ms, with no broker running).
 """
 
 from __future__ import annotations
@@ -83,6 +103,7 @@ PARTITIONS = 2
 WARM_UP_BATCHES = 3
 COMMIT_ROUNDS = 30
 TIMEOUT_S = 30.0
+WARM_UP_S = 10.0
 
 
 class Feed:
@@ -264,11 +285,13 @@ def exactly_once_floor(bootstrap: str, topic: str) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=25.0)
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rate", type=int, default=200)
-    parser.add_argument("--quick", action="store_true", help="8 s per query (a smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help="one round of 8 s per query (a smoke run)")
     args = parser.parse_args()
-    seconds = 8.0 if args.quick else args.seconds
+    seconds, rounds = (8.0, 1) if args.quick else (args.seconds, args.rounds)
     with scratch_dir(None, "sparklog-bench-latency-") as root:
         broker = BrokerProcess(root / "data").start()
         try:
@@ -312,29 +335,34 @@ def main() -> int:
                                            .option("checkpointLocation", checkpoint)
                                            .trigger(processingTime="0 seconds").start())
 
-            results: list[tuple[str, list[dict[str, float]], list[float] | None]] = []
-            for label, start, copy_topic in [
-                    ("rate -> noop (Spark's floor)", into_noop(rate), None),
-                    ("Python source -> Python sink, doing nothing", into_nothing(nothing),
-                     None),
-                    ("sparklog -> noop", into_noop(sparklog), None),
-                    ("rate -> sparklog sink", into_sink(
-                        rate, create_topic(bootstrap, "bench-latency-rate", PARTITIONS),
-                        "at-least-once"), None),
-                    ("sparklog -> sparklog sink", None, "bench-latency-out"),
-                    ("rate -> sparklog sink, exactly-once", into_sink(
-                        rate, create_topic(bootstrap, "bench-latency-rate-eo", PARTITIONS),
-                        "exactly-once"), None),
-                    ("sparklog -> sparklog sink, exactly-once", None, "bench-latency-out-eo")]:
-                arrivals = None
-                if copy_topic is not None:
-                    create_topic(bootstrap, copy_topic, PARTITIONS)
-                    start = into_sink(sparklog, copy_topic, "exactly-once"
-                                      if label.endswith("exactly-once") else "at-least-once")
-                    arrivals = Arrivals(bootstrap, copy_topic)
-                assert start is not None
-                batches = run_query(start, seconds)
-                results.append((label, batches, arrivals.close() if arrivals else None))
+            def copied_to(topic: str, guarantee: str) -> Callable[[str], Any]:
+                return into_sink(sparklog, create_topic(bootstrap, topic, PARTITIONS), guarantee)
+
+            queries: list[tuple[str, Callable[[str], Any], str | None]] = [
+                ("rate -> noop (Spark's floor)", into_noop(rate), None),
+                ("Python source -> Python sink, doing nothing", into_nothing(nothing), None),
+                ("rate -> Python sink, doing nothing", into_nothing(rate), None),
+                ("sparklog -> noop", into_noop(sparklog), None),
+                ("rate -> sparklog sink", into_sink(
+                    rate, create_topic(bootstrap, "bench-latency-rate", PARTITIONS),
+                    "at-least-once"), None),
+                ("sparklog -> sparklog sink",
+                 copied_to("bench-latency-out", "at-least-once"), "bench-latency-out"),
+                ("rate -> sparklog sink, exactly-once", into_sink(
+                    rate, create_topic(bootstrap, "bench-latency-rate-eo", PARTITIONS),
+                    "exactly-once"), None),
+                ("sparklog -> sparklog sink, exactly-once",
+                 copied_to("bench-latency-out-eo", "exactly-once"), "bench-latency-out-eo")]
+            run_query(into_noop(rate), WARM_UP_S)
+            results: list[tuple[str, list[dict[str, float]], list[float] | None]] = [
+                (label, [], [] if copied else None) for label, _, copied in queries]
+            for _ in range(rounds):
+                for (_, start, copied), (_, batches, delays) in zip(queries, results,
+                                                                   strict=True):
+                    arrivals = Arrivals(bootstrap, copied) if copied else None
+                    batches.extend(run_query(start, seconds))
+                    if arrivals is not None and delays is not None:
+                        delays.extend(arrivals.close())
             feed.close()
             commit_round, task_round = exactly_once_floor(
                 bootstrap, create_topic(bootstrap, "bench-latency-floor", PARTITIONS))
@@ -343,7 +371,7 @@ def main() -> int:
             spark.stop()
         finally:
             broker.stop()
-    floor = median_of(results[0][1], "triggerExecution")
+    floor = median_of(results[0][1], "triggerExecution")  # Spark's floor comes first
     rows, phases = [], []
     for label, batches, delays in results:
         median = median_of(batches, "triggerExecution")
@@ -361,10 +389,13 @@ def main() -> int:
           f"producer; its records' produce and flush included) {task_round:.1f} ms")
     print(f"peak RSS: driver JVM {jvm_rss:.0f} MiB, driver Python {peak_rss_mib():.0f} MiB, "
           f"broker {broker_rss:.0f} MiB")
-    copy = median_of(results[4][1], "triggerExecution")
-    api_floor = median_of(results[1][1], "triggerExecution")
-    print(f"sparklog into the sparklog sink (at-least-once) against the Python Data Source "
-          f"API's floor: {copy / api_floor:.2f}")
+    medians = {label: median_of(batches, "triggerExecution") for label, batches, _ in results}
+    copy = medians["sparklog -> sparklog sink"]
+    sink = medians["rate -> sparklog sink"]
+    print(f"against the Python Data Source API's floor: sparklog into the sparklog sink "
+          f"(at-least-once) {copy / medians['Python source -> Python sink, doing nothing']:.2f}"
+          f", rate into the sparklog sink "
+          f"{sink / medians['rate -> Python sink, doing nothing']:.2f}")
     print(f"latency_sink_ratio={copy / floor:.2f}")
     return 0
 
