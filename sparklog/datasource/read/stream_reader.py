@@ -9,6 +9,8 @@ Invariants:
   without its Kafka connection and every task gets what it needs in its input partition.
   The Kafka client (driver) and the decoder (executors) are imported where they are first
   used, so the planner process that only builds and pickles the reader imports neither.
+  A task first settles its worker's heap (``worker_heap.settle``): PySpark collects a
+  reused worker whole after each task.
 - ``partitions(start, end)`` needs nothing but the two offsets (a restarted query replays
   its last batch with them before anything else): partitions in ``end`` but not ``start``
   are new and read from their earliest offset.

@@ -30,10 +30,13 @@ Invariants:
   intent a dead driver left. Readers see each record once with read_committed.
 - ``commit`` logs the totals at INFO on the ``sparklog.sink`` logger; ``abort`` logs what
   it left in the topics, at WARNING.
-- Spark builds a streaming writer in two fresh Python processes per micro-batch (to ship it
-  to the tasks, and to commit), so this module imports only what every one of them needs:
-  the tasks' producers, the protocol client and the exactly-once committer are imported
-  where they are used (the commit messages' class lives in the light ``commit_message``).
+- Spark builds a streaming writer twice per micro-batch, each time in a Python worker of
+  the driver started for it or reused (to ship it to the tasks, and to commit), so this
+  module imports only what every one of them needs: the tasks' producers, the protocol
+  client and the exactly-once committer are imported where they are used (the commit
+  messages' class lives in the light ``commit_message``).
+- A writer's construction and a write task first settle their worker's heap
+  (``worker_heap.settle``): PySpark collects a reused worker whole after each use.
 """
 
 from __future__ import annotations
