@@ -97,6 +97,11 @@ def test_groups_and_transactions_on_a_one_broker_cluster(
                              "isolation.level": "read_committed",
                              "auto.offset.reset": "earliest", "log_level": 3})
         try:
+            # the group's coordinator loaded first: librdkafka's send_offsets_to_transaction
+            # can wait forever, past its timeout, on a coordinator that was still loading
+            # (confluentinc/librdkafka#5456); the consumer's own lookup retries it
+            (before,) = consumer.committed([TopicPartition("orders", 0)], TIMEOUT)
+            assert before.offset < 0
             producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "one",
                                  "log_level": 3})
             producer.init_transactions(TIMEOUT)
