@@ -371,10 +371,11 @@ def main() -> int:
             spark.stop()
         finally:
             broker.stop()
-    floor = median_of(results[0][1], "triggerExecution")  # Spark's floor comes first
+    medians = {label: median_of(batches, "triggerExecution") for label, batches, _ in results}
+    floor = medians["rate -> noop (Spark's floor)"]
     rows, phases = [], []
     for label, batches, delays in results:
-        median = median_of(batches, "triggerExecution")
+        median = medians[label]
         end_to_end = (f"{percentile(delays, 0.5):.0f} / {percentile(delays, 0.99):.0f}"
                       if delays else "")
         rows.append(Row(label, str(len(batches)), f"{median:.0f}", f"{median / floor:.2f}",
@@ -389,7 +390,6 @@ def main() -> int:
           f"producer; its records' produce and flush included) {task_round:.1f} ms")
     print(f"peak RSS: driver JVM {jvm_rss:.0f} MiB, driver Python {peak_rss_mib():.0f} MiB, "
           f"broker {broker_rss:.0f} MiB")
-    medians = {label: median_of(batches, "triggerExecution") for label, batches, _ in results}
     copy = medians["sparklog -> sparklog sink"]
     sink = medians["rate -> sparklog sink"]
     print(f"against the Python Data Source API's floor: sparklog into the sparklog sink "

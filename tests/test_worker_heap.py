@@ -15,6 +15,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 WORKER = """
 import gc, json, sys, weakref
 import pyarrow, pyspark.sql.datasource
@@ -47,14 +49,16 @@ print(json.dumps(out))
 """
 
 
-def run_worker() -> dict[str, object]:
+@pytest.fixture(scope="module")
+def seen() -> dict[str, object]:
+    """What one worker stand-in saw (both tests read the same run)."""
     done = subprocess.run([sys.executable, "-c", WORKER], capture_output=True, text=True,
                           timeout=120, check=True)
     return json.loads(done.stdout)
 
 
-def test_the_collection_after_a_task_walks_only_what_came_after() -> None:
-    seen = run_worker()
+def test_the_collection_after_a_task_walks_only_what_came_after(
+        seen: dict[str, object]) -> None:
     walked_before, walked_after = seen["walked_before"], seen["walked_after"]
     assert isinstance(walked_before, int) and isinstance(walked_after, int)
     assert walked_before > 20_000  # the modules a sparklog task loads
@@ -62,8 +66,7 @@ def test_the_collection_after_a_task_walks_only_what_came_after() -> None:
     assert seen["cycle_collected"], "garbage made after a settle must still be collected"
 
 
-def test_settling_again_freezes_only_after_new_imports() -> None:
-    seen = run_worker()
+def test_settling_again_freezes_only_after_new_imports(seen: dict[str, object]) -> None:
     frozen, again, after_import = (seen["frozen"], seen["frozen_again"],
                                    seen["frozen_after_import"])
     assert isinstance(frozen, int) and isinstance(again, int)

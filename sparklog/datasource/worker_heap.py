@@ -6,7 +6,8 @@ collection walks every object the worker holds: PySpark's, pyarrow's, confluent-
 sparklog's modules and classes, some 64,000 objects in a worker that ran sparklog's read and
 write tasks, about 25 ms of CPU after every task (a sparklog task's own work is 1 to 2 ms),
 on the same cores as the driver's commit of the micro-batch. ``settle`` moves what is alive
-into the permanent generation (``gc.freeze``), which collections skip.
+into the permanent generation (``sparklog.heap.freeze_alive``), which collections
+skip.
 
 Invariants:
 - ``settle`` runs at the start of sparklog's read and write tasks. It collects and freezes
@@ -14,19 +15,19 @@ Invariants:
   worker, and a task of a kind, or a code path, that worker had not run), else it returns
   at once: a worker settles a bounded number of times (once per new set of modules), and
   in between nothing is frozen.
-- The collection comes first, so no garbage is frozen: only objects alive at that moment,
-  modules and classes mostly, and the current task's few objects, which refcounting still
-  frees when the task drops them (freezing only hides objects from the cyclic collector).
-  Memory stays bounded: what a settle can keep beyond its use is the cyclic part of one
-  task's objects, once per settle.
+- What is frozen is what is alive (``freeze_alive`` collects first): modules and classes
+  mostly, and the current task's few objects, which refcounting still frees when the task
+  drops them. Memory stays bounded: what a settle can keep beyond its use is the cyclic
+  part of one task's objects, once per settle.
 - Everything made after a settle (each task's garbage, pooled producers) is collected as
   before.
 """
 
 from __future__ import annotations
 
-import gc
 import sys
+
+from sparklog.heap import freeze_alive
 
 _modules_at_settle = 0  # len(sys.modules) when this process last settled; 0: never
 
@@ -36,6 +37,5 @@ def settle() -> None:
     global _modules_at_settle
     if len(sys.modules) == _modules_at_settle:
         return
-    gc.collect()
-    gc.freeze()
+    freeze_alive()
     _modules_at_settle = len(sys.modules)

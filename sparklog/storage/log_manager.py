@@ -55,7 +55,6 @@ Invariants:
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
@@ -76,6 +75,7 @@ from sparklog.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.heap import freeze_alive
 from sparklog.storage.checkpoint import (
     read_checkpoint,
     sync_filesystem,
@@ -145,15 +145,6 @@ def metric_name(topic: str) -> str:
     return topic.replace(".", "_")
 
 
-def _settle_objects() -> None:
-    """Move the objects alive now (every partition's log, segments, indexes) out of the
-    cyclic garbage collector's reach (``gc.freeze``, after a collection): they live as long
-    as their partitions, and a full collection walking millions of them would stall every
-    request for as long, however little each asks for (a Metadata of one topic)."""
-    gc.collect()
-    gc.freeze()
-
-
 def _warn_deprecated(topic: str, names: Iterable[str]) -> None:
     for name in sorted(set(names) & DEPRECATED.keys()):
         log.warning("topic %s: %s", topic, DEPRECATED[name])
@@ -198,7 +189,7 @@ class LogManager:
                 self.logs[tp] = self._open_log(topic, partition, recovery.get(tp, 0),
                                                starts.get(tp, 0))
         marker.unlink(missing_ok=True)
-        _settle_objects()
+        freeze_alive()
         how = "first start" if first_start else (
             "after a clean shutdown" if self.clean_start else "after an unclean shutdown")
         log.info("loaded %d partitions of %d topics from %s in %.2fs (%s)", len(self.logs),
@@ -386,7 +377,7 @@ class LogManager:
         self._save_topics()
         for partition in topic.local:
             self.logs[(name, partition)] = self._open_log(topic, partition, 0, 0)
-        _settle_objects()
+        freeze_alive()
         log.info("created topic %s with %d partitions %s", name, partitions, raw or "")
         return topic
 
@@ -465,7 +456,7 @@ class LogManager:
         self._save_topics()
         for partition in added:
             self.logs[(name, partition)] = self._open_log(topic, partition, 0, 0)
-        _settle_objects()
+        freeze_alive()
         log.info("topic %s now has %d partitions", name, total)
 
     def set_topic_defaults(self, defaults: dict[str, Any]) -> None:
