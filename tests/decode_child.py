@@ -10,7 +10,9 @@ PushTelemetry payload, compressed with the codec its api key names, decoded by t
 into at most ``TELEMETRY_MAX_BYTES``; ``v`` a produced record batch as validated produce
 reads it (``schema_validation.prefixes``: every key's and value's schema-id prefix); ``s``
 another broker's schema registry answers to validated produce's lookup of an id (int32
-length, the ``/versions`` answer, then the ``/schemas/ids`` answer)), int16 api key (or
+length, the ``/versions`` answer, then the ``/schemas/ids`` answer); ``x`` a registry's
+answers to typed columns, a schema and what each of its references is answered with (int32
+length, the schema's answer, then the reference's), made to stand alone), int16 api key (or
 schema index, or codec), int16 version, int32 length, the bytes. On stdout, per input:
 one status byte (``0`` decoded, ``1`` refused with the decoder's own error) and how far
 that input raised the process's peak RSS above its resident size before it, in KiB (int64;
@@ -52,6 +54,14 @@ from sparklog.protocol.framing import FrameError, parse_request_header
 from sparklog.record.batch import split_batches, validate_produced
 from sparklog.record.compression import CODECS
 from sparklog.record.records import build_batch, decode_records
+from sparklog.schemas.registry_client import (
+    RegisteredSchema,
+    RegistryError,
+    SchemaRegistry,
+)
+from sparklog.schemas.registry_client import (
+    parse_answer as parse_client_answer,
+)
 
 _HEAD = struct.Struct(">chhi")
 _ANSWER = struct.Struct(">Bq")
@@ -75,6 +85,7 @@ REFUSALS: dict[bytes, tuple[type[BaseException], ...]] = {
     b"t": (ValueError,),  # MalformedMetricsError: PushTelemetry answers INVALID_RECORD
     b"v": (KafkaError,),  # the Produce answer's error; anything else is an internal error
     b"s": (RegistryUnavailable,),  # the batch is refused REQUEST_TIMED_OUT, retriable
+    b"x": (RegistryError,),  # the Spark source's load() or task names the registry's fault
 }
 """Each kind's own errors: any other exception is a defect, and ends the child."""
 TELEMETRY_MAX_BYTES = 64 * 1024
@@ -142,11 +153,30 @@ def _registry_answers(data: bytes) -> None:
     info_of("fuzz", versions, parse_answer("fuzz", data[4 + max(size, 0):]))
 
 
+class _Answering(SchemaRegistry):
+    """sparklog's registry client, every request answered with the same bytes."""
+
+    def __init__(self, answer: bytes) -> None:
+        super().__init__("http://fuzz")
+        self.answer = answer
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        return parse_client_answer(self.url, self.answer)
+
+
+def _typed_registry_answers(data: bytes) -> None:
+    (size,) = struct.unpack_from(">i", data) if len(data) >= 4 else (0,)
+    schema = RegisteredSchema.of(parse_client_answer("fuzz", data[4:4 + max(size, 0)]), 1)
+    _Answering(data[4 + max(size, 0):]).standalone(schema)
+
+
 def _decode(kind: bytes, key: int, version: int, data: bytes) -> None:
     if kind == b"v":
         _validated(data)
     elif kind == b"s":
         _registry_answers(data)
+    elif kind == b"x":
+        _typed_registry_answers(data)
     elif kind == b"b":
         _read_records(data)
     elif kind == b"q":

@@ -269,6 +269,45 @@ def test_no_registry_answer_ends_validated_produce(child: DecodeChild, versions:
     _check(child, b"s", 0, 0, struct.pack(">i", len(first)) + first + second)
 
 
+_SCHEMA_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.sampled_from(
+        ["record", "enum", "fixed", "array", "map", "int", "A", "a.B", "#/x", "r", "r#/x"]),
+    lambda inner: st.lists(inner, max_size=3) | st.fixed_dictionaries(
+        {"type": inner}, optional={
+            "name": inner, "namespace": inner, "items": inner, "values": inner, "$ref": inner,
+            "$defs": inner, "properties": inner,
+            "fields": inner | st.lists(st.fixed_dictionaries({"name": st.just("f"),
+                                                               "type": inner}), max_size=3)}),
+    max_leaves=30)
+"""Avro- and JSON-Schema-shaped documents, every object with a ``type``."""
+_SCHEMA_TEXT = st.integers(0, 9).flatmap(
+    lambda n: st.just('{"type":' * 5_000) if n == 0 else _SCHEMA_JSON.map(json.dumps))
+_REGISTRY_ANSWER = st.fixed_dictionaries({
+    "id": st.integers(), "version": st.integers() | st.none(),
+    "schemaType": st.sampled_from(["AVRO", "JSON", "PROTOBUF", "X"]),
+    "schema": _SCHEMA_TEXT,
+    "references": st.lists(st.fixed_dictionaries({
+        "name": st.sampled_from(["A", "a.B", "r", "google/protobuf/t.proto"]),
+        "subject": st.text(max_size=3), "version": st.integers(-1, 3)}), max_size=3)})
+
+
+@FUZZ
+@given(schema=_REGISTRY_ANSWER, data=st.data(),
+       referenced=_REGISTRY_ANSWER.map(lambda answer: {**answer, "references": []})
+       | _REGISTRY_ANSWER)  # a reference's own references: answered alike, a cycle
+def test_no_registry_answer_ends_a_typed_column_lookup(child: DecodeChild, schema: object,
+                                                       referenced: object,
+                                                       data: st.DataObject) -> None:
+    """A registry's answers to typed columns (a schema with references, each reference
+    answered alike), mutated: a RegistryError naming the fault, or a schema standing
+    alone."""
+    first = json.dumps(schema).encode()
+    if data.draw(st.booleans()):
+        first = data.draw(_mutated(first, 0))
+    second = data.draw(st.sampled_from([json.dumps(referenced).encode(), b"[" * 10_000]))
+    _check(child, b"x", 0, 0, struct.pack(">i", len(first)) + first + second)
+
+
 def test_the_aborting_metadata_request_is_refused(child: DecodeChild) -> None:
     """Issue 26's reproduction: refused by the decoder (the connection closes), and the
     process lives. Run it against a new kio before adopting it."""

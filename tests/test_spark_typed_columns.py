@@ -25,7 +25,7 @@ from broker_fixtures import (
     module_broker,
     unique_topic,
 )
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
@@ -152,6 +152,32 @@ def test_avro_two_versions_read_into_the_newest(spark: Any, broker: BrokerProces
     streamed = spark.table("typed_avro_v1").orderBy("offset").collect()
     assert [r.value.id if r.value else None for r in streamed] == [0, 1, 2, 3, 4, 5, None]
     assert "note" not in streamed[0].value.asDict()
+
+
+def test_avro_with_schema_references(spark: Any, broker: BrokerProcess) -> None:
+    """A schema whose record types live in other subjects (Confluent's references), written
+    by AvroSerializer: the driver writes the referenced types into the reader schema, the
+    tasks do the same with each writer's, and the rows read as AvroDeserializer reads them."""
+    topic = unique_topic("avro-refs")
+    create_topic(broker.bootstrap, topic)
+    sr = registry(broker)
+    place = {"type": "record", "name": "Place", "namespace": "geo", "fields": [
+        {"name": "city", "type": "string"}]}
+    trip = {"type": "record", "name": "Trip", "namespace": "travel", "fields": [
+        {"name": "id", "type": "long"}, {"name": "start", "type": "geo.Place"},
+        {"name": "stops", "type": {"type": "array", "items": "geo.Place"}}]}
+    sr.register_schema(f"{topic}-place", Schema(json.dumps(place), "AVRO"))
+    serialize = AvroSerializer(sr, Schema(json.dumps(trip), "AVRO", [
+        SchemaReference("geo.Place", f"{topic}-place", 1)]))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    trips = [{"id": i, "start": {"city": f"c{i}"}, "stops": [{"city": "x"}] * i}
+             for i in range(3)]
+    producer = confluent_producer(broker.bootstrap)
+    for value in trips:
+        producer.produce(topic, serialize(value, ctx))
+    assert producer.flush(TIMEOUT) == 0
+    rows = typed(spark, broker, topic, valueFormat="avro").orderBy("offset").collect()
+    assert [r.value.asDict(recursive=True) for r in rows] == trips
 
 
 def test_json_schema_values(spark: Any, broker: BrokerProcess) -> None:

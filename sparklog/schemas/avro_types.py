@@ -121,8 +121,8 @@ class _Mapper:
         full = name if "." in name or namespace is None else f"{namespace}.{name}"
         definition = self.named.get(full, self.named.get(name))
         if definition is None:
-            raise UnsupportedSchemaError(f"{_where(path)}: unknown type {name!r} (schema "
-                                         "references are not supported)")
+            raise UnsupportedSchemaError(f"{_where(path)}: unknown type {name!r}: neither "
+                                         "defined before its use nor by a schema reference")
         if _full_name(definition, namespace) in self.open:
             raise UnsupportedSchemaError(f"{_where(path)}: the record {name} is recursive; "
                                          "Spark types cannot hold recursive records")

@@ -7,8 +7,9 @@ UTC] (TimestampType) and ``format: date`` -> date32 (DateType); ``integer`` -> i
 without a type -> string. ``"null"`` in a type list, and a ``oneOf`` / ``anyOf`` of null and
 one schema, are that schema. Local ``$ref``s (``#/definitions/...``, ``#/$defs/...``) are
 followed. Refused (``UnsupportedSchemaError``): objects without ``properties`` (maps),
-other unions, references to other documents, recursive definitions, a top level that is not
-an object.
+other unions, references to documents that are not the schema's registry references
+(those are written into it first: ``sparklog.schemas.references``), recursive definitions,
+a top level that is not an object.
 
 Invariants:
 - Every field is nullable, as ``from_json`` makes them: a missing property reads as null.
@@ -91,7 +92,7 @@ class _Mapper:
     def _resolve(self, ref: str, path: str, refs: tuple[str, ...]) -> Any:
         if not ref.startswith("#"):
             raise UnsupportedSchemaError(f"{_where(path)}: $ref {ref!r} names another "
-                                         "document; schema references are not supported")
+                                         "document, which is none of the schema's references")
         if ref in refs:
             raise UnsupportedSchemaError(f"{_where(path)}: $ref {ref!r} is recursive; Spark "
                                          "types cannot hold recursive structures")

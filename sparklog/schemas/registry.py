@@ -11,8 +11,9 @@ Invariants:
 - A lookup that fails raises ``SchemaLookupError`` naming the registry, the subject,
   version or id and the registry's answer, except an id the registry does not know in
   ``WriterSchemas``: that is the record's fault, a ``DecodeError``.
-- Schemas with references are refused (``SchemaLookupError``): the types cannot be
-  resolved without them.
+- A schema with references is given standing alone (``SchemaRegistry.standalone``: the
+  referenced types written in), so its readers need no registry; references that cannot be
+  resolved are a ``SchemaLookupError`` like any other failed lookup.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 from sparklog.schemas.wire import DecodeError
 
 if TYPE_CHECKING:
-    from sparklog.schemas.registry_client import RegisteredSchema, SchemaRegistry
+    from sparklog.schemas.registry_client import SchemaRegistry
 
 
 class SchemaLookupError(ValueError):
@@ -70,20 +71,12 @@ def choose(config: RegistryConfig, subject: str, version: int | None = None,
     try:
         if schema_id is not None:
             schema = client.schema(schema_id)
-            _check_references(schema, what)
-            return ChosenSchema(schema.schema_type, schema.schema, schema_id)
+            return ChosenSchema(schema.schema_type, client.standalone(schema), schema_id)
         registered = client.version(subject, version)
+        return ChosenSchema(registered.schema_type, client.standalone(registered),
+                            registered.schema_id, subject, registered.version)
     except RegistryError as exc:
         raise SchemaLookupError(f"schema registry {config.url}: {what}: {exc}") from None
-    _check_references(registered, what)
-    return ChosenSchema(registered.schema_type, registered.schema, registered.schema_id,
-                        subject, registered.version)
-
-
-def _check_references(schema: RegisteredSchema, what: str) -> None:
-    if schema.references:
-        raise SchemaLookupError(f"{what} has schema references, which typed columns do not "
-                                "resolve yet")
 
 
 class WriterSchemas:
@@ -106,5 +99,8 @@ class WriterSchemas:
                                   f"{self.config.url}") from None
             raise SchemaLookupError(f"schema registry {self.config.url}: schema id "
                                     f"{schema_id}: {exc}") from None
-        _check_references(schema, f"schema id {schema_id}")
-        return schema.schema
+        try:
+            return self._client.standalone(schema)
+        except RegistryError as exc:
+            raise SchemaLookupError(f"schema registry {self.config.url}: schema id "
+                                    f"{schema_id}: {exc}") from None

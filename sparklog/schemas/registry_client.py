@@ -11,7 +11,9 @@ Invariants:
   ``ssl.certificate.location``, ``ssl.key.location``).
 - A registry error is a ``RegistryError`` carrying Confluent's ``error_code`` and the
   registry's own message (e.g. why a schema is incompatible); an unreachable registry is one
-  too, naming the URL.
+  too, naming the URL, and so are references that cannot be resolved.
+- ``standalone`` is the text every reader of a schema takes: the schema with its
+  references' types written in (``references``), each referenced version asked once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from sparklog.schemas.references import SchemaReference, SchemaReferenceError, standalone
 
 TIMEOUT_S = 30.0
 SUBJECT_NOT_FOUND, SCHEMA_NOT_FOUND = 40401, 40403
@@ -43,14 +47,34 @@ class RegisteredSchema:
     schema_type: str
     """AVRO, JSON or PROTOBUF."""
     version: int | None = None
-    references: tuple[object, ...] = ()
+    references: tuple[SchemaReference, ...] = ()
 
     @classmethod
-    def of(cls, answer: Mapping[str, Any], schema_id: int | None = None) -> RegisteredSchema:
-        """From the registry's JSON answer (AVRO when it names no type, as Confluent's)."""
-        return cls(int(answer["id"]) if schema_id is None else schema_id, answer["schema"],
-                   answer.get("schemaType", "AVRO"), answer.get("version"),
-                   tuple(answer.get("references") or ()))
+    def of(cls, answer: Any, schema_id: int | None = None) -> RegisteredSchema:
+        """From the registry's JSON answer (AVRO when it names no type, as Confluent's); an
+        answer without a schema's fields is a ``RegistryError``."""
+        try:
+            schema, schema_type = answer["schema"], answer.get("schemaType", "AVRO")
+            version = answer.get("version")
+            if not isinstance(schema, str) or not isinstance(schema_type, str) or not (
+                    version is None or isinstance(version, int)):
+                raise TypeError("schema, schemaType or version of the wrong type")
+            references = tuple(map(SchemaReference.of, answer.get("references") or ()))
+            return cls(int(answer["id"]) if schema_id is None else schema_id, schema,
+                       schema_type, version, references)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as error:
+            raise RegistryError(f"the schema registry's answer is not a schema: {error}"
+                                ) from None
+
+
+def parse_answer(url: str, raw: bytes) -> Any:
+    """A registry's answer body as JSON; a ``RegistryError`` when it is not JSON or is
+    nested past what the parser follows."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as error:
+        raise RegistryError(f"schema registry {url} answered what is not JSON: "
+                            f"{str(error)[:200]}") from None
 
 
 class SchemaRegistry:
@@ -71,7 +95,7 @@ class SchemaRegistry:
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S,
                                         context=self._context) as answer:
-                return json.loads(answer.read())
+                raw = answer.read()
         except urllib.error.HTTPError as error:
             try:
                 detail = json.loads(error.read())
@@ -82,6 +106,7 @@ class SchemaRegistry:
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
             raise RegistryError(f"schema registry {self.url} is unreachable: {reason}") from None
+        return parse_answer(self.url, raw)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, str]) -> SchemaRegistry:
@@ -133,3 +158,19 @@ class SchemaRegistry:
 
     def schema(self, schema_id: int) -> RegisteredSchema:
         return RegisteredSchema.of(self._call("GET", f"/schemas/ids/{schema_id}"), schema_id)
+
+    def standalone(self, schema: RegisteredSchema) -> str:
+        """``schema``'s text with its references' types written in."""
+        def fetch(ref: SchemaReference) -> tuple[str, str, tuple[SchemaReference, ...]]:
+            try:
+                found = self.version(ref.subject, ref.version)
+            except RegistryError as error:
+                raise RegistryError(f"its reference {ref.name} (version {ref.version} of "
+                                    f"subject {ref.subject!r}): {error}",
+                                    error.error_code) from None
+            return found.schema_type, found.schema, found.references
+
+        try:
+            return standalone(schema.schema_type, schema.schema, schema.references, fetch)
+        except SchemaReferenceError as error:
+            raise RegistryError(str(error)) from None

@@ -123,9 +123,10 @@ def column_encoding(options: Mapping[str, str], schema: StructType, column: str,
                 raise SinkEncodingError(
                     f"the latest schema of subject {subject!r} is {latest.schema_type}, not "
                     f"{schema_type} as {column}Format={fmt} needs")
-            _fit(fmt, spark_type, latest.schema,
+            latest_text = registry.standalone(latest)
+            _fit(fmt, spark_type, latest_text,
                  f"the latest schema (version {latest.version}) of subject {subject!r}")
-            return ColumnEncoding(fmt, subject, latest.schema_id, latest.schema)
+            return ColumnEncoding(fmt, subject, latest.schema_id, latest_text)
         if auto_register:
             return ColumnEncoding(fmt, subject, registry.register(subject, text, schema_type),
                                   text)
