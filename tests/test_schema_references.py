@@ -22,6 +22,7 @@ from broker_fixtures import start_broker
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,10 +30,12 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from sparklog.broker.process import BrokerProcess
 from sparklog.datasource.write.encodings import batch_encoder, column_encoding
-from sparklog.schemas import avro_types, json_types
+from sparklog.schemas import avro_types, json_types, protobuf_types
 from sparklog.schemas import references as refs
 from sparklog.schemas.avro_decode import AvroDecoder
+from sparklog.schemas.avro_types import UnsupportedSchemaError
 from sparklog.schemas.json_decode import JsonDecoder
+from sparklog.schemas.protobuf_decode import ProtobufDecoder
 from sparklog.schemas.registry import RegistryConfig, WriterSchemas, choose
 from sparklog.schemas.registry_client import RegisteredSchema, RegistryError, SchemaRegistry
 
@@ -278,16 +281,57 @@ def test_references_walk_depth_first_each_once_and_refuse_cycles() -> None:
         refs.referenced([ref("x")], fetch)
 
 
-def test_protobuf_imports_other_than_well_known_types_are_refused() -> None:
-    fetch = registry_of({})
-    text = 'syntax = "proto3"; message M { int32 a = 1; }'
-    well_known = refs.SchemaReference("google/protobuf/timestamp.proto", "ts", 1)
-    assert refs.standalone("PROTOBUF", text, [well_known], fetch) == text
-    with pytest.raises(refs.SchemaReferenceError, match=r"imports shop/line\.proto: typed "
-                                                        "columns read references of AVRO and "
-                                                        "JSON schemas only"):
-        refs.standalone("PROTOBUF", text, [refs.SchemaReference("shop/line.proto", "l", 1)],
-                        fetch)
+MONEY_PROTO = """
+syntax = "proto3";
+package shop.common;
+message Money { int64 cents = 1; string currency = 2; }
+"""
+LINE_PROTO = """
+syntax = "proto3";
+package shop;
+import "shop/common/money.proto";
+message Line { string sku = 1; common.Money price = 2; }
+"""
+INVOICE_PROTO = """
+syntax = "proto3";
+package shop;
+import "shop/line.proto";
+import "shop/common/money.proto";
+import "google/protobuf/timestamp.proto";
+message Invoice {
+  repeated Line lines = 1;
+  shop.common.Money total = 2;
+  google.protobuf.Timestamp at = 3;
+}
+"""
+MONEY_TYPE = pa.struct([pa.field("cents", pa.int64()), pa.field("currency", pa.string())])
+
+
+def test_protobuf_imports_travel_with_the_file() -> None:
+    """The file and what its references give, read as one: a type of an import of an
+    import; a well-known type's reference is left to the pool; a missing import or a cycle
+    is named."""
+    fetch = registry_of({"line": (LINE_PROTO, [refs.SchemaReference(
+                             "shop/common/money.proto", "money", 1)]),
+                         "money": (MONEY_PROTO, []), "ts": ("unused", [])})
+    invoice = refs.standalone("PROTOBUF", INVOICE_PROTO, [
+        refs.SchemaReference("shop/line.proto", "line", 1),
+        refs.SchemaReference("shop/common/money.proto", "money", 1),
+        refs.SchemaReference("google/protobuf/timestamp.proto", "ts", 1)], fetch)
+    assert [name for name, _ in refs.protobuf_unbundle(invoice)[1]] == [
+        "shop/common/money.proto", "shop/line.proto"]
+    assert protobuf_types.arrow_type(invoice) == pa.struct([
+        pa.field("lines", pa.list_(pa.field("element", pa.struct([
+            pa.field("sku", pa.string()), pa.field("price", MONEY_TYPE)])))),
+        pa.field("total", MONEY_TYPE), pa.field("at", pa.timestamp("us", tz="UTC"))])
+    with pytest.raises(UnsupportedSchemaError, match=r"no message 'Money'"):
+        protobuf_types.arrow_type(invoice, "Money")  # the reader's message is the file's
+    lacking = refs.protobuf_bundle(INVOICE_PROTO, [("shop/line.proto", LINE_PROTO)])
+    with pytest.raises(UnsupportedSchemaError, match=r"shop/line\.proto imports "
+                                                     r"shop/common/money\.proto, which none"):
+        protobuf_types.arrow_type(lacking)
+    assert refs.standalone("PROTOBUF", MONEY_PROTO, [refs.SchemaReference(
+        "google/protobuf/timestamp.proto", "ts", 1)], fetch) == MONEY_PROTO
 
 
 # -- confluent-kafka's serializers against the broker's registry ------------------------------
@@ -374,3 +418,41 @@ def test_a_reference_the_registry_cannot_give_is_named(registry: tuple[str, Any]
     with pytest.raises(RegistryError, match=r"its reference Gone \(version 7 of subject "
                                             r"'gone'\): Subject 'gone' not found"):
         SchemaRegistry(url).standalone(holder)
+
+
+def test_protobuf_written_by_confluents_serializer_with_imports(registry: tuple[str, Any]
+                                                                ) -> None:
+    """ProtobufSerializer registers the imported file as a reference of its own subject;
+    the records read through the bundle as the deserializer reads them."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    field = descriptor_pb2.FieldDescriptorProto
+    money = descriptor_pb2.FileDescriptorProto(name="pay/money.proto", package="pay",
+                                               syntax="proto3")
+    money.message_type.add(name="Money").field.add(name="cents", number=1,
+                                                   type=field.TYPE_INT64,
+                                                   label=field.LABEL_OPTIONAL)
+    bill = descriptor_pb2.FileDescriptorProto(name="pay/bill.proto", package="pay",
+                                              syntax="proto3", dependency=["pay/money.proto"])
+    message = bill.message_type.add(name="Bill")
+    message.field.add(name="id", number=1, type=field.TYPE_INT64, label=field.LABEL_OPTIONAL)
+    message.field.add(name="due", number=2, type=field.TYPE_MESSAGE, type_name=".pay.Money",
+                      label=field.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(money)
+    pool.Add(bill)
+    bill_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("pay.Bill"))
+    url, client = registry
+    serialize = ProtobufSerializer(bill_class, client, {"use.deprecated.format": False})
+    values = [serialize(bill_class(id=i, due={"cents": i * 7}), value_context("bills"))
+              for i in range(1, 3)]
+    assert [r.name for r in client.get_latest_version("bills-value").schema.references] == \
+        ["pay/money.proto"]
+    config = RegistryConfig((("url", url),))
+    chosen = choose(config, "bills-value")
+    decoder = ProtobufDecoder(chosen.schema_str, protobuf_types.arrow_type(chosen.schema_str),
+                              framed=True, reader_id=chosen.schema_id,
+                              writer_schema=WriterSchemas(config))
+    assert decoder.decode(values).array.to_pylist() == [
+        {"id": i, "due": {"cents": i * 7}} for i in range(1, 3)]
+

@@ -12,8 +12,9 @@ Java int does); int64, sint64, sfixed64 and uint64 -> int64 (LongType; uint64 wr
 2^63 - 1, Spark's default, not ``upcast.unsigned.ints``' decimal(20,0)); float; double;
 bool; string; bytes -> binary; enum -> string (the value's name); message -> struct;
 ``google.protobuf.Timestamp`` -> timestamp[us, UTC] (TimestampType); repeated -> list;
-map -> map. Refused (``UnsupportedSchemaError``): recursive messages, imports other than
-Protobuf's well-known types (schema references).
+map -> map. Imports are Protobuf's well-known types or files the schema's references give
+(``references.protobuf_bundle``). Refused (``UnsupportedSchemaError``): recursive messages,
+other imports.
 
 Invariants:
 - Every field is nullable; a message field that is absent is null, an absent scalar reads
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -39,8 +40,61 @@ _WELL_KNOWN = "google/protobuf/"
 
 
 def message_descriptor(schema: str, message: str | None = None) -> Descriptor:
-    """The descriptor of ``message`` (default: the first) of the file ``schema``."""
-    from google.protobuf import descriptor_pb2, descriptor_pool
+    """The descriptor of ``message`` (default: the first) of the file ``schema`` (a file, or
+    ``references.protobuf_bundle``'s file with the files it imports)."""
+    from google.protobuf import descriptor_pool
+
+    from sparklog.schemas.references import SchemaReferenceError, protobuf_unbundle
+
+    try:
+        text, imports = protobuf_unbundle(schema)
+    except SchemaReferenceError as exc:
+        raise UnsupportedSchemaError(str(exc)) from None
+    proto = _file(text, None)
+    files = {name: _file(body, name) for name, body in imports}
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+
+    def add(file: Any) -> Any:
+        for dependency in file.dependency:
+            if dependency in added:
+                continue
+            if dependency in files:
+                add(files.pop(dependency))
+            elif dependency.startswith(_WELL_KNOWN):
+                _add_well_known(pool, dependency)
+                added.add(dependency)
+            else:
+                raise UnsupportedSchemaError(
+                    f"the Protobuf schema {file.name} imports {dependency}, which none of "
+                    "its schema references gives" + (" (an import cycle)" if imports else ""))
+        try:
+            built = pool.Add(file)
+        except TypeError as exc:
+            raise UnsupportedSchemaError(f"the Protobuf schema {file.name} does not build: "
+                                         f"{exc}") from None
+        added.add(file.name)
+        return built
+
+    built = add(proto)
+    if not proto.message_type:
+        raise UnsupportedSchemaError("the Protobuf schema has no message")
+    if message is None:
+        return built.message_types_by_name[proto.message_type[0].name]
+    for name in (message, f"{proto.package}.{message}" if proto.package else message):
+        try:
+            found = pool.FindMessageTypeByName(name)
+        except KeyError:
+            continue
+        if found.file.name == proto.name:
+            return found
+    raise UnsupportedSchemaError(f"the Protobuf schema has no message {message!r}")
+
+
+def _file(schema: str, name: str | None) -> Any:
+    """The ``FileDescriptorProto`` of base64 (confluent-kafka's form) or ``.proto`` text;
+    named ``name`` when given (an import path)."""
+    from google.protobuf import descriptor_pb2
 
     try:
         serialized = base64.b64decode(schema, validate=True)
@@ -54,26 +108,9 @@ def message_descriptor(schema: str, message: str | None = None) -> Descriptor:
         except Exception as exc:  # protobuf's DecodeError
             raise UnsupportedSchemaError(f"the Protobuf schema is base64 but not a "
                                          f"FileDescriptorProto: {exc}") from None
-    pool = descriptor_pool.DescriptorPool()
-    for dependency in proto.dependency:
-        if not dependency.startswith(_WELL_KNOWN):
-            raise UnsupportedSchemaError(f"the Protobuf schema imports {dependency}: schema "
-                                         "references are not supported")
-        _add_well_known(pool, dependency)
-    try:
-        file = pool.Add(proto)
-    except TypeError as exc:
-        raise UnsupportedSchemaError(f"the Protobuf schema does not build: {exc}") from None
-    if not proto.message_type:
-        raise UnsupportedSchemaError("the Protobuf schema has no message")
-    if message is None:
-        return file.message_types_by_name[proto.message_type[0].name]
-    for name in (message, f"{proto.package}.{message}" if proto.package else message):
-        try:
-            return pool.FindMessageTypeByName(name)
-        except KeyError:
-            continue
-    raise UnsupportedSchemaError(f"the Protobuf schema has no message {message!r}")
+    if name is not None:
+        proto.name = name
+    return proto
 
 
 def _add_well_known(pool: object, name: str) -> None:

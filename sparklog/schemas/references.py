@@ -4,7 +4,8 @@ check) takes it unchanged.
 
 Confluent's references (``{"name", "subject", "version"}``) name, for AVRO, the full name of
 a named type another subject's version defines; for JSON Schema, the document a ``"$ref":
-NAME`` (or ``NAME#/pointer``) points at. A referenced schema may have references of its own.
+NAME`` (or ``NAME#/pointer``) points at; for PROTOBUF, the path the file imports. A
+referenced schema may have references of its own.
 
 Invariants:
 - ``referenced`` walks the references depth first, a referenced schema before its referrer,
@@ -20,8 +21,10 @@ Invariants:
 - JSON (``inline_json``): each referenced document goes under the root's ``$defs`` at its
   reference name; ``$ref``s to it and the local ``$ref``s inside it are rewritten to point
   there, so ``#`` pointers keep meaning what they meant in their own document.
-- PROTOBUF imports are not written in (a ``SchemaReferenceError`` names the import), but
-  for protobuf's well-known types, which the descriptor pool builds itself.
+- PROTOBUF (``protobuf_bundle``): a file cannot take in another's types, so the file and
+  the files its references give (import path, text; dependencies first; protobuf's
+  well-known types left out, the descriptor pool builds those itself) travel as one JSON
+  text that ``protobuf_types`` reads.
 - Pure functions of the texts: no registry call here but through ``fetch``. Whatever the
   texts hold, what escapes is a ``SchemaReferenceError`` (a document nested past Python's
   stack too).
@@ -94,17 +97,40 @@ def standalone(schema_type: str, text: str, references: Sequence[SchemaReference
         references = [r for r in references if not r.name.startswith(PROTOBUF_WELL_KNOWN)]
     if not references:
         return text
-    if schema_type not in ("AVRO", "JSON"):
-        raise SchemaReferenceError(f"the {schema_type} schema imports "
-                                   f"{', '.join(r.name for r in references)}: typed columns "
-                                   "read references of AVRO and JSON schemas only")
+    if schema_type not in ("AVRO", "JSON", "PROTOBUF"):
+        raise SchemaReferenceError(f"a {schema_type} schema with references")
     found = referenced(references, fetch)
     try:
         if schema_type == "AVRO":
             return inline_avro(text, [r.schema for r in found])
-        return inline_json(text, {r.reference.name: r.schema for r in found})
+        if schema_type == "JSON":
+            return inline_json(text, {r.reference.name: r.schema for r in found})
+        return protobuf_bundle(text, [(r.reference.name, r.schema) for r in found
+                                      if not r.reference.name.startswith(PROTOBUF_WELL_KNOWN)])
     except RecursionError:
         raise SchemaReferenceError("a schema nested too deep to follow its references") from None
+
+
+# -- PROTOBUF -------------------------------------------------------------------------------
+
+
+def protobuf_bundle(text: str, imports: Sequence[tuple[str, str]]) -> str:
+    """A Protobuf file and the files it imports (import path, schema text), dependencies
+    first, as one text (JSON: neither ``.proto`` text nor base64 starts with ``{``)."""
+    return json.dumps({"protobuf": text, "imports": [list(i) for i in imports]})
+
+
+def protobuf_unbundle(schema: str) -> tuple[str, list[tuple[str, str]]]:
+    """``protobuf_bundle``'s file and imports; a plain file has no imports."""
+    if not schema.lstrip().startswith("{"):
+        return schema, []
+    bundle = _loads(schema)
+    try:
+        imports = [(str(name), str(text)) for name, text in bundle["imports"]]
+        return str(bundle["protobuf"]), imports
+    except (KeyError, TypeError, ValueError):
+        raise SchemaReferenceError("a Protobuf schema that is JSON but not sparklog's bundle "
+                                   "of a file and its imports") from None
 
 
 # -- AVRO -----------------------------------------------------------------------------------
