@@ -93,6 +93,112 @@ def test_levels_read_in_their_direction() -> None:
     assert check("FORWARD_TRANSITIVE", third, [first, second])
 
 
+def _proto(body: str, package: str = "shop", syntax: str = "proto3") -> str:
+    return f'syntax = "{syntax}";\npackage {package};\n{body}'
+
+
+ORDER_V1 = "message Order { int32 id = 1; string note = 2; Line line = 3; " \
+           "message Line { int64 qty = 1; } }"
+PROTOBUF_CASES = [
+    ("field added", ORDER_V1, ORDER_V1.replace("} }", "} int64 at = 4; }"), []),
+    ("field removed", ORDER_V1, ORDER_V1.replace("string note = 2; ", ""), []),
+    ("field renamed", ORDER_V1, ORDER_V1.replace("note", "remark"), []),
+    ("int32 to int64 (one wire group)", ORDER_V1, ORDER_V1.replace("int32 id", "int64 id"),
+     []),
+    ("string to bytes", ORDER_V1, ORDER_V1.replace("string note", "bytes note"), []),
+    ("int32 to string", ORDER_V1, ORDER_V1.replace("int32 id", "string id"),
+     ["FIELD_SCALAR_KIND_CHANGED"]),
+    ("int32 to sint32", ORDER_V1, ORDER_V1.replace("int32 id", "sint32 id"),
+     ["FIELD_SCALAR_KIND_CHANGED"]),
+    ("enum to int32", "message M { E e = 1; } enum E { A = 0; }",
+     "message M { int32 e = 1; } enum E { A = 0; }", []),
+    ("scalar to message", ORDER_V1, ORDER_V1.replace("int32 id", "Line id"),
+     ["FIELD_KIND_CHANGED"]),
+    ("message to map", ORDER_V1, ORDER_V1.replace("Line line", "map<string, Line> line"),
+     ["FIELD_KIND_CHANGED"]),
+    ("map value type", "message M { map<string, int32> m = 1; }",
+     "message M { map<string, string> m = 1; }", ["FIELD_SCALAR_KIND_CHANGED"]),
+    ("a nested message's field", ORDER_V1, ORDER_V1.replace("int64 qty", "double qty"),
+     ["FIELD_SCALAR_KIND_CHANGED", "FIELD_NAMED_TYPE_CHANGED"]),
+    ("a field's message type renamed", ORDER_V1 + " message Other { int64 qty = 1; }",
+     ORDER_V1.replace("Line line", "Other line") + " message Other { int64 qty = 1; }",
+     ["FIELD_NAMED_TYPE_CHANGED"]),
+    ("message removed", ORDER_V1 + " message Refund { int32 id = 1; }", ORDER_V1,
+     ["MESSAGE_REMOVED"]),
+    ("message added", ORDER_V1, ORDER_V1 + " message Refund { int32 id = 1; }", []),
+    ("package changed", ORDER_V1, "package other; " + ORDER_V1, ["PACKAGE_CHANGED"]),
+    ("two fields into a new oneof", "message M { int32 a = 1; int32 b = 2; }",
+     "message M { oneof o { int32 a = 1; int32 b = 2; } }",
+     ["MULTIPLE_FIELDS_MOVED_TO_ONEOF"]),
+    ("one field into a new oneof", "message M { int32 a = 1; }",
+     "message M { oneof o { int32 a = 1; } }", []),
+    ("a field into an existing oneof", "message M { int32 a = 1; oneof o { int32 b = 2; } }",
+     "message M { oneof o { int32 a = 1; int32 b = 2; } }",
+     ["FIELD_MOVED_TO_EXISTING_ONEOF"]),
+    ("a oneof member removed", "message M { oneof o { int32 a = 1; int32 b = 2; } }",
+     "message M { oneof o { int32 a = 1; } }", ["ONEOF_FIELD_REMOVED"]),
+    ("a whole oneof removed", "message M { int32 x = 3; oneof o { int32 a = 1; } }",
+     "message M { int32 x = 3; }", []),
+    ("a oneof member moved out", "message M { oneof o { int32 a = 1; int32 b = 2; } }",
+     "message M { int32 a = 1; int32 b = 2; }", []),
+    ("proto3 optional is not a oneof", "message M { int32 a = 1; int32 b = 2; }",
+     "message M { optional int32 a = 1; optional int32 b = 2; }", []),
+    ("a recursive message", "message Node { int32 v = 1; repeated Node kids = 2; }",
+     "message Node { int64 v = 1; repeated Node kids = 2; string name = 3; }", []),
+]
+PROTO2_CASES = [
+    ("required field added", "message M { optional int32 a = 1; }",
+     "message M { optional int32 a = 1; required int32 b = 2; }", ["REQUIRED_FIELD_ADDED"]),
+    ("required field removed", "message M { optional int32 a = 1; required int32 b = 2; }",
+     "message M { optional int32 a = 1; }", ["REQUIRED_FIELD_REMOVED"]),
+]
+
+
+def _parsed_proto(text: str, references: tuple[Any, ...] = (),
+                  resolve: Any = None) -> ParsedSchema:
+    return parse("PROTOBUF", text, references, resolve or (lambda ref: None))
+
+
+@pytest.mark.parametrize(("old", "new", "expected", "syntax"),
+                         [(*c[1:], "proto3") for c in PROTOBUF_CASES]
+                         + [(*c[1:], "proto2") for c in PROTO2_CASES],
+                         ids=[c[0] for c in PROTOBUF_CASES + PROTO2_CASES])
+def test_protobuf_rules(old: str, new: str, expected: list[str], syntax: str) -> None:
+    """Confluent's ProtobufSchemaDiff verdicts: ``new`` reads what ``old`` wrote."""
+    def text(body: str) -> str:
+        package = "shop"
+        if body.startswith("package "):
+            package, _, body = body[len("package "):].partition("; ")
+        return _proto(body, package, syntax)
+
+    found = check("BACKWARD", _parsed_proto(text(new)), [_parsed_proto(text(old))])
+    assert [f.split("'")[1] for f in found] == expected
+    assert all("additionalInfo:'#/" in f for f in found)
+
+
+def test_protobuf_checks_the_files_references_give() -> None:
+    """An imported message changed incompatibly between the versions a field's file
+    imports; a file the parser cannot build is registered unchecked, as before."""
+    from sparklog.broker.schema_registry.records import Reference, SchemaEntry
+
+    common = {1: _proto("message Money { int64 cents = 1; }", "common"),
+              2: _proto("message Money { string cents = 1; }", "common")}
+
+    def resolve(ref: Reference) -> SchemaEntry:
+        return SchemaEntry("money", ref.version, ref.version, "PROTOBUF", common[ref.version])
+
+    def bill(version: int) -> ParsedSchema:
+        return _parsed_proto(_proto('import "common/money.proto"; '
+                                    "message Bill { common.Money due = 1; }"),
+                             (Reference("common/money.proto", "money", version),), resolve)
+
+    found = check("BACKWARD", bill(2), [bill(1)])
+    assert [f.split("'")[1] for f in found] == ["FIELD_SCALAR_KIND_CHANGED",
+                                                "FIELD_NAMED_TYPE_CHANGED"]
+    assert check("BACKWARD", bill(1), [bill(1)]) == []
+    assert check("BACKWARD", _parsed_proto("message M { int32 a = ; }"), [bill(1)]) == []
+
+
 def test_invalid_schemas_are_42201() -> None:
     for schema_type, text in (("AVRO", '{"type": "record"}'), ("AVRO", "{"),
                               ("JSON", "[1]"), ("PROTOBUF", " "), ("XML", "<a/>")):

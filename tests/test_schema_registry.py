@@ -310,8 +310,9 @@ def test_import_mode_keeps_given_ids(fresh_broker: BrokerProcess) -> None:
 
 
 def test_protobuf_serializer(fresh_broker: BrokerProcess) -> None:
-    """PROTOBUF schemas are stored as given (no compatibility check) and served back (as
-    sent: Confluent's registry would turn a base64 descriptor into .proto text)."""
+    """PROTOBUF schemas are stored as given and served back (as sent: Confluent's registry
+    would turn a base64 descriptor into .proto text), and checked under the subject's
+    level: a field changed out of its wire type's group is refused, one widened is not."""
     proto = descriptor_pb2.FileDescriptorProto(name="shop/order.proto", package="shop",
                                                syntax="proto3")
     message = proto.message_type.add(name="Order")
@@ -331,6 +332,14 @@ def test_protobuf_serializer(fresh_broker: BrokerProcess) -> None:
     assert int.from_bytes(data[1:5], "big") == registered.schema_id
     decoded = ProtobufDeserializer(order, {"use.deprecated.format": False})(data, ctx)
     assert decoded.id == 5
+    text = 'syntax = "proto3"; package shop; message Order { %s id = 1; }'
+    with pytest.raises(SchemaRegistryError) as refused:
+        sr.register_schema("orders-value", Schema(text % "string", "PROTOBUF"))
+    assert refused.value.http_status_code == 409
+    assert "FIELD_SCALAR_KIND_CHANGED" in refused.value.error_message
+    assert sr.test_compatibility("orders-value", Schema(text % "uint64", "PROTOBUF"))
+    assert sr.register_schema("orders-value", Schema(text % "uint64", "PROTOBUF")) != \
+        registered.schema_id
 
 
 def test_a_bad_listener_setting_is_refused() -> None:

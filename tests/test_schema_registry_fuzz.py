@@ -27,7 +27,7 @@ from sparklog.broker.schema_registry.store import SchemaStore
 
 SEGMENTS = st.sampled_from(["subjects", "versions", "schemas", "ids", "config", "mode",
                             "compatibility", "latest", "-1", "0", "1", "2", "schema",
-                            "referencedby", "types", "s", "%2F", "%ZZ", "99999999999999",
+                            "referencedby", "types", "s", "p", "%2F", "%ZZ", "99999999999999",
                             "..", "a b"])
 JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats()
                            | st.text(max_size=20),
@@ -35,6 +35,14 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
                            | st.dictionaries(st.text(max_size=10), inner, max_size=4),
                            max_leaves=20)
 AVRO = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]})
+PROTO = ('syntax = "proto3"; package p; message M { int32 a = 1; oneof o { string b = 2; } '
+         'map<string, M> c = 3; message N { repeated N n = 1; } }')
+PROTO_WORDS = st.sampled_from(["message", "M", "N", "{", "}", "int32", "string", "a", "=", "1",
+                               "2", ";", "oneof", "o", "map<string,", ">", "repeated",
+                               "required", "package", "p", "import", '"x.proto"', "enum",
+                               'syntax = "proto2";', "{" * 200])
+"""Words of .proto text, to put together in every order: what the registry's Protobuf
+parser and compatibility check must refuse or check, never fail on."""
 
 
 @st.composite
@@ -60,6 +68,8 @@ def bodies(draw: st.DrawFn) -> bytes:
 def _store() -> SchemaStore:
     store = SchemaStore(lambda records: None)
     handle(store, "POST", "/subjects/s/versions", {}, json.dumps({"schema": AVRO}).encode())
+    handle(store, "POST", "/subjects/p/versions", {},
+           json.dumps({"schema": PROTO, "schemaType": "PROTOBUF"}).encode())
     return store
 
 
@@ -81,6 +91,21 @@ def test_rest_answers_everything(method: str, segments: list[str], query: dict[s
     assert 200 <= status < 600
     if status != 200:
         assert isinstance(answer["error_code"], int) and isinstance(answer["message"], str)
+
+
+@FUZZ
+@given(words=st.lists(PROTO_WORDS, max_size=40), where=st.integers(0, len(PROTO)),
+       path=st.sampled_from(["/subjects/p/versions", "/compatibility/subjects/p/versions/latest",
+                             "/subjects/p"]))
+def test_protobuf_text_is_checked_or_refused(words: list[str], where: int, path: str) -> None:
+    """.proto text put together from its words, alone or inside a valid file, registered
+    over a PROTOBUF version (so the compatibility check builds and compares it), checked and
+    looked up: an answer every time."""
+    for text in (" ".join(words), PROTO[:where] + " ".join(words) + PROTO[where:]):
+        body = json.dumps({"schema": text, "schemaType": "PROTOBUF"}).encode()
+        status, answer = handle(_store(), "POST", path, {"verbose": "true"}, body)
+        json.dumps(answer)
+        assert status in (200, 404, 409, 422), answer
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparklog.schemas.unsupported import UnsupportedSchemaError
+
 _PRIMITIVES: dict[str, pa.DataType] = {
     "null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(),
     "float": pa.float32(), "double": pa.float64(), "bytes": pa.binary(), "string": pa.string(),
@@ -40,10 +42,6 @@ _LOGICAL: dict[tuple[str, str], pa.DataType] = {
 }
 _REFUSED_LOGICAL = {"time-millis", "time-micros", "timestamp-nanos", "local-timestamp-nanos"}
 _WIDENINGS = {frozenset({"int", "long"}): pa.int64(), frozenset({"float", "double"}): pa.float64()}
-
-
-class UnsupportedSchemaError(ValueError):
-    """A schema uses what has no typed-column mapping here; the message says where."""
 
 
 def arrow_type(schema: str | dict | list) -> pa.DataType:

@@ -8,14 +8,17 @@ descriptor pool resolves them by scope, as protoc does. Options, reserved ranges
 extensions and services are ignored: they do not change how a message reads.
 
 Invariants: ``file_descriptor`` raises ``UnsupportedSchemaError`` for text that does not
-parse; it does no I/O.
+parse, at its first syntax error (nothing is printed; no partial file is made of the rest);
+it does no I/O.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sparklog.schemas.avro_types import UnsupportedSchemaError
+from antlr4.error.ErrorListener import ErrorListener
+
+from sparklog.schemas.unsupported import UnsupportedSchemaError
 
 _SCALARS = ("double", "float", "int64", "uint64", "int32", "fixed64", "fixed32", "bool",
             "string", "bytes", "uint32", "sfixed32", "sfixed64", "sint32", "sint64")
@@ -28,7 +31,7 @@ def file_descriptor(text: str) -> Any:
     from proto_schema_parser.parser import Parser
 
     try:
-        parsed = Parser().parse(text)
+        parsed = Parser(setup_lexer=_strict, setup_parser=_strict).parse(text)
     except Exception as exc:  # the ANTLR parser's errors have no common base
         raise UnsupportedSchemaError(f"the Protobuf schema does not parse as .proto text: "
                                      f"{exc}") from None
@@ -44,6 +47,19 @@ def file_descriptor(text: str) -> Any:
         elif isinstance(element, ast.Enum):
             _enum(proto.enum_type.add(), element)
     return proto
+
+
+class _Raise(ErrorListener):  # type: ignore[misc]
+    def syntaxError(self, recognizer: Any, offendingSymbol: Any, line: int, column: int,
+                    msg: str, e: Any) -> None:
+        raise ValueError(f"line {line}:{column} {msg}")
+
+
+def _strict(recognizer: Any) -> None:
+    """The first syntax error raises (ANTLR's default prints it to stderr and parses on,
+    giving a file that is not the one written)."""
+    recognizer.removeErrorListeners()
+    recognizer.addErrorListener(_Raise())
 
 
 def _message(target: Any, message: Any, proto3: bool) -> None:

@@ -24,9 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
-import base64
-import binascii
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -36,103 +34,26 @@ if TYPE_CHECKING:
     from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 TIMESTAMP = "google.protobuf.Timestamp"
-_WELL_KNOWN = "google/protobuf/"
 
 
 def message_descriptor(schema: str, message: str | None = None) -> Descriptor:
     """The descriptor of ``message`` (default: the first) of the file ``schema`` (a file, or
     ``references.protobuf_bundle``'s file with the files it imports)."""
-    from google.protobuf import descriptor_pool
+    from sparklog.schemas.proto_files import built_file
 
-    from sparklog.schemas.references import SchemaReferenceError, protobuf_unbundle
-
-    try:
-        text, imports = protobuf_unbundle(schema)
-    except SchemaReferenceError as exc:
-        raise UnsupportedSchemaError(str(exc)) from None
-    proto = _file(text, None)
-    files = {name: _file(body, name) for name, body in imports}
-    pool = descriptor_pool.DescriptorPool()
-    added: set[str] = set()
-
-    def add(file: Any) -> Any:
-        for dependency in file.dependency:
-            if dependency in added:
-                continue
-            if dependency in files:
-                add(files.pop(dependency))
-            elif dependency.startswith(_WELL_KNOWN):
-                _add_well_known(pool, dependency)
-                added.add(dependency)
-            else:
-                raise UnsupportedSchemaError(
-                    f"the Protobuf schema {file.name} imports {dependency}, which none of "
-                    "its schema references gives" + (" (an import cycle)" if imports else ""))
-        try:
-            built = pool.Add(file)
-        except TypeError as exc:
-            raise UnsupportedSchemaError(f"the Protobuf schema {file.name} does not build: "
-                                         f"{exc}") from None
-        added.add(file.name)
-        return built
-
-    built = add(proto)
-    if not proto.message_type:
+    file = built_file(schema)
+    if not file.message_types_by_name:
         raise UnsupportedSchemaError("the Protobuf schema has no message")
     if message is None:
-        return built.message_types_by_name[proto.message_type[0].name]
-    for name in (message, f"{proto.package}.{message}" if proto.package else message):
+        return next(iter(file.message_types_by_name.values()))
+    for name in (message, f"{file.package}.{message}" if file.package else message):
         try:
-            found = pool.FindMessageTypeByName(name)
+            found = file.pool.FindMessageTypeByName(name)
         except KeyError:
             continue
-        if found.file.name == proto.name:
+        if found.file.name == file.name:
             return found
     raise UnsupportedSchemaError(f"the Protobuf schema has no message {message!r}")
-
-
-def _file(schema: str, name: str | None) -> Any:
-    """The ``FileDescriptorProto`` of base64 (confluent-kafka's form) or ``.proto`` text;
-    named ``name`` when given (an import path)."""
-    from google.protobuf import descriptor_pb2
-
-    try:
-        serialized = base64.b64decode(schema, validate=True)
-    except (binascii.Error, ValueError):  # not base64: .proto text
-        from sparklog.schemas.proto_text import file_descriptor
-
-        proto = file_descriptor(schema)
-    else:
-        try:
-            proto = descriptor_pb2.FileDescriptorProto.FromString(serialized)
-        except Exception as exc:  # protobuf's DecodeError
-            raise UnsupportedSchemaError(f"the Protobuf schema is base64 but not a "
-                                         f"FileDescriptorProto: {exc}") from None
-    if name is not None:
-        proto.name = name
-    return proto
-
-
-def _add_well_known(pool: object, name: str) -> None:
-    # importing the well-known types' modules adds their files to the default pool
-    from google.protobuf import (  # noqa: F401
-        any_pb2,
-        descriptor_pb2,
-        descriptor_pool,
-        duration_pb2,
-        struct_pb2,
-        timestamp_pb2,
-        wrappers_pb2,
-    )
-
-    try:
-        known = descriptor_pool.Default().FindFileByName(name)
-    except KeyError:
-        raise UnsupportedSchemaError(f"the Protobuf schema imports {name}, not a well-known "
-                                     "type known here") from None
-    proto = descriptor_pb2.FileDescriptorProto()
-    known.CopyToProto(proto)
-    pool.Add(proto)  # type: ignore[attr-defined]
 
 
 def message_indexes(descriptor: Descriptor) -> tuple[int, ...]:

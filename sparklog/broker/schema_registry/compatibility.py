@@ -8,21 +8,28 @@ Invariants:
 - ``check`` returns the incompatibilities found (empty: compatible). Soft-deleted versions
   are never checked against (the caller passes live versions only, oldest first).
 - AVRO is checked with the ``avro`` package's ``ReaderWriterCompatibilityChecker`` (Avro's
-  schema resolution rules); JSON with ``json_compatibility``; PROTOBUF schemas are accepted
-  without a check (not implemented), as is a change of schema type under any level but
-  NONE, which Confluent refuses: refused here too.
+  schema resolution rules); JSON with ``json_compatibility``; PROTOBUF with
+  ``protobuf_compatibility`` (Confluent's rules; a file the parser cannot build is accepted
+  unchecked, and logged). A change of schema type under any level but NONE is refused, as
+  Confluent refuses it.
 """
 
 from __future__ import annotations
 
+import logging
+
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
 from sparklog.broker.schema_registry.json_compatibility import json_incompatibilities
+from sparklog.broker.schema_registry.protobuf_compatibility import (
+    incompatibilities as protobuf_incompatibilities,
+)
 from sparklog.broker.schema_registry.schema_types import ParsedSchema
 
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE",
           "FULL", "FULL_TRANSITIVE")
 DEFAULT_LEVEL = "BACKWARD"
+log = logging.getLogger(__name__)
 
 
 def reader_writer(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
@@ -45,7 +52,11 @@ def reader_writer(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
     if reader.schema_type == "JSON":
         return json_incompatibilities(reader.parsed, writer.parsed, reader.referenced,
                                       writer.referenced)
-    return []
+    if writer.built is None or reader.built is None:
+        log.info("a PROTOBUF schema does not build here; registered without a "
+                 "compatibility check")
+        return []
+    return protobuf_incompatibilities(writer.built, reader.built)
 
 
 def check(level: str, new: ParsedSchema, live: list[ParsedSchema]) -> list[str]:

@@ -1,5 +1,6 @@
 """Parsing the schema types the registry serves: AVRO (the ``avro`` package), JSON (JSON
-Schema documents) and PROTOBUF (stored as given), each with its references resolved.
+Schema documents) and PROTOBUF (stored as given; checked with the files its references
+give), each with its references resolved.
 
 Invariants:
 - ``parse`` either returns a ``ParsedSchema`` or raises Confluent's 42201 (invalid schema):
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import avro.errors
@@ -25,6 +27,7 @@ import avro.schema
 
 from sparklog.broker.schema_registry.errors import invalid_schema
 from sparklog.broker.schema_registry.records import Reference, SchemaEntry
+from sparklog.schemas.references import PROTOBUF_WELL_KNOWN, protobuf_bundle
 
 TYPES = ("JSON", "PROTOBUF", "AVRO")
 MAX_REFERENCE_DEPTH = 32
@@ -39,12 +42,19 @@ class ParsedSchema:
     references: tuple[Reference, ...]
     parsed: Any = field(compare=False, hash=False)
     """AVRO: ``avro.schema.Schema``; JSON: the document with ``referenced`` beside it;
-    PROTOBUF: the text."""
+    PROTOBUF: the text with the files its references give (``protobuf_bundle``)."""
     referenced: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def identity(self) -> tuple[str, str, tuple[Reference, ...]]:
         return self.schema_type, self.canonical, self.references
+
+    @cached_property
+    def built(self) -> Any:
+        """PROTOBUF: the file built with its imports, once (None when it does not build)."""
+        from sparklog.broker.schema_registry.protobuf_compatibility import built
+
+        return built(self.parsed)
 
 
 def parse(schema_type: str, text: str, references: tuple[Reference, ...],
@@ -54,7 +64,9 @@ def parse(schema_type: str, text: str, references: tuple[Reference, ...],
     if schema_type == "PROTOBUF":
         if not text.strip():
             raise invalid_schema("empty PROTOBUF schema")
-        return ParsedSchema(schema_type, text, references, text)
+        imports = [(ref.name, entry.schema) for ref, entry in _walk(references, resolve, 0)
+                   if not ref.name.startswith(PROTOBUF_WELL_KNOWN)]
+        return ParsedSchema(schema_type, text, references, protobuf_bundle(text, imports))
     try:
         document = json.loads(text)
         canonical = json.dumps(document, separators=(",", ":"))
