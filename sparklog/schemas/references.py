@@ -93,8 +93,8 @@ def referenced(references: Sequence[SchemaReference], fetch: Fetch,
 def standalone(schema_type: str, text: str, references: Sequence[SchemaReference],
                fetch: Fetch) -> str:
     """``text`` with its references' types written in (unchanged when it has none)."""
-    if schema_type == "PROTOBUF":  # protobuf's well-known types are built in
-        references = [r for r in references if not r.name.startswith(PROTOBUF_WELL_KNOWN)]
+    if schema_type == "PROTOBUF":
+        references = [r for r in references if not _well_known(r)]
     if not references:
         return text
     if schema_type not in ("AVRO", "JSON", "PROTOBUF"):
@@ -106,12 +106,17 @@ def standalone(schema_type: str, text: str, references: Sequence[SchemaReference
         if schema_type == "JSON":
             return inline_json(text, {r.reference.name: r.schema for r in found})
         return protobuf_bundle(text, [(r.reference.name, r.schema) for r in found
-                                      if not r.reference.name.startswith(PROTOBUF_WELL_KNOWN)])
+                                      if not _well_known(r.reference)])
     except RecursionError:
         raise SchemaReferenceError("a schema nested too deep to follow its references") from None
 
 
 # -- PROTOBUF -------------------------------------------------------------------------------
+
+
+def _well_known(reference: SchemaReference) -> bool:
+    """An import of protobuf's well-known types, which every descriptor pool builds."""
+    return reference.name.startswith(PROTOBUF_WELL_KNOWN)
 
 
 def protobuf_bundle(text: str, imports: Sequence[tuple[str, str]]) -> str:
