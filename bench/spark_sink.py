@@ -16,7 +16,7 @@ two partitions:
 - reading the written records back: ``spark.read.format("sparklog")`` into the ``noop``
   sink, against its plain operation, one confluent-kafka consumer in this process;
 - typed values: N rows of ``struct<id bigint, item string, price double, at timestamp>``
-  (about 60 B encoded) written with ``valueFormat=avro`` and ``valueFormat=json`` (the
+  (about 60 B encoded) written with ``valueFormat=avro``, ``json`` and ``protobuf`` (the
   broker's schema registry on), against the binary write of the same rows as JSON bytes
   made by Spark's ``to_json`` before the timing (ratio: typed / binary records/s);
 - peak RSS (VmHWM) of the driver JVM, of this Python driver process and of the broker.
@@ -79,7 +79,7 @@ def sink_write(spark: Any, bootstrap: str, topic: str, records: int,
 def typed_writes(spark: Any, bootstrap: str, registry: str, records: int, run: str
                  ) -> dict[str, float]:
     """Seconds for the same struct rows written as ``to_json`` bytes (``binary``), and with
-    ``valueFormat`` ``avro`` and ``json``, into topics named after ``run``."""
+    ``valueFormat`` ``avro``, ``json`` and ``protobuf``, into topics named after ``run``."""
     from pyspark.sql import functions as F
 
     rows = spark.range(0, records, numPartitions=PARTITIONS).select(F.struct(
@@ -89,7 +89,7 @@ def typed_writes(spark: Any, bootstrap: str, registry: str, records: int, run: s
     seconds = {"binary": timed_write(
         rows.select(F.to_json("value").cast("binary").alias("value")), bootstrap,
         create_topic(bootstrap, f"bench-{run}-binary"))}
-    for fmt in ("avro", "json"):
+    for fmt in ("avro", "json", "protobuf"):
         seconds[fmt] = timed_write(rows, bootstrap, create_topic(bootstrap, f"bench-{run}-{fmt}"),
                                    valueFormat=fmt, **{"schemaRegistry.url": registry})
     return seconds
@@ -202,7 +202,8 @@ def main() -> int:
                      f"{records / typed[fmt]:,.0f}", f"{typed['binary'] / typed[fmt]:.2f}")
                  for fmt, label in (("binary", "to_json bytes, binary write"),
                                     ("avro", "valueFormat=avro"),
-                                    ("json", "valueFormat=json"))])
+                                    ("json", "valueFormat=json"),
+                                    ("protobuf", "valueFormat=protobuf"))])
             print(f"exactly-once / at-least-once write: {sink_s / eo_s:.2f} (runs: "
                   f"{', '.join(f'{t:.2f}' for t in at_least_once)} s vs "
                   f"{', '.join(f'{t:.2f}' for t in exactly_once)} s)")

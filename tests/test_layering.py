@@ -163,7 +163,8 @@ def test_the_api_package_holds_handlers_that_never_ask_which_broker_they_run_in(
 
 
 HEAVY_FOR_EVERY_BATCH = ("pyarrow.compute", "fastavro", "httpx", "authlib", "deltalake",
-                         "kazoo", "confluent_kafka.schema_registry")
+                         "kazoo", "confluent_kafka.schema_registry", "antlr4",
+                         "proto_schema_parser")
 """What the modules Spark loads for every micro-batch must not import: Spark builds a
 streaming writer (and its options) in two fresh Python processes per micro-batch, so each
 import here is paid twice per batch (``pyarrow.compute`` alone is about 40 ms)."""

@@ -1,6 +1,7 @@
-"""``sparklog.schemas`` without Spark: Spark types (their JSON form) to Avro and JSON Schema,
-and Arrow columns encoded in Confluent's wire format, decoded back by fastavro and checked
-by jsonschema."""
+"""``sparklog.schemas`` without Spark: Spark types (their JSON form) to Avro, JSON Schema and
+Protobuf, and Arrow columns encoded in Confluent's wire format, decoded back by fastavro,
+checked by jsonschema, read back by sparklog's Protobuf reader and confluent-kafka's
+deserializer."""
 
 from __future__ import annotations
 
@@ -18,20 +19,26 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sparklog.schemas import json_columnar
+from sparklog.schemas import json_columnar, protobuf_types
 from sparklog.schemas.avro_columnar import Unsupported, encode_column, varints
+from sparklog.schemas.column_encoding import PROTOBUF
 from sparklog.schemas.encode import (
     AVRO,
     JSON,
     ColumnEncoding,
+    EncodeError,
     _json_ready,
     chunks,
     encoder,
 )
+from sparklog.schemas.proto_files import message_descriptor
+from sparklog.schemas.protobuf_decode import ProtobufDecoder
 from sparklog.schemas.spark_to_avro import SchemaMappingError, avro_schema
 from sparklog.schemas.spark_to_avro import fit_error as avro_fit
 from sparklog.schemas.spark_to_json_schema import fit_error as json_fit
 from sparklog.schemas.spark_to_json_schema import json_schema
+from sparklog.schemas.spark_to_protobuf import fit_error as protobuf_fit
+from sparklog.schemas.spark_to_protobuf import protobuf_schema
 from sparklog.schemas.wire import prefix
 
 UTC = datetime.UTC
@@ -72,17 +79,23 @@ def _nullable(values: st.SearchStrategy[Any], nullable: bool) -> st.SearchStrate
     return st.none() | values if nullable else values
 
 
-def _extend(children: st.SearchStrategy[Typed]) -> st.SearchStrategy[Typed]:
+def _structs(children: st.SearchStrategy[Typed], letters: str) -> st.SearchStrategy[Typed]:
+    """Struct types of fields of ``children``'s types, named with ``letters``."""
     @st.composite
     def struct(draw: st.DrawFn) -> Typed:
-        names = draw(st.lists(st.text(string.ascii_lowercase + "_", min_size=1, max_size=5),
-                              min_size=1, max_size=4, unique=True))
+        names = draw(st.lists(st.text(letters, min_size=1, max_size=5), min_size=1,
+                              max_size=4, unique=True))
         fields = [(name, draw(children), draw(st.booleans())) for name in names]
         spark = {"type": "struct", "fields": [
             {"name": n, "type": t[0], "nullable": null, "metadata": {}} for n, t, null in fields]}
         arrow = pa.struct([pa.field(n, t[1], null) for n, t, null in fields])
         values = st.fixed_dictionaries({n: _nullable(t[2], null) for n, t, null in fields})
         return spark, arrow, values
+
+    return struct()
+
+
+def _extend(children: st.SearchStrategy[Typed]) -> st.SearchStrategy[Typed]:
 
     @st.composite
     def array(draw: st.DrawFn) -> Typed:
@@ -97,7 +110,7 @@ def _extend(children: st.SearchStrategy[Typed]) -> st.SearchStrategy[Typed]:
                  "valueContainsNull": null}, pa.map_(pa.string(), arrow),
                 st.dictionaries(st.text(max_size=4), _nullable(values, null), max_size=3))
 
-    return struct() | array() | mapping()
+    return _structs(children, string.ascii_lowercase + "_") | array() | mapping()
 
 
 TYPES = st.recursive(st.sampled_from(PRIMITIVES) | decimals(), _extend, max_leaves=8)
@@ -321,3 +334,152 @@ def test_schemas_the_columns_cannot_take_go_row_by_row() -> None:
     assert body is not None
     assert fastavro.schemaless_reader(io.BytesIO(body[5:]), schema, None) == {
         "kind": "b", "at": datetime.datetime(2024, 1, 1, tzinfo=UTC)}
+
+
+# -- Protobuf --------------------------------------------------------------------------------
+
+_PROTO_PRIMITIVES = [t for t in PRIMITIVES if t[0] not in ("date", "timestamp_ntz")]
+_DEFAULTS = {"boolean": False, "byte": 0, "short": 0, "integer": 0, "long": 0, "float": 0.0,
+             "double": 0.0, "string": "", "binary": b""}
+
+
+def _proto_extend(children: st.SearchStrategy[Typed]) -> st.SearchStrategy[Typed]:
+    """Structs of any fields; arrays and maps (string keys) of scalars or structs, without
+    nulls inside (a repeated field or a map holds none)."""
+    scalar_or_struct = children.filter(lambda t: not isinstance(t[0], dict)
+                                       or t[0]["type"] == "struct")
+
+    @st.composite
+    def array(draw: st.DrawFn) -> Typed:
+        spark, arrow, values = draw(scalar_or_struct)
+        return ({"type": "array", "elementType": spark, "containsNull": False},
+                pa.list_(pa.field("element", arrow, False)), st.lists(values, max_size=3))
+
+    @st.composite
+    def mapping(draw: st.DrawFn) -> Typed:
+        spark, arrow, values = draw(scalar_or_struct)
+        return ({"type": "map", "keyType": "string", "valueType": spark,
+                 "valueContainsNull": False}, pa.map_(pa.string(), pa.field("value", arrow,
+                                                                               False)),
+                st.dictionaries(st.text(max_size=4), values, max_size=3))
+
+    return _structs(children, string.ascii_lowercase) | array() | mapping()
+
+
+PROTO_TYPES = st.recursive(st.sampled_from(_PROTO_PRIMITIVES), _proto_extend, max_leaves=8)
+
+
+def _as_read(value: Any, spark: Any) -> Any:
+    """What the reader gives back for a written ``value`` of Spark type ``spark``: proto3's
+    defaults for null scalars, arrays and maps (maps in key order), null structs null."""
+    if isinstance(spark, str):
+        return _DEFAULTS.get(spark) if value is None else value
+    if spark["type"] == "struct":
+        if value is None:
+            return None
+        return {f["name"]: _as_read(value.get(f["name"]), f["type"]) for f in spark["fields"]}
+    if spark["type"] == "array":
+        return [_as_read(v, spark["elementType"]) for v in value or []]
+    items = value.items() if isinstance(value, dict) else value or []
+    return sorted((k, _as_read(v, spark["valueType"])) for k, v in items)
+
+
+@settings(max_examples=150, suppress_health_check=SLOW)
+@given(st.data())
+def test_random_rows_round_trip_through_protobuf(data: st.DataObject) -> None:
+    """The derived file holds the rows; what the sink writes reads back (with sparklog's
+    reader) as the rows with proto3's defaults for their nulls."""
+    spark, arrow, values = data.draw(_proto_extend(PROTO_TYPES).filter(
+        lambda t: t[0]["type"] == "struct"))
+    rows = data.draw(st.lists(st.none() | values, min_size=1, max_size=5))
+    column = pa.array(rows, arrow)
+    text = protobuf_schema(spark)
+    assert protobuf_fit(spark, message_descriptor(text)) is None
+    kind = protobuf_types.arrow_type(text)
+    encoded = encoder(ColumnEncoding(PROTOBUF, "s-value", 7, text))(column).to_pylist()
+    assert [v is None for v in encoded] == [r is None for r in rows]
+    assert all(v[:6] == prefix(7) + b"\x00" for v in encoded if v is not None)
+    decoded = ProtobufDecoder(text, kind, framed=True, reader_id=7).decode(encoded)
+    assert decoded.errors == {}
+    assert [_as_read(r, spark) for r in decoded.array.to_pylist()] == \
+        [_as_read(r, spark) for r in column.to_pylist()]
+
+
+def test_protobuf_rows_read_by_confluents_deserializer() -> None:
+    """The sink's bytes as confluent-kafka's ProtobufDeserializer reads them, a message
+    that is not the file's first included (its indexes)."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf import message_factory
+
+    text = ('syntax = "proto3"; package shop; import "google/protobuf/timestamp.proto";\n'
+            "message Other { int32 x = 1; }\n"
+            "message Order { int64 id = 1; repeated Line lines = 2; map<string, int64> t = 3;\n"
+            "  google.protobuf.Timestamp at = 4; Status status = 5;\n"
+            "  message Line { string sku = 1; sint32 qty = 2; }\n"
+            "  enum Status { NEW = 0; PAID = 1; } }")
+    spark = {"type": "struct", "fields": [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "lines", "type": {"type": "array", "containsNull": False, "elementType": {
+            "type": "struct", "fields": [
+                {"name": "sku", "type": "string", "nullable": True, "metadata": {}},
+                {"name": "qty", "type": "integer", "nullable": True, "metadata": {}}]}},
+         "nullable": True, "metadata": {}},
+        {"name": "t", "type": {"type": "map", "keyType": "string", "valueType": "long",
+                               "valueContainsNull": False}, "nullable": True, "metadata": {}},
+        {"name": "at", "type": "timestamp", "nullable": True, "metadata": {}},
+        {"name": "status", "type": "string", "nullable": True, "metadata": {}}]}
+    descriptor = message_descriptor(text, "Order")
+    assert protobuf_fit(spark, descriptor) is None
+    at = datetime.datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    rows = [{"id": 5, "lines": [{"sku": "a", "qty": -3}], "t": [("eur", 12)], "at": at,
+             "status": "PAID"}]
+    column = pa.array(rows, protobuf_types.arrow_type(text, "Order"))
+    (value,) = encoder(ColumnEncoding(PROTOBUF, "s", 9, text, "Order"))(column).to_pylist()
+    assert value[:7] == prefix(9) + b"\x02\x02"  # indexes [1]: count 1, index 1 (zigzag)
+    order = message_factory.GetMessageClass(descriptor)
+    read = ProtobufDeserializer(order, {"use.deprecated.format": False})(
+        value, SerializationContext("t", MessageField.VALUE))
+    assert (read.id, read.lines[0].sku, read.lines[0].qty, dict(read.t), read.status) == \
+        (5, "a", -3, {"eur": 12}, 1)
+    assert read.at.ToDatetime(tzinfo=UTC) == at
+    with pytest.raises(EncodeError, match=r"row 0 does not fit the Protobuf message shop\.Order"):
+        encoder(ColumnEncoding(PROTOBUF, "s", 9, text, "Order"))(
+            pa.array([{"status": "GONE"}], pa.struct([pa.field("status", pa.string())])))
+
+
+@pytest.mark.parametrize(("spark", "message"), [
+    ({"type": "struct", "fields": [{"name": "d", "type": "date", "nullable": True,
+                                    "metadata": {}}]}, "Spark type date has no Protobuf type"),
+    ({"type": "struct", "fields": [{"name": "a-b", "type": "long", "nullable": True,
+                                    "metadata": {}}]}, "is not a Protobuf identifier"),
+    ({"type": "struct", "fields": [{"name": "x", "nullable": True, "metadata": {}, "type": {
+        "type": "array", "containsNull": False, "elementType": {
+            "type": "array", "containsNull": False, "elementType": "long"}}}]},
+     "an array of arrays has no Protobuf type"),
+    ({"type": "struct", "fields": [{"name": "m", "nullable": True, "metadata": {}, "type": {
+        "type": "map", "keyType": "double", "valueType": "long", "valueContainsNull": False}}]},
+     "a map key of type double"),
+])
+def test_spark_types_protobuf_cannot_hold(spark: Any, message: str) -> None:
+    with pytest.raises(SchemaMappingError, match=message):
+        protobuf_schema(spark)
+
+
+def test_protobuf_fit_names_the_first_field_that_does_not_fit() -> None:
+    message = message_descriptor('syntax = "proto3"; message M { int32 a = 1; '
+                                 'repeated string b = 2; map<string, int32> c = 3; }')
+
+    def spark(**fields: Any) -> Any:
+        return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True,
+                                              "metadata": {}} for n, t in fields.items()]}
+
+    assert protobuf_fit(spark(a="integer"), message) is None
+    assert protobuf_fit(spark(a="long"), message) == \
+        "a is long in the rows, which a int32 field does not hold"
+    assert protobuf_fit(spark(z="long"), message) == "the message M has no field z"
+    assert protobuf_fit(spark(b="string"), message) == \
+        "b is repeated in the message, not an array in the rows"
+    assert protobuf_fit(spark(c={"type": "array", "elementType": "string",
+                                 "containsNull": False}), message) == \
+        "c is a map in the message, not in the rows"

@@ -1,5 +1,6 @@
-"""The sparklog sink's ``valueFormat=avro`` / ``json`` through Spark, against a broker process
-with its schema registry on, read back with confluent-kafka's own deserializers (unchanged).
+"""The sparklog sink's ``valueFormat=avro`` / ``json`` / ``protobuf`` through Spark, against a
+broker process with its schema registry on, read back with confluent-kafka's own
+deserializers (unchanged).
 """
 
 from __future__ import annotations
@@ -182,6 +183,42 @@ def test_json_schema_rows_read_back_by_the_json_deserializer(
     assert sr.get_versions(f"{topic}-value") == [1, 2]
 
 
+def test_protobuf_rows_read_back_by_confluent_and_by_the_source(
+        spark: Any, broker: BrokerProcess, topic: str) -> None:
+    """valueFormat=protobuf: the message derived from the column's type is registered (a
+    .proto file), and the records read back as ProtobufDeserializer and the sparklog source
+    read them; null scalars read as proto3's defaults, null structs as null."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from google.protobuf import message_factory
+    from google.protobuf.json_format import MessageToDict
+
+    from sparklog.schemas.proto_files import message_descriptor
+
+    kind = ("struct<id: bigint not null, name: string, tags: array<string>, "
+            "attrs: map<string, int>, at: timestamp, address: struct<city: string>>")
+    rows = [{"id": i, "name": None if i % 4 == 0 else f"n{i}", "tags": ["a"] * (i % 2),
+             "attrs": {"k": i}, "at": datetime.datetime(2024, 5, 6, 7, 8, 9, i, tzinfo=UTC),
+             "address": None if i % 3 == 0 else {"city": f"c{i}"}} for i in range(12)]
+    write(frame(spark, rows, kind), broker, topic, valueFormat="protobuf",
+          valueProtobufMessage="Order")
+    latest = registry(broker).get_latest_version(f"{topic}-value")
+    assert latest.schema.schema_type == "PROTOBUF"
+    assert "message Order {" in latest.schema.schema_str
+    order_class = message_factory.GetMessageClass(
+        message_descriptor(latest.schema.schema_str, "Order"))
+    read = read_back(broker, topic, 12, ProtobufDeserializer(
+        order_class, {"use.deprecated.format": False}))
+    assert [MessageToDict(m, preserving_proto_field_name=True) for m in read][1] == {
+        "id": "1", "name": "n1", "tags": ["a"], "attrs": {"k": 1},
+        "at": "2024-05-06T07:08:09.000001Z", "address": {"city": "c1"}}
+    typed = (spark.read.format("sparklog").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribe", topic).option("valueFormat", "protobuf")
+             .option("schemaRegistry.url", broker.schema_registry_url).load()
+             .orderBy("offset").collect())
+    assert [r.value.asDict(recursive=True) for r in typed] == [
+        {**r, "name": r["name"] or "", "at": r["at"].replace(tzinfo=None)} for r in rows]
+
+
 def test_exactly_once_writes_avro(spark: Any, broker: BrokerProcess, topic: str) -> None:
     rows = [order(i) for i in range(30)]
     write(frame(spark, rows).repartition(2), broker, topic, valueFormat="avro",
@@ -199,7 +236,8 @@ def test_key_format_and_wrong_options(spark: Any, broker: BrokerProcess, topic: 
     assert AvroDeserializer(registry(broker))(record.key, ctx) == {"id": 1}
     assert record.value == b"v"
     with pytest.raises(Exception, match=r"option valueFormat must be one of binary, avro, "
-                                        r"json, got 'avor' \(did you mean 'avro'\?\)"):
+                                        r"json, protobuf, got 'avor' \(did you mean "
+                                        r"'avro'\?\)"):
         write(df, broker, topic, valueFormat="avor")
     with pytest.raises(Exception, match=r"option keyFormat=json needs option "
                                         r"schemaRegistry\.url"):

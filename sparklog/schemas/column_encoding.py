@@ -1,5 +1,5 @@
 """What the driver resolves for a sink column written with ``valueFormat`` / ``keyFormat``
-``avro`` or ``json``, for the tasks that encode it (``encode``).
+``avro``, ``json`` or ``protobuf``, for the tasks that encode it (``encode``).
 
 Invariant: ``ColumnEncoding`` (format, subject, schema id and the schema's text) is frozen
 and picklable, and this module imports nothing heavy: the sink's option parsing, which Spark
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-AVRO, JSON = "avro", "json"
+AVRO, JSON, PROTOBUF = "avro", "json", "protobuf"
 
 
 @dataclass(frozen=True)
@@ -19,8 +19,11 @@ class ColumnEncoding:
     """How a column is encoded: resolved on the driver, shipped to the tasks."""
 
     format: str
-    """``avro`` or ``json``."""
+    """``avro``, ``json`` or ``protobuf``."""
     subject: str
     schema_id: int
     schema: str
-    """The registered schema's text (Avro JSON or a JSON Schema)."""
+    """The registered schema's text (Avro JSON, a JSON Schema, a Protobuf file or
+    ``references.protobuf_bundle``'s file with its imports)."""
+    message: str | None = None
+    """Protobuf: the message written (None: the file's first)."""

@@ -1,5 +1,5 @@
 """Encoding Arrow columns into Confluent's wire format: the sink's ``valueFormat`` /
-``keyFormat`` ``avro`` and ``json``, in the write task.
+``keyFormat`` ``avro``, ``json`` and ``protobuf``, in the write task.
 
 Invariants:
 - Every encoded value is Confluent's framing (``frame``: magic byte 0, the schema id as 4
@@ -16,6 +16,10 @@ Invariants:
   one after another into one buffer whose offsets become the binary column's offsets (no
   bytes object per row); there a row that does not fit the schema raises ``EncodeError``
   naming the row's index in the column and fastavro's reason.
+- Protobuf bodies are the message's indexes (``indexes_prefix``) and the message built
+  from the row with protobuf's own classes (upb), row by row: a null field is left unset
+  (proto3: its default; a struct, an absent message); a null inside an array or as a map's
+  value, or a value the field cannot hold, raises ``EncodeError`` naming the row.
 - JSON documents follow Spark's ``to_json`` shapes: dates and timestamps in ISO 8601
   (a timestamp in UTC, ``Z``), binary as base64, decimals as numbers, nulls kept as null;
   dates and timestamps are converted in Arrow first (``_json_ready``), then the documents
@@ -38,8 +42,8 @@ import pyarrow.compute as pc
 
 from sparklog.schemas import json_columnar
 from sparklog.schemas.avro_columnar import Unsupported, encode_column
-from sparklog.schemas.column_encoding import AVRO, JSON, ColumnEncoding
-from sparklog.schemas.wire import prefix
+from sparklog.schemas.column_encoding import AVRO, JSON, PROTOBUF, ColumnEncoding
+from sparklog.schemas.wire import indexes_prefix, prefix
 
 CHUNK_ROWS = 16384
 """Rows encoded at a time: bounds a task's memory whatever its batch. Above Spark's
@@ -64,6 +68,8 @@ def encoder(encoding: ColumnEncoding) -> Callable[[pa.Array], pa.Array]:
         return _AvroEncoder(encoding).encode
     if encoding.format == JSON:
         return _JsonEncoder(encoding).encode
+    if encoding.format == PROTOBUF:
+        return _ProtobufEncoder(encoding).encode
     raise ValueError(f"unknown encoding format {encoding.format!r}")
 
 
@@ -225,3 +231,87 @@ class _JsonEncoder:
             return pa.array([None if row is None else prefix + dumps(row).encode()
                              for row in _python_rows(ready)], pa.binary())
         return _framed(self._prefix, documents.cast(pa.binary()), column)
+
+
+class _ProtobufEncoder:
+    def __init__(self, encoding: ColumnEncoding) -> None:
+        from google.protobuf import message_factory
+
+        from sparklog.schemas.protobuf_types import message_descriptor, message_indexes
+
+        descriptor = message_descriptor(encoding.schema, encoding.message)
+        self._class = message_factory.GetMessageClass(descriptor)
+        self._prefix = prefix(encoding.schema_id) + indexes_prefix(message_indexes(descriptor))
+        self._fields = _message_fields(descriptor)
+
+    def encode(self, column: pa.Array) -> pa.Array:
+        buffer = io.BytesIO()
+        offsets = [0]
+        build, prefix, fields = self._class, self._prefix, self._fields
+        for index, row in enumerate(_python_rows(column)):
+            if row is not None:
+                buffer.write(prefix)
+                try:
+                    buffer.write(build(**fields(row)).SerializeToString())
+                except (ValueError, TypeError, KeyError, AttributeError) as error:
+                    raise EncodeError(f"row {index} does not fit the Protobuf message "
+                                      f"{build.DESCRIPTOR.full_name}: {error}") from None
+            offsets.append(buffer.tell())
+        return _binary(buffer.getbuffer(), offsets, column)
+
+
+Fields = Callable[[Any], Any]
+
+
+def _timestamp(descriptor: Any) -> Fields:
+    """A datetime as the pool's ``google.protobuf.Timestamp`` (a repeated field or a map
+    takes no datetime as a single field does)."""
+    from google.protobuf import message_factory
+
+    timestamp = message_factory.GetMessageClass(descriptor)
+
+    def convert(value: datetime.datetime) -> Any:
+        message = timestamp()
+        message.FromDatetime(value)
+        return message
+
+    return convert
+
+
+def _message_fields(descriptor: Any) -> Fields:
+    """A function of a row (a dict) to the message's constructor arguments: null fields
+    left out, recursively through messages, repeated messages and map values (whose keys
+    are data, kept as they are), datetimes as Timestamps. Planned once per message type."""
+    inner: dict[str, tuple[str, Fields | None]] = {}
+    for field in descriptor.fields:
+        kind = field.message_type
+        if kind is not None and kind.GetOptions().map_entry:
+            kind = kind.fields_by_name["value"].message_type
+            how = "map"
+        else:
+            how = "list" if field.is_repeated else "one"
+        if kind is None:
+            nested = None
+        elif kind.full_name == "google.protobuf.Timestamp":
+            nested = _timestamp(kind)
+        else:
+            nested = _message_fields(kind)
+        inner[field.name] = (how, nested)
+
+    def fields(row: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, value in row.items():
+            if value is None:
+                continue
+            how, nested = inner.get(name, ("one", None))
+            if nested is None:
+                out[name] = value
+            elif how == "map":
+                out[name] = {k: v if v is None else nested(v) for k, v in value.items()}
+            elif how == "list":
+                out[name] = [v if v is None else nested(v) for v in value]
+            else:
+                out[name] = nested(value)
+        return out
+
+    return fields

@@ -1,9 +1,10 @@
 """Protobuf schema text as built descriptors: a file given as ``.proto`` text or as
 confluent-kafka's base64 ``FileDescriptorProto``, alone or in ``references.protobuf_bundle``
-with the files it imports, built in a descriptor pool of its own.
+with the files it imports, built in a descriptor pool of its own; a message of it by name.
 
 Invariants:
-- No Arrow here (the broker's registry builds files with it to check compatibility).
+- No Arrow here (the broker's registry builds files with it to check compatibility, the
+  sink's driver checks a message fits its rows).
 - Imports are built before their importer, each once: a file the bundle gives, else one of
   protobuf's well-known types; any other import, or an import cycle, is an
   ``UnsupportedSchemaError`` naming the file and the import. Type names are resolved by the
@@ -57,6 +58,24 @@ def built_file(schema: str) -> Any:
         return built
 
     return add(file_proto(text, None))
+
+
+def message_descriptor(schema: str, message: str | None = None) -> Any:
+    """The descriptor of ``message`` (default: the first) of the file ``schema`` (a file, or
+    ``references.protobuf_bundle``'s file with the files it imports)."""
+    file = built_file(schema)
+    if not file.message_types_by_name:
+        raise UnsupportedSchemaError("the Protobuf schema has no message")
+    if message is None:
+        return next(iter(file.message_types_by_name.values()))
+    for name in (message, f"{file.package}.{message}" if file.package else message):
+        try:
+            found = file.pool.FindMessageTypeByName(name)
+        except KeyError:
+            continue
+        if found.file.name == file.name:
+            return found
+    raise UnsupportedSchemaError(f"the Protobuf schema has no message {message!r}")
 
 
 def file_proto(schema: str, name: str | None) -> Any:

@@ -29,31 +29,12 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from sparklog.schemas.avro_types import UnsupportedSchemaError
+from sparklog.schemas.proto_files import message_descriptor
 
 if TYPE_CHECKING:
     from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 TIMESTAMP = "google.protobuf.Timestamp"
-
-
-def message_descriptor(schema: str, message: str | None = None) -> Descriptor:
-    """The descriptor of ``message`` (default: the first) of the file ``schema`` (a file, or
-    ``references.protobuf_bundle``'s file with the files it imports)."""
-    from sparklog.schemas.proto_files import built_file
-
-    file = built_file(schema)
-    if not file.message_types_by_name:
-        raise UnsupportedSchemaError("the Protobuf schema has no message")
-    if message is None:
-        return next(iter(file.message_types_by_name.values()))
-    for name in (message, f"{file.package}.{message}" if file.package else message):
-        try:
-            found = file.pool.FindMessageTypeByName(name)
-        except KeyError:
-            continue
-        if found.file.name == file.name:
-            return found
-    raise UnsupportedSchemaError(f"the Protobuf schema has no message {message!r}")
 
 
 def message_indexes(descriptor: Descriptor) -> tuple[int, ...]:

@@ -2,7 +2,8 @@
 
 Invariants: ``split`` either returns the id and the body (a view, no copy) or raises
 ``DecodeError`` saying what is wrong with the framing; ``frame`` is its inverse (``prefix``
-its first 5 bytes).
+its first 5 bytes). A Protobuf body starts with its message's indexes (``indexes_prefix``;
+read by ``protobuf_decode.read_indexes``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,21 @@ def split(value: bytes) -> tuple[int, memoryview]:
 def prefix(schema_id: int) -> bytes:
     """The 5 bytes before a body encoded with schema ``schema_id``."""
     return bytes([MAGIC]) + _ID.pack(schema_id)
+
+
+def indexes_prefix(path: tuple[int, ...]) -> bytes:
+    """Confluent's Protobuf message indexes of the message at ``path`` in its file (zigzag
+    varints: their count, then each), ``[0]`` as the single byte 0 its serializers write."""
+    if path == (0,):
+        return b"\x00"
+    out = bytearray()
+    for value in (len(path), *path):
+        zigzag = (value << 1) ^ (value >> 63)
+        while zigzag > 0x7F:
+            out.append(zigzag & 0x7F | 0x80)
+            zigzag >>= 7
+        out.append(zigzag)
+    return bytes(out)
 
 
 def frame(schema_id: int, body: bytes) -> bytes:

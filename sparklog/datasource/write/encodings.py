@@ -2,12 +2,15 @@
 a schema of a schema registry, chosen on the driver as Confluent's serializers choose it.
 
 Options (``<col>`` is ``value`` or ``key``): ``<col>Format`` (``binary``: the column's
-string or binary bytes as they are, the default; ``avro``; ``json`` for JSON Schema),
+string or binary bytes as they are, the default; ``avro``; ``json`` for JSON Schema;
+``protobuf``),
 ``schemaRegistry.url`` and ``schemaRegistry.basic.auth.user.info``, ``<col>Subject``
 (default TopicNameStrategy: ``<topic>-<col>``, which needs the ``topic`` option),
 ``<col>Schema`` (an inline schema instead of the one derived from the column's Spark type),
 ``<col>AvroRecordName`` / ``<col>AvroRecordNamespace`` (the derived Avro record's name,
-Spark's ``topLevelRecord`` and ``""`` by default), ``autoRegisterSchemas`` (default true, as
+Spark's ``topLevelRecord`` and ``""`` by default), ``<col>ProtobufMessage`` (the derived
+message's name, ``TopLevelRecord`` by default, or the message of a given file written, its
+first by default), ``autoRegisterSchemas`` (default true, as
 ``auto.register.schemas``) and ``useLatestVersion`` (default false, ``use.latest.version``).
 
 Invariants:
@@ -33,7 +36,7 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from sparklog.datasource.options import OptionError, get_option, parse_bool, parse_choice
-from sparklog.schemas.column_encoding import AVRO, JSON, ColumnEncoding
+from sparklog.schemas.column_encoding import AVRO, JSON, PROTOBUF, ColumnEncoding
 from sparklog.schemas.spark_to_avro import (
     TOP_LEVEL_RECORD,
     SchemaMappingError,
@@ -42,18 +45,20 @@ from sparklog.schemas.spark_to_avro import (
 from sparklog.schemas.spark_to_avro import fit_error as avro_fit_error
 from sparklog.schemas.spark_to_json_schema import fit_error as json_fit_error
 from sparklog.schemas.spark_to_json_schema import json_schema
+from sparklog.schemas.spark_to_protobuf import TOP_LEVEL_MESSAGE, protobuf_schema
+from sparklog.schemas.spark_to_protobuf import fit_error as protobuf_fit_error
 
 BINARY = "binary"
-FORMATS = (BINARY, AVRO, JSON)
+FORMATS = (BINARY, AVRO, JSON, PROTOBUF)
 REGISTRY_URL, REGISTRY_USER_INFO = "schemaRegistry.url", "schemaRegistry.basic.auth.user.info"
 AUTO_REGISTER, USE_LATEST = "autoRegisterSchemas", "useLatestVersion"
-_SCHEMA_TYPES = {AVRO: "AVRO", JSON: "JSON"}
+_SCHEMA_TYPES = {AVRO: "AVRO", JSON: "JSON", PROTOBUF: "PROTOBUF"}
 
 
 def options_of(column: str) -> set[str]:
     """The option names of one column's encoding."""
     return {f"{column}{suffix}" for suffix in ("Format", "Subject", "Schema", "AvroRecordName",
-                                               "AvroRecordNamespace")}
+                                               "AvroRecordNamespace", "ProtobufMessage")}
 
 
 ENCODING_OPTIONS = (options_of("value") | options_of("key")
@@ -76,17 +81,30 @@ def _derived_schema(options: Mapping[str, str], column: str, fmt: str,
             name = get_option(options, f"{column}AvroRecordName") or TOP_LEVEL_RECORD
             namespace = get_option(options, f"{column}AvroRecordNamespace") or ""
             return json.dumps(avro_schema(spark_type, name, namespace))
+        if fmt == PROTOBUF:
+            return protobuf_schema(spark_type, get_option(options, f"{column}ProtobufMessage")
+                                   or TOP_LEVEL_MESSAGE)
         return json.dumps(json_schema(spark_type))
     except SchemaMappingError as error:
         raise SinkEncodingError(f"{column}Format={fmt}: {error}") from None
 
 
-def _fit(fmt: str, spark_type: Any, schema: str, what: str) -> None:
-    try:
-        parsed = json.loads(schema)
-    except ValueError as error:
-        raise OptionError(f"{what} is not JSON: {error}") from None
-    reason = (avro_fit_error if fmt == AVRO else json_fit_error)(spark_type, parsed)
+def _fit(fmt: str, spark_type: Any, schema: str, what: str, message: str | None) -> None:
+    if fmt == PROTOBUF:
+        from sparklog.schemas.proto_files import message_descriptor  # protobuf: when used
+        from sparklog.schemas.unsupported import UnsupportedSchemaError
+
+        try:
+            descriptor = message_descriptor(schema, message)
+        except UnsupportedSchemaError as error:
+            raise SinkEncodingError(f"{what}: {error}") from None
+        reason = protobuf_fit_error(spark_type, descriptor)
+    else:
+        try:
+            parsed = json.loads(schema)
+        except ValueError as error:
+            raise OptionError(f"{what} is not JSON: {error}") from None
+        reason = (avro_fit_error if fmt == AVRO else json_fit_error)(spark_type, parsed)
     if reason is not None:
         raise SinkEncodingError(f"the rows do not fit {what}: {reason}")
 
@@ -108,8 +126,9 @@ def column_encoding(options: Mapping[str, str], schema: StructType, column: str,
     use_latest = parse_bool(options, USE_LATEST, False)
     auto_register = parse_bool(options, AUTO_REGISTER, True)
     inline = get_option(options, f"{column}Schema")
+    message = get_option(options, f"{column}ProtobufMessage") if fmt == PROTOBUF else None
     if inline is not None:
-        _fit(fmt, spark_type, inline, f"option {column}Schema")
+        _fit(fmt, spark_type, inline, f"option {column}Schema", message)
     text = inline if inline is not None else _derived_schema(options, column, fmt,
                                                               spark_type)
     from sparklog.schemas.registry_client import RegistryError, SchemaRegistry  # driver only
@@ -125,11 +144,12 @@ def column_encoding(options: Mapping[str, str], schema: StructType, column: str,
                     f"{schema_type} as {column}Format={fmt} needs")
             latest_text = registry.standalone(latest)
             _fit(fmt, spark_type, latest_text,
-                 f"the latest schema (version {latest.version}) of subject {subject!r}")
-            return ColumnEncoding(fmt, subject, latest.schema_id, latest_text)
+                 f"the latest schema (version {latest.version}) of subject {subject!r}",
+                 message)
+            return ColumnEncoding(fmt, subject, latest.schema_id, latest_text, message)
         if auto_register:
             return ColumnEncoding(fmt, subject, registry.register(subject, text, schema_type),
-                                  text)
+                                  text, message)
         found = registry.lookup(subject, text, schema_type)
     except RegistryError as error:
         raise SinkEncodingError(f"schema registry {registry.url}, subject {subject!r}: "
@@ -139,7 +159,7 @@ def column_encoding(options: Mapping[str, str], schema: StructType, column: str,
             f"the {column} column's schema is not registered under subject {subject!r} and "
             f"{AUTO_REGISTER}=false: register it, or set {AUTO_REGISTER}=true or "
             f"{USE_LATEST}=true; the schema: {text}")
-    return ColumnEncoding(fmt, subject, found.schema_id, text)
+    return ColumnEncoding(fmt, subject, found.schema_id, text, message)
 
 
 def batch_encoder(encodings: Mapping[str, ColumnEncoding | None]
