@@ -17,7 +17,8 @@ Invariants:
   bytes object per row); there a row that does not fit the schema raises ``EncodeError``
   naming the row's index in the column and fastavro's reason.
 - Protobuf bodies are the message's indexes (``indexes_prefix``) and the message built
-  from the row with protobuf's own classes (upb), row by row: a null field is left unset
+  from the row with protobuf's own classes (upb), row by row (timestamps as integers, no
+  datetime per value): a null field is left unset
   (proto3: its default; a struct, an absent message); a null inside an array or as a map's
   value, or a value the field cannot hold, raises ``EncodeError`` naming the row.
 - JSON documents follow Spark's ``to_json`` shapes: dates and timestamps in ISO 8601
@@ -248,7 +249,9 @@ class _ProtobufEncoder:
         buffer = io.BytesIO()
         offsets = [0]
         build, prefix, fields = self._class, self._prefix, self._fields
-        for index, row in enumerate(_python_rows(column)):
+        integers = _as_integers(column.type)
+        plain = column if integers == column.type else column.cast(integers)
+        for index, row in enumerate(_python_rows(plain)):
             if row is not None:
                 buffer.write(prefix)
                 try:
@@ -263,55 +266,46 @@ class _ProtobufEncoder:
 Fields = Callable[[Any], Any]
 
 
-def _timestamp(descriptor: Any) -> Fields:
-    """A datetime as the pool's ``google.protobuf.Timestamp`` (a repeated field or a map
-    takes no datetime as a single field does)."""
-    from google.protobuf import message_factory
-
-    timestamp = message_factory.GetMessageClass(descriptor)
-
-    def convert(value: datetime.datetime) -> Any:
-        message = timestamp()
-        message.FromDatetime(value)
-        return message
-
-    return convert
+def _timestamp(micros: int) -> dict[str, int]:
+    """Microseconds since the epoch (the column cast by ``_as_integers``) as a
+    ``google.protobuf.Timestamp``'s fields: no datetime per value."""
+    seconds, rest = divmod(micros, 1_000_000)
+    return {"seconds": seconds, "nanos": rest * 1000}
 
 
 def _message_fields(descriptor: Any) -> Fields:
     """A function of a row (a dict) to the message's constructor arguments: null fields
     left out, recursively through messages, repeated messages and map values (whose keys
-    are data, kept as they are), datetimes as Timestamps. Planned once per message type."""
-    inner: dict[str, tuple[str, Fields | None]] = {}
+    are data, kept as they are), microseconds as Timestamps. Planned once per message
+    type: a message of scalars only costs one dict comprehension a row."""
+    converters: list[tuple[str, Fields]] = []
     for field in descriptor.fields:
         kind = field.message_type
+        how = "one"
         if kind is not None and kind.GetOptions().map_entry:
-            kind = kind.fields_by_name["value"].message_type
-            how = "map"
-        else:
-            how = "list" if field.is_repeated else "one"
-        if kind is None:
-            nested = None
-        elif kind.full_name == "google.protobuf.Timestamp":
-            nested = _timestamp(kind)
-        else:
-            nested = _message_fields(kind)
-        inner[field.name] = (how, nested)
+            kind, how = kind.fields_by_name["value"].message_type, "map"
+        elif field.is_repeated:
+            how = "list"
+        if kind is not None:
+            nested = _timestamp if kind.full_name == "google.protobuf.Timestamp" \
+                else _message_fields(kind)
+            converters.append((field.name, _applied(how, nested)))
 
     def fields(row: dict[str, Any]) -> dict[str, Any]:
-        out = {}
-        for name, value in row.items():
-            if value is None:
-                continue
-            how, nested = inner.get(name, ("one", None))
-            if nested is None:
-                out[name] = value
-            elif how == "map":
-                out[name] = {k: v if v is None else nested(v) for k, v in value.items()}
-            elif how == "list":
-                out[name] = [v if v is None else nested(v) for v in value]
-            else:
-                out[name] = nested(value)
+        out = {name: value for name, value in row.items() if value is not None}
+        for name, convert in converters:
+            if name in out:
+                out[name] = convert(out[name])
         return out
 
     return fields
+
+
+def _applied(how: str, nested: Fields) -> Fields:
+    """``nested`` applied to a field's value: one message, each of a repeated field's, each
+    of a map's values (a null inside is left for protobuf to refuse)."""
+    if how == "map":
+        return lambda value: {k: v if v is None else nested(v) for k, v in value.items()}
+    if how == "list":
+        return lambda value: [v if v is None else nested(v) for v in value]
+    return nested
