@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 from sparklog.schemas import json_columnar
 from sparklog.schemas.avro_columnar import Unsupported, encode_column
 from sparklog.schemas.column_encoding import AVRO, JSON, PROTOBUF, ColumnEncoding
+from sparklog.schemas.proto_files import TIMESTAMP
 from sparklog.schemas.wire import indexes_prefix, prefix
 
 CHUNK_ROWS = 16384
@@ -287,7 +288,7 @@ def _message_fields(descriptor: Any) -> Fields:
         elif field.is_repeated:
             how = "list"
         if kind is not None:
-            nested = _timestamp if kind.full_name == "google.protobuf.Timestamp" \
+            nested = _timestamp if kind.full_name == TIMESTAMP \
                 else _message_fields(kind)
             converters.append((field.name, _applied(how, nested)))
 

@@ -17,9 +17,10 @@ import base64
 import binascii
 from typing import Any
 
+from sparklog.schemas.references import PROTOBUF_WELL_KNOWN
 from sparklog.schemas.unsupported import UnsupportedSchemaError
 
-WELL_KNOWN = "google/protobuf/"
+TIMESTAMP = "google.protobuf.Timestamp"
 
 
 def built_file(schema: str) -> Any:
@@ -42,7 +43,7 @@ def built_file(schema: str) -> Any:
                 continue
             if dependency in files:
                 add(files.pop(dependency))
-            elif dependency.startswith(WELL_KNOWN):
+            elif dependency.startswith(PROTOBUF_WELL_KNOWN):
                 _add_well_known(pool, dependency)
                 added.add(dependency)
             else:
@@ -76,6 +77,12 @@ def message_descriptor(schema: str, message: str | None = None) -> Any:
         if found.file.name == file.name:
             return found
     raise UnsupportedSchemaError(f"the Protobuf schema has no message {message!r}")
+
+
+def type_name(field: Any) -> str:
+    """A field's type as protobuf names it (``INT32``, ``STRING``, ``MESSAGE``, ...)."""
+    return next(name.removeprefix("TYPE_") for name in dir(field)
+                if name.startswith("TYPE_") and getattr(field, name) == field.type)
 
 
 def file_proto(schema: str, name: str | None) -> Any:

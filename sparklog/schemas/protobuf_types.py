@@ -29,12 +29,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from sparklog.schemas.avro_types import UnsupportedSchemaError
-from sparklog.schemas.proto_files import message_descriptor
+from sparklog.schemas.proto_files import TIMESTAMP, message_descriptor
 
 if TYPE_CHECKING:
     from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-TIMESTAMP = "google.protobuf.Timestamp"
 
 
 def message_indexes(descriptor: Descriptor) -> tuple[int, ...]:

@@ -93,8 +93,8 @@ def referenced(references: Sequence[SchemaReference], fetch: Fetch,
 def standalone(schema_type: str, text: str, references: Sequence[SchemaReference],
                fetch: Fetch) -> str:
     """``text`` with its references' types written in (unchanged when it has none)."""
-    if schema_type == "PROTOBUF":
-        references = [r for r in references if not _well_known(r)]
+    if schema_type == "PROTOBUF":  # the pool builds these itself: not asked of the registry
+        references = [r for r in references if not r.name.startswith(PROTOBUF_WELL_KNOWN)]
     if not references:
         return text
     if schema_type not in ("AVRO", "JSON", "PROTOBUF"):
@@ -105,8 +105,7 @@ def standalone(schema_type: str, text: str, references: Sequence[SchemaReference
             return inline_avro(text, [r.schema for r in found])
         if schema_type == "JSON":
             return inline_json(text, {r.reference.name: r.schema for r in found})
-        return protobuf_bundle(text, [(r.reference.name, r.schema) for r in found
-                                      if not _well_known(r.reference)])
+        return protobuf_bundle(text, [(r.reference.name, r.schema) for r in found])
     except RecursionError:
         raise SchemaReferenceError("a schema nested too deep to follow its references") from None
 
@@ -114,15 +113,12 @@ def standalone(schema_type: str, text: str, references: Sequence[SchemaReference
 # -- PROTOBUF -------------------------------------------------------------------------------
 
 
-def _well_known(reference: SchemaReference) -> bool:
-    """An import of protobuf's well-known types, which every descriptor pool builds."""
-    return reference.name.startswith(PROTOBUF_WELL_KNOWN)
-
-
 def protobuf_bundle(text: str, imports: Sequence[tuple[str, str]]) -> str:
     """A Protobuf file and the files it imports (import path, schema text), dependencies
-    first, as one text (JSON: neither ``.proto`` text nor base64 starts with ``{``)."""
-    return json.dumps({"protobuf": text, "imports": [list(i) for i in imports]})
+    first, as one text (JSON: neither ``.proto`` text nor base64 starts with ``{``);
+    protobuf's well-known types are left out, every descriptor pool builds them."""
+    return json.dumps({"protobuf": text, "imports": [
+        [name, body] for name, body in imports if not name.startswith(PROTOBUF_WELL_KNOWN)]})
 
 
 def protobuf_unbundle(schema: str) -> tuple[str, list[tuple[str, str]]]:

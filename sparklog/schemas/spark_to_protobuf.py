@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sparklog.schemas.proto_files import TIMESTAMP, type_name
 from sparklog.schemas.spark_to_avro import SchemaMappingError
 
 TOP_LEVEL_MESSAGE = "TopLevelRecord"
@@ -33,7 +34,6 @@ _SCALARS = {"long": "int64", "integer": "int32", "short": "int32", "byte": "int3
             "binary": "bytes"}
 _MAP_KEYS = ("string", "long", "integer", "short", "byte", "boolean")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_TIMESTAMP = "google.protobuf.Timestamp"
 
 
 def protobuf_schema(spark_type: dict[str, Any], name: str = TOP_LEVEL_MESSAGE) -> str:
@@ -99,7 +99,7 @@ def _type(kind: Any, where: str, nested_name: str, nested: list[str],
         return _SCALARS[kind]
     if kind == "timestamp":
         uses_timestamp.append(True)
-        return _TIMESTAMP
+        return TIMESTAMP
     if isinstance(kind, dict) and kind.get("type") == "struct":
         name = nested_name
         while name in taken:
@@ -161,25 +161,20 @@ _TAKES["short"] = _TAKES["byte"] = _TAKES["integer"]
 
 def _value_fit(kind: Any, field: Any, where: str) -> str | None:
     if isinstance(kind, dict) and kind.get("type") == "struct":
-        if field.message_type is None or field.message_type.full_name == _TIMESTAMP:
+        if field.message_type is None or field.message_type.full_name == TIMESTAMP:
             return f"{where} is a struct in the rows, not a message in the message"
         return _struct_fit(kind, field.message_type, where)
     if kind == "timestamp":
-        if field.message_type is None or field.message_type.full_name != _TIMESTAMP:
-            return f"{where} is a timestamp in the rows, not a {_TIMESTAMP}"
+        if field.message_type is None or field.message_type.full_name != TIMESTAMP:
+            return f"{where} is a timestamp in the rows, not a {TIMESTAMP}"
         return None
     taken = _TAKES.get(kind) if isinstance(kind, str) else None
     if taken is None:
         shown = kind if isinstance(kind, str) else kind.get("type")
         return f"{where}: Spark type {shown} has no Protobuf type"
-    if not any(field.type == getattr(field, f"TYPE_{name}") for name in taken):
-        return f"{where} is {kind} in the rows, which a {_protobuf_type(field)} field does " \
+    if type_name(field) not in taken:
+        shown = field.message_type.full_name if field.message_type is not None \
+            else type_name(field).lower()
+        return f"{where} is {kind} in the rows, which a {shown} field does " \
                "not hold"
     return None
-
-
-def _protobuf_type(field: Any) -> str:
-    if field.message_type is not None:
-        return field.message_type.full_name
-    return next(name.removeprefix("TYPE_").lower() for name in dir(field)
-                if name.startswith("TYPE_") and getattr(field, name) == field.type)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparklog.schemas.proto_files import built_file, type_name
 from sparklog.schemas.unsupported import UnsupportedSchemaError
 
 _GROUPS = {
@@ -44,8 +45,6 @@ _GROUPS = {
 def built(bundle: str) -> Any:
     """The built file of a PROTOBUF schema as the registry keeps it for checking; None when
     the parser cannot build it."""
-    from sparklog.schemas.proto_files import built_file
-
     try:
         return built_file(bundle)
     except UnsupportedSchemaError:
@@ -134,8 +133,8 @@ class _Diff:
         elif old_kind == "scalar":
             if _group(old) != _group(new):
                 self.add("FIELD_SCALAR_KIND_CHANGED", path,
-                         f"the field {new.name} changed from {_type_name(old)} to "
-                         f"{_type_name(new)}")
+                         f"the field {new.name} changed from {type_name(old)} to "
+                         f"{type_name(new)}")
         elif _local_name(old.message_type) != _local_name(new.message_type):
             self.add("FIELD_NAMED_TYPE_CHANGED", path,
                      f"the field {new.name} changed from {old.message_type.full_name} to "
@@ -166,12 +165,8 @@ def _kind(field: Any) -> str:
     return "map" if field.message_type.GetOptions().map_entry else "message"
 
 
-def _type_name(field: Any) -> str:
-    return next(name for name in _GROUPS if getattr(field, f"TYPE_{name}") == field.type)
-
-
 def _group(field: Any) -> str:
-    return _GROUPS[_type_name(field)]
+    return _GROUPS[type_name(field)]
 
 
 def _local_name(message: Any) -> str:

@@ -27,7 +27,7 @@ import avro.schema
 
 from sparklog.broker.schema_registry.errors import invalid_schema
 from sparklog.broker.schema_registry.records import Reference, SchemaEntry
-from sparklog.schemas.references import PROTOBUF_WELL_KNOWN, protobuf_bundle
+from sparklog.schemas.references import protobuf_bundle
 
 TYPES = ("JSON", "PROTOBUF", "AVRO")
 MAX_REFERENCE_DEPTH = 32
@@ -64,8 +64,7 @@ def parse(schema_type: str, text: str, references: tuple[Reference, ...],
     if schema_type == "PROTOBUF":
         if not text.strip():
             raise invalid_schema("empty PROTOBUF schema")
-        imports = [(ref.name, entry.schema) for ref, entry in _walk(references, resolve, 0)
-                   if not ref.name.startswith(PROTOBUF_WELL_KNOWN)]
+        imports = [(ref.name, entry.schema) for ref, entry in _walk(references, resolve, 0)]
         return ParsedSchema(schema_type, text, references, protobuf_bundle(text, imports))
     try:
         document = json.loads(text)
